@@ -1,0 +1,48 @@
+"""The local engine: shards in this process (one by default; several to test sharding)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..mwu import Candidate, reduce_candidates
+from ..shard import split_rows
+
+__all__ = ["LocalEngine"]
+
+
+class LocalEngine:
+    """Runs a problem's shards in-process; implements :class:`mwumkl_dist.mwu.Engine`."""
+
+    def __init__(self, problem, n_shards: int = 1):
+        self.problem = problem
+        self.n_samples = problem.n_samples
+        self.n_kernels = problem.n_kernels
+        self.shards = [problem.make_shard(a, b) for a, b in split_rows(problem.n_samples, n_shards)]
+
+    def traces(self) -> np.ndarray:
+        return np.sum([s.diagonal_sums() for s in self.shards], axis=0)
+
+    def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
+        for s in self.shards:
+            s.configure(inv_trace, ridge)
+
+    @staticmethod
+    def _reduce(pairs) -> tuple[Candidate, Candidate]:
+        pairs = list(pairs)
+        return reduce_candidates([p for p, _ in pairs]), reduce_candidates([n for _, n in pairs])
+
+    def initial_candidates(self) -> tuple[Candidate, Candidate]:
+        return self._reduce(s.initial_candidates() for s in self.shards)
+
+    def kernel_block(self, pos: Candidate, neg: Candidate):
+        return self.problem.kernel_block(pos.point, neg.point)
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
+        return self._reduce(s.superstep(pos.index, neg.index, pos.point, neg.point, coef) for s in self.shards)
+
+    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
+        sums = np.array([s.class_sums(weights) for s in self.shards])
+        return float(sums[:, 0].sum()), float(sums[:, 1].sum())
+
+    def alpha_counts(self) -> np.ndarray:
+        return np.concatenate([s.alpha_counts() for s in self.shards])

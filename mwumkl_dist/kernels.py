@@ -1,0 +1,464 @@
+"""Kernel specifications, kernel families and their compiled evaluation plan.
+
+A *kernel spec* is a small immutable description (``Gaussian(sigma=2.0,
+features=(0, 3))``).  A :class:`KernelSet` is an ordered list of specs for a
+given feature count; it compiles to a :class:`KernelPlan` of flat arrays that
+the numba column kernels in :mod:`mwumkl_dist._columns` evaluate.  Kernels on
+the same feature subset form a *group* and share one inner-product /
+distance pass, so two kernel columns for all kernels cost one pass over the
+data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "KernelSpec",
+    "Linear",
+    "Polynomial",
+    "Gaussian",
+    "RandomGaussianBank",
+    "KernelSet",
+    "KernelPlan",
+    "PAPER_SIGMAS",
+    "PAPER_DEGREES",
+    "paper_family",
+    "paper_per_feature_family",
+    "parse_kernels",
+]
+
+# Kind codes shared with the numba column kernels.
+LINEAR, POLYNOMIAL, GAUSSIAN = 0, 1, 2
+
+#: Gaussian bandwidths of the paper's family: 2^0, 2^0.5, ..., 2^4.
+PAPER_SIGMAS = tuple(float(2.0 ** (k / 2.0)) for k in range(9))
+#: Polynomial degrees of the paper's family.
+PAPER_DEGREES = (1, 2, 3)
+
+
+def _features_tuple(features) -> tuple[int, ...] | None:
+    if features is None:
+        return None
+    if isinstance(features, (int, np.integer)):
+        features = (features,)
+    out = tuple(sorted({int(f) for f in features}))
+    if not out:
+        raise ValueError("a kernel's feature subset must not be empty")
+    if out[0] < 0:
+        raise ValueError(f"feature indices must be >= 0, got {out[0]}")
+    return out
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Base class of the closed-form kernels; ``features=None`` means all features."""
+
+    features: tuple[int, ...] | None = None
+
+    kind = -1
+
+    def __post_init__(self):
+        object.__setattr__(self, "features", _features_tuple(self.features))
+
+    def _params(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def _feature_suffix(self) -> str:
+        if self.features is None:
+            return ""
+        return "@" + _format_ranges(self.features)
+
+
+@dataclass(frozen=True)
+class Linear(KernelSpec):
+    """Linear kernel ``x . z``."""
+
+    kind = LINEAR
+
+    def _params(self):
+        return 0.0, 0.0
+
+    def __str__(self):
+        return "linear" + self._feature_suffix()
+
+
+@dataclass(frozen=True)
+class Polynomial(KernelSpec):
+    """Polynomial kernel ``(x . z + coef0) ** degree``."""
+
+    degree: int = 2
+    coef0: float = 1.0
+    kind = POLYNOMIAL
+
+    def __post_init__(self):
+        super().__post_init__()
+        if int(self.degree) != self.degree or self.degree < 1:
+            raise ValueError(f"polynomial degree must be a positive integer, got {self.degree!r}")
+        if not np.isfinite(self.coef0):
+            raise ValueError(f"polynomial coef0 must be finite, got {self.coef0!r}")
+        object.__setattr__(self, "degree", int(self.degree))
+        object.__setattr__(self, "coef0", float(self.coef0))
+
+    def _params(self):
+        return float(self.degree), self.coef0
+
+    def __str__(self):
+        extra = "" if self.coef0 == 1.0 else f":coef0={self.coef0:g}"
+        return f"poly:{self.degree}{extra}" + self._feature_suffix()
+
+
+@dataclass(frozen=True)
+class Gaussian(KernelSpec):
+    """Gaussian kernel ``exp(-|x - z|^2 / (2 sigma^2))``."""
+
+    sigma: float = 1.0
+    kind = GAUSSIAN
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (np.isfinite(self.sigma) and self.sigma > 0):
+            raise ValueError(f"gaussian sigma must be a positive finite number, got {self.sigma!r}")
+        object.__setattr__(self, "sigma", float(self.sigma))
+
+    @property
+    def gamma(self) -> float:
+        return 1.0 / (2.0 * self.sigma**2)
+
+    def _params(self):
+        return self.gamma, 0.0
+
+    def __str__(self):
+        return f"gaussian:{self.sigma:.17g}" + self._feature_suffix()
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """Vectorised splitmix64 finaliser: a counter-based hash (no state to store)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class RandomGaussianBank:
+    """A seeded bank of Gaussian kernels on random feature subsets.
+
+    Kernel ``i`` is a pure function of ``(seed, i)``: its subset is the
+    ``subset_size`` features with the smallest hash ``h(seed, i, f)`` and its
+    bandwidth is one of ``sigmas`` picked by another hash, so a bank of a
+    million kernels needs no storage and any block of it can be rebuilt on
+    any worker.
+    """
+
+    n_kernels: int
+    subset_size: int = 2
+    seed: int = 0
+    sigmas: tuple[float, ...] = PAPER_SIGMAS
+
+    def __post_init__(self):
+        if int(self.n_kernels) != self.n_kernels or self.n_kernels < 1:
+            raise ValueError(f"n_kernels must be a positive integer, got {self.n_kernels!r}")
+        if int(self.subset_size) != self.subset_size or self.subset_size < 1:
+            raise ValueError(f"subset_size must be a positive integer, got {self.subset_size!r}")
+        if not self.sigmas or any(not (np.isfinite(s) and s > 0) for s in self.sigmas):
+            raise ValueError("sigmas must be positive finite numbers")
+        object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
+
+    def block(self, start: int, stop: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+        """Feature subsets ``(stop-start, k)`` and sigmas of kernels ``start..stop-1``."""
+        k = min(self.subset_size, n_features)
+        ids = np.arange(start, stop, dtype=np.uint64)
+        key = _splitmix64(np.uint64(self.seed) * np.uint64(0x100000001B3) + ids)
+        feats = np.arange(n_features, dtype=np.uint64)
+        h = _splitmix64(key[:, None] ^ _splitmix64(feats + np.uint64(0xABCDEF))[None, :])
+        subsets = np.sort(np.argsort(h, axis=1, kind="stable")[:, :k], axis=1)
+        sig = np.asarray(self.sigmas)[_splitmix64(key ^ np.uint64(0x5DEECE66D)) % np.uint64(len(self.sigmas))]
+        return subsets.astype(np.int64), sig
+
+    def specs(self, n_features: int) -> list[Gaussian]:
+        subsets, sig = self.block(0, self.n_kernels, n_features)
+        return [Gaussian(sigma=float(s), features=tuple(f)) for f, s in zip(subsets, sig)]
+
+    def __str__(self):
+        return f"random:{self.n_kernels}:size={self.subset_size}:seed={self.seed}"
+
+
+def paper_family(features=None) -> list[KernelSpec]:
+    """The paper's 12 kernels: polynomial degrees 1-3 and 9 Gaussian bandwidths."""
+    return [Polynomial(degree=d, features=features) for d in PAPER_DEGREES] + [
+        Gaussian(sigma=s, features=features) for s in PAPER_SIGMAS
+    ]
+
+
+def paper_per_feature_family(n_features: int) -> list[KernelSpec]:
+    """The paper's 12 kernels on every single feature (``12 * n_features`` kernels)."""
+    out: list[KernelSpec] = []
+    for f in range(n_features):
+        out.extend(paper_family(features=(f,)))
+    return out
+
+
+# ----------------------------------------------------------------------------- parsing
+
+_ITEM = re.compile(r"^(?P<name>[a-z][a-z0-9_-]*)(?P<params>(:[^@:]+)*)(@(?P<feats>[0-9+\-]+))?$")
+
+
+def _format_ranges(features: Sequence[int]) -> str:
+    parts, i = [], 0
+    feats = list(features)
+    while i < len(feats):
+        j = i
+        while j + 1 < len(feats) and feats[j + 1] == feats[j] + 1:
+            j += 1
+        parts.append(str(feats[i]) if i == j else f"{feats[i]}-{feats[j]}")
+        i = j + 1
+    return "+".join(parts)
+
+
+def _parse_ranges(text: str, item: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("+"):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"bad feature list {text!r} in kernel spec {item!r}: use e.g. 0-4+7")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) else a
+        if b < a:
+            raise ValueError(f"bad feature range {part!r} in kernel spec {item!r}")
+        out.extend(range(a, b + 1))
+    return tuple(out)
+
+
+def _parse_params(params: str, item: str) -> tuple[list[str], dict[str, str]]:
+    positional, named = [], {}
+    for p in [p for p in params.split(":") if p]:
+        if "=" in p:
+            k, v = p.split("=", 1)
+            named[k.strip()] = v.strip()
+        else:
+            positional.append(p.strip())
+    return positional, named
+
+
+def _num(text: str, item: str, cast=float):
+    try:
+        return cast(text)
+    except ValueError:
+        raise ValueError(f"bad number {text!r} in kernel spec {item!r}") from None
+
+
+KERNEL_SPEC_HELP = (
+    "comma-separated kernels: 'paper' (12 kernels on all features), "
+    "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
+    "'gaussian:SIGMA', 'random:COUNT[:size=K][:seed=S]'; any closed-form kernel may take "
+    "'@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'paper@FEATURES' restricts the family"
+)
+
+
+def parse_kernels(text: str, n_features: int) -> list:
+    """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"empty kernel spec; expected {KERNEL_SPEC_HELP}")
+    out: list = []
+    for raw in text.split(","):
+        item = raw.strip().lower()
+        m = _ITEM.match(item)
+        if not m:
+            raise ValueError(f"cannot parse kernel spec {raw!r}; expected {KERNEL_SPEC_HELP}")
+        name = m.group("name")
+        pos, named = _parse_params(m.group("params") or "", item)
+        feats = _parse_ranges(m.group("feats"), item) if m.group("feats") else None
+        if name == "paper":
+            _no_params(pos, named, item)
+            out.extend(paper_family(features=feats))
+        elif name == "paper-per-feature":
+            _no_params(pos, named, item)
+            if feats is not None:
+                raise ValueError(f"'paper-per-feature' takes no feature list (in {raw!r})")
+            out.extend(paper_per_feature_family(n_features))
+        elif name == "linear":
+            _no_params(pos, named, item)
+            out.append(Linear(features=feats))
+        elif name in ("poly", "polynomial"):
+            if len(pos) != 1 or set(named) - {"coef0"}:
+                raise ValueError(f"kernel spec {raw!r}: expected 'poly:DEGREE[:coef0=C]'")
+            out.append(
+                Polynomial(
+                    degree=_num(pos[0], item, int),
+                    coef0=_num(named.get("coef0", "1"), item),
+                    features=feats,
+                )
+            )
+        elif name in ("gaussian", "rbf"):
+            if len(pos) != 1 or named:
+                raise ValueError(f"kernel spec {raw!r}: expected 'gaussian:SIGMA'")
+            out.append(Gaussian(sigma=_num(pos[0], item), features=feats))
+        elif name == "random":
+            if len(pos) != 1 or set(named) - {"size", "seed"} or feats is not None:
+                raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S]'")
+            out.append(
+                RandomGaussianBank(
+                    n_kernels=_num(pos[0], item, int),
+                    subset_size=_num(named.get("size", "2"), item, int),
+                    seed=_num(named.get("seed", "0"), item, int),
+                )
+            )
+        else:
+            raise ValueError(f"unknown kernel {name!r} in spec {raw!r}; expected {KERNEL_SPEC_HELP}")
+    return out
+
+
+def _no_params(pos, named, item):
+    if pos or named:
+        raise ValueError(f"kernel spec {item!r} takes no parameters")
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@dataclass
+class KernelPlan:
+    """Flat arrays describing ``m`` kernels over ``G`` feature groups (for numba).
+
+    ``kind[i]``, ``param_a[i]`` (degree or gamma), ``param_b[i]`` (coef0) and
+    ``group[i]`` describe kernel ``i``.  ``feat_ptr``/``feat_groups`` map each
+    feature to the groups containing it (CSR), so one pass over a row's
+    non-zeros accumulates every group's inner products.  ``square_of[i]`` is
+    ``j >= 0`` when kernel ``i`` is Gaussian with twice kernel ``j``'s gamma
+    on the same group: its value is then ``K_j ** 2`` (one ``exp`` per chain);
+    ``order`` evaluates chain sources first.
+    """
+
+    kind: np.ndarray
+    param_a: np.ndarray
+    param_b: np.ndarray
+    group: np.ndarray
+    square_of: np.ndarray
+    order: np.ndarray
+    feat_ptr: np.ndarray
+    feat_groups: np.ndarray
+    n_groups: int
+    n_features: int
+
+    @property
+    def n_kernels(self) -> int:
+        return len(self.kind)
+
+
+class KernelSet:
+    """An ordered set of base kernels for data with ``n_features`` features.
+
+    Parameters
+    ----------
+    kernels : str, KernelSpec, RandomGaussianBank or sequence of those
+        See :func:`parse_kernels` for the string form.
+    n_features : int
+        Number of input features the kernels act on.
+    """
+
+    def __init__(self, kernels, n_features: int):
+        if int(n_features) != n_features or n_features < 1:
+            raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+        self.n_features = int(n_features)
+        self.specs: list[KernelSpec] = self._expand(kernels)
+        if not self.specs:
+            raise ValueError("the kernel set is empty")
+        for spec in self.specs:
+            if spec.features is not None and spec.features[-1] >= self.n_features:
+                raise ValueError(
+                    f"kernel {spec} uses feature {spec.features[-1]} but the data has "
+                    f"{self.n_features} features"
+                )
+        self.plan = self._compile()
+
+    def _expand(self, kernels) -> list[KernelSpec]:
+        if isinstance(kernels, str):
+            kernels = parse_kernels(kernels, self.n_features)
+        elif isinstance(kernels, (KernelSpec, RandomGaussianBank)):
+            kernels = [kernels]
+        if not isinstance(kernels, Iterable):
+            raise TypeError(
+                f"kernels must be a spec string, a KernelSpec or a list of them, got {type(kernels).__name__}"
+            )
+        out: list[KernelSpec] = []
+        for k in kernels:
+            if isinstance(k, RandomGaussianBank):
+                out.extend(k.specs(self.n_features))
+            elif isinstance(k, KernelSpec) and type(k) is not KernelSpec:
+                out.append(k)
+            elif isinstance(k, str):
+                out.extend(self._expand(k))
+            else:
+                raise TypeError(f"not a kernel spec: {k!r}")
+        return out
+
+    def __len__(self):
+        return len(self.specs)
+
+    def __iter__(self):
+        return iter(self.specs)
+
+    def names(self) -> list[str]:
+        return [str(s) for s in self.specs]
+
+    def _compile(self) -> KernelPlan:
+        d = self.n_features
+        group_ids: dict[tuple[int, ...] | None, int] = {}
+        group_feats: list[Sequence[int]] = []
+        m = len(self.specs)
+        kind = np.empty(m, np.int64)
+        pa = np.empty(m)
+        pb = np.empty(m)
+        grp = np.empty(m, np.int64)
+        for i, spec in enumerate(self.specs):
+            key = spec.features
+            if key not in group_ids:
+                group_ids[key] = len(group_feats)
+                group_feats.append(range(d) if key is None else key)
+            grp[i] = group_ids[key]
+            kind[i] = spec.kind
+            pa[i], pb[i] = spec._params()
+        # Gaussian squaring chains: gamma_i == 2 gamma_j on one group => K_i = K_j ** 2.
+        square_of = np.full(m, -1, np.int64)
+        by_key: dict[tuple[int, float], int] = {}
+        for i in np.flatnonzero(kind == GAUSSIAN):
+            by_key.setdefault((int(grp[i]), float(pa[i])), int(i))
+        for i in np.flatnonzero(kind == GAUSSIAN):
+            src = by_key.get((int(grp[i]), float(pa[i]) / 2.0))
+            if src is not None and src != i:
+                square_of[i] = src
+        order = _chain_order(square_of)
+        counts = np.zeros(d + 1, np.int64)
+        for feats in group_feats:
+            for f in feats:
+                counts[f + 1] += 1
+        feat_ptr = np.cumsum(counts)
+        feat_groups = np.empty(feat_ptr[-1], np.int64)
+        fill = feat_ptr[:-1].copy()
+        for g, feats in enumerate(group_feats):
+            for f in feats:
+                feat_groups[fill[f]] = g
+                fill[f] += 1
+        return KernelPlan(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, len(group_feats), d)
+
+    def __repr__(self):
+        return f"KernelSet({len(self)} kernels, {self.plan.n_groups} feature groups, n_features={self.n_features})"
+
+
+def _chain_order(square_of: np.ndarray) -> np.ndarray:
+    """An evaluation order in which every chain source precedes its squares."""
+    m = len(square_of)
+    depth = np.zeros(m, np.int64)
+    for i in range(m):
+        j, k = i, 0
+        while square_of[j] >= 0:
+            j = square_of[j]
+            k += 1
+        depth[i] = k
+    return np.argsort(depth, kind="stable").astype(np.int64)

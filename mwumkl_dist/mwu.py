@@ -1,0 +1,285 @@
+"""The MWUMKL update rules and the final model, written once for every engine.
+
+Notation follows ``SPEC.md`` section 1: ``G_i = Y K_i Y / r_i + I / C``, the
+accumulated dual ``alpha`` (counts: +1/2 per pick), ``V_i = G_i alpha``,
+``s_i = alpha' G_i alpha`` and the score vector ``g``.  Everything here acts on
+arrays of length ``m`` (kernels) or on the engines' small messages
+(:class:`Candidate`); engines own the ``O(m n)`` state and only move data.
+
+One iteration, as :func:`solve` runs it::
+
+    (iP, iN) = argmax of g per class           # Find-alpha: reduce_candidates
+    s += V[iP] + V[iN] + (G[iP,iP] + G[iN,iN] + 2 G[iP,iN]) / 4   # update_s
+    V += (G[:, iP] + G[:, iN]) / 2             # engine.superstep (with the next g)
+    p12, coef = exponentiate(s)                # Exponentiate-M; g = V @ coef
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Candidate",
+    "Exponentiated",
+    "MWUResult",
+    "ProgressInfo",
+    "eps_prime",
+    "iteration_count",
+    "update_s",
+    "gram_block",
+    "exponentiate",
+    "kernel_weights",
+    "reduce_candidates",
+    "bias_and_scale",
+    "solve",
+]
+
+#: Above this largest exponent the paper switches to the quashed form.
+QUASH_THRESHOLD = 20.0
+
+
+class ConvergenceWarning(UserWarning):
+    """The solver ended in a degenerate state (e.g. overlapping hulls with C = inf)."""
+
+
+@dataclass
+class Candidate:
+    """A shard's best row of one class: what the driver needs to pick and use it.
+
+    ``index`` is the global row index (``-1``: the shard has no row of the
+    class), ``g`` its score, ``v_row`` its ``V[index, :]`` (one value per
+    kernel) and ``point`` what the next superstep needs to compute the row's
+    kernel column (its feature vector, or its index for precomputed kernels).
+    """
+
+    index: int
+    g: float
+    v_row: np.ndarray | None = None
+    point: object = None
+
+
+def eps_prime(epsilon: float, rho: float) -> float:
+    """``eps' = -ln(1 - eps / (2 rho))``; needs ``0 < eps < 2 rho``."""
+    if not (0.0 < epsilon < 2.0 * rho):
+        raise ValueError(f"epsilon must lie in (0, 2*rho) = (0, {2.0 * rho:g}), got {epsilon!r}")
+    return -math.log1p(-epsilon / (2.0 * rho))
+
+
+def iteration_count(epsilon: float, rho: float, n: int) -> int:
+    """``T = ceil(8 rho^2 / eps^2 * ln n)`` (at least 1)."""
+    return max(1, math.ceil(8.0 * rho * rho / (epsilon * epsilon) * math.log(n)))
+
+
+def gram_block(k_pp, k_nn, k_pn, inv_trace, ridge):
+    """``G_i[P,P]``, ``G_i[N,N]``, ``G_i[P,N]`` from raw kernel values (labels +1 and -1)."""
+    return k_pp * inv_trace + ridge, k_nn * inv_trace + ridge, -k_pn * inv_trace
+
+
+def update_s(s, v_pos, v_neg, g_pp, g_nn, g_pn):
+    """Step 2: ``s_i += V_i[P] + V_i[N] + (G_i[P,P] + G_i[N,N] + 2 G_i[P,N]) / 4`` (V before step 3)."""
+    return s + (v_pos + v_neg) + (g_pp + g_nn + 2.0 * g_pn) / 4.0
+
+
+@dataclass
+class Exponentiated:
+    """Exponentiate-M output: ``p12`` per kernel, ``u = sqrt(s)`` and ``coef`` with ``g = V @ coef``."""
+
+    p12: np.ndarray
+    u: np.ndarray
+    coef: np.ndarray
+    quashed: bool
+
+
+def exponentiate(s, eps_p: float, rho: float) -> Exponentiated:
+    """Exponentiate-M (paper, Algorithm 2) without the normaliser ``S``.
+
+    ``x_i = eps' / (2 rho) sqrt(s_i)``; ``p12_i = -sinh(x_i)``, or
+    ``-exp(x_i - max x)`` once ``max x >= 20`` (quashing).  ``S`` scales
+    ``g`` and the weights uniformly, so argmax and ratios do not need it.
+    A kernel with ``s_i = 0`` has ``V_i = G_i alpha = 0`` (``G_i`` is PSD) and
+    contributes nothing to ``g``.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    u = np.sqrt(np.maximum(s, 0.0))
+    x = (eps_p / (2.0 * rho)) * u
+    q = float(x.max()) if x.size else 0.0
+    quashed = q >= QUASH_THRESHOLD
+    p12 = -np.exp(x - q) if quashed else -np.sinh(x)
+    coef = np.zeros_like(u)
+    pos = u > 0.0
+    coef[pos] = 2.0 * p12[pos] / u[pos]
+    return Exponentiated(p12, u, coef, quashed)
+
+
+def kernel_weights(ex: Exponentiated, eps_p: float, rho: float) -> np.ndarray:
+    """``mu_i`` proportional to ``|p12_i| / u_i``, normalised to sum to 1.
+
+    For ``u_i = 0`` the limit ``sinh(c u) / u -> c`` is used (``c = eps'/(2 rho)``);
+    in the quashed regime such a kernel underflows to weight 0.
+    """
+    c = eps_p / (2.0 * rho)
+    w = np.empty_like(ex.u)
+    pos = ex.u > 0.0
+    w[pos] = np.abs(ex.p12[pos]) / ex.u[pos]
+    w[~pos] = 0.0 if ex.quashed else c
+    total = w.sum()
+    if not (np.isfinite(total) and total > 0.0):
+        # Nothing distinguishes the kernels (e.g. no iteration ran): uniform.
+        return np.full_like(w, 1.0 / len(w))
+    return w / total
+
+
+def reduce_candidates(candidates: Sequence[Candidate]) -> Candidate:
+    """The global argmax of ``g`` over shard candidates: highest ``g``, ties to the lowest index."""
+    best = None
+    for c in candidates:
+        if c.index < 0:
+            continue
+        if best is None or c.g > best.g or (c.g == best.g and c.index < best.index):
+            best = c
+    if best is None:
+        raise ValueError("no shard holds a training point of one of the classes")
+    return best
+
+
+def bias_and_scale(pos_sum: float, neg_sum: float) -> tuple[float, float]:
+    """The authors' bias: ``b = (N - P) / (P + N)``, and the factor ``1 / (P + N)`` for alpha.
+
+    ``P = sum_{y_j > 0} alpha_j h_j`` and ``N`` likewise, with ``h = sum_i mu_i V_i``:
+    the hyperplane scaled to give +1 / -1 at the two closest hull points.
+    Any common positive scale of ``P`` and ``N`` gives the same ``b``.
+    """
+    total = pos_sum + neg_sum
+    if not (np.isfinite(total) and total > 1e-300):
+        warnings.warn(
+            "the class hulls are not separated in the learned kernel (P + N <= 0); "
+            "the bias is set to 0: use a finite C (soft margin)",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+        return 0.0, 1.0
+    return (neg_sum - pos_sum) / total, 1.0 / total
+
+
+class Engine(Protocol):
+    """What :func:`solve` needs from an engine (local, Dask): it only moves data."""
+
+    n_kernels: int
+    n_samples: int
+
+    def initial_candidates(self) -> tuple[Candidate, Candidate]: ...
+
+    def kernel_block(self, pos: Candidate, neg: Candidate) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]: ...
+
+    def class_sums(self, weights: np.ndarray) -> tuple[float, float]: ...
+
+    def alpha_counts(self) -> np.ndarray: ...
+
+
+@dataclass
+class ProgressInfo:
+    """Passed to a progress callback: ``iteration`` of ``n_iter`` done after ``elapsed`` s."""
+
+    iteration: int
+    n_iter: int
+    elapsed: float
+    s: np.ndarray = field(repr=False)
+
+
+@dataclass
+class MWUResult:
+    """A solved binary problem.
+
+    ``alpha`` is the final dual (``alpha / T`` scaled by ``1 / (P + N)``),
+    ``kernel_weights`` the ``mu_i`` on the trace-normalised kernels (sum 1),
+    ``bias`` the intercept, ``s`` the final ``alpha' G_i alpha`` in counts.
+    """
+
+    alpha: np.ndarray
+    kernel_weights: np.ndarray
+    bias: float
+    n_iter: int
+    s: np.ndarray
+    interrupted: bool = False
+
+
+@dataclass
+class SolverState:
+    """Everything the driver needs to continue a fit (the engine can rebuild V from alpha)."""
+
+    iteration: int
+    s: np.ndarray
+    pos: Candidate
+    neg: Candidate
+
+
+def solve(
+    engine: Engine,
+    *,
+    inv_trace: np.ndarray,
+    ridge: float,
+    epsilon: float,
+    rho: float,
+    n_iter: int,
+    callback: Callable[[ProgressInfo], object] | None = None,
+    callback_every: int = 100,
+    state: SolverState | None = None,
+    on_state: Callable[[SolverState], None] | None = None,
+) -> MWUResult:
+    """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
+
+    ``callback(info)`` is called every ``callback_every`` iterations and at the
+    end; returning ``True`` stops early (the model is built from the
+    iterations done).  A ``KeyboardInterrupt`` does the same, so an
+    interrupted fit keeps what it computed (``interrupted=True``).
+    ``state`` resumes from a :class:`SolverState`; ``on_state`` sees the state
+    after every iteration (the engines use it for checkpoints).
+    """
+    eps_p = eps_prime(epsilon, rho)
+    if state is None:
+        pos, neg = engine.initial_candidates()
+        state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
+    s, pos, neg, t = state.s.copy(), state.pos, state.neg, state.iteration
+    start = time.perf_counter()
+    interrupted = False
+    s_next = s
+    try:
+        while t < n_iter:
+            k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
+            s_next = update_s(s, pos.v_row, neg.v_row, *gram_block(k_pp, k_nn, k_pn, inv_trace, ridge))
+            coef = exponentiate(s_next, eps_p, rho).coef
+            pos, neg = engine.superstep(pos, neg, coef)
+            s, t = s_next, t + 1
+            if on_state is not None:
+                on_state(SolverState(t, s, pos, neg))
+            if callback is not None and (t % callback_every == 0 or t == n_iter):
+                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
+                    interrupted = t < n_iter
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+        # Each iteration adds 1 to sum(alpha counts): if the interrupt landed after the
+        # engine's superstep but before the driver recorded it, take that iteration too.
+        if round(float(engine.alpha_counts().sum())) == t + 1:
+            s, t = s_next, t + 1
+        warnings.warn(
+            f"interrupted after {t} of {n_iter} iterations: the model is built from those",
+            stacklevel=2,
+        )
+    if t == 0:
+        raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
+    ex = exponentiate(s, eps_p, rho)
+    mu = kernel_weights(ex, eps_p, rho)
+    counts = engine.alpha_counts()
+    pos_sum, neg_sum = engine.class_sums(mu)
+    # alpha = counts / t, V = G counts: P (with alpha/t and V/t) = pos_sum / t^2.
+    b, scale = bias_and_scale(pos_sum / t**2, neg_sum / t**2)
+    return MWUResult(counts / t * scale, mu, b, t, s, interrupted)

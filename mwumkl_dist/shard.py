@@ -1,0 +1,206 @@
+"""A shard: a block of training rows with its block of ``V``, and its superstep.
+
+A shard owns rows ``[row_offset, row_offset + n_rows)`` of the training
+problem for all kernels (row shards).  Each superstep it adds the two chosen
+kernel columns to its ``V`` rows, scores them with ``g = V @ coef`` and
+returns its best row of each class as a :class:`~mwumkl_dist.mwu.Candidate`.
+The local engine runs shards in-process; the Dask engine runs the same shards
+on workers, so both give the same numbers by construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _columns
+from .kernels import KernelPlan
+from .mwu import Candidate
+
+__all__ = ["FeatureShard", "PrecomputedShard", "split_rows", "plan_args", "point_kernel_block"]
+
+
+def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
+    """Contiguous, near-equal row ranges ``[(start, stop), ...]``."""
+    if int(n_shards) != n_shards or n_shards < 1:
+        raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}")
+    n_shards = min(int(n_shards), n)
+    bounds = np.linspace(0, n, n_shards + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def plan_args(plan: KernelPlan) -> tuple:
+    """The plan's arrays in the order the numba kernels take them."""
+    return (
+        plan.kind,
+        plan.param_a,
+        plan.param_b,
+        plan.group,
+        plan.square_of,
+        plan.order,
+        plan.feat_ptr,
+        plan.feat_groups,
+        plan.n_groups,
+    )
+
+
+def as_csr(X) -> sp.csr_matrix:
+    """Rows as CSR with float64 data, int32/int64 indices and sorted, de-duplicated entries."""
+    csr = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr().astype(np.float64)
+    csr.sum_duplicates()
+    return csr
+
+
+def point_kernel_block(plan: KernelPlan, p: np.ndarray, q: np.ndarray):
+    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors."""
+    two = as_csr(np.vstack([p, q]))
+    colp, colq = _columns.kernel_columns(two.indptr, two.indices, two.data, p, q, *plan_args(plan))
+    return colp[0], colq[1], colq[0]
+
+
+class _ShardBase:
+    """State common to both shard kinds: labels, ``V`` block and alpha counts."""
+
+    def __init__(self, y: np.ndarray, row_offset: int, n_kernels: int):
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.abs(y) == 1.0):
+            raise ValueError("shard labels must be +1 or -1")
+        self.y = np.ascontiguousarray(y)
+        self.row_offset = int(row_offset)
+        self.n_rows = len(y)
+        self.n_kernels = int(n_kernels)
+        self.inv_trace: np.ndarray | None = None
+        self.ridge = 0.0
+        self.V = np.zeros((self.n_rows, self.n_kernels))
+        self.alpha = np.zeros(self.n_rows)
+
+    def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
+        """Set ``1 / r_i`` and ``1 / C`` (after the traces are known) and reset the state."""
+        self.inv_trace = np.ascontiguousarray(inv_trace, dtype=np.float64)
+        self.ridge = float(ridge)
+        self.V[:] = 0.0
+        self.alpha[:] = 0.0
+
+    def _candidate(self, local: int, g: float) -> Candidate:
+        if local < 0:
+            return Candidate(-1, -np.inf)
+        return Candidate(self.row_offset + local, float(g), self.V[local].copy(), self.point(local))
+
+    def initial_candidates(self) -> tuple[Candidate, Candidate]:
+        """With ``g = 0`` everywhere, the lowest row of each class."""
+        pos = np.flatnonzero(self.y > 0)
+        neg = np.flatnonzero(self.y < 0)
+        return (
+            self._candidate(int(pos[0]) if len(pos) else -1, 0.0),
+            self._candidate(int(neg[0]) if len(neg) else -1, 0.0),
+        )
+
+    def _add_alpha(self, ip: int, iq: int) -> None:
+        for i in (ip, iq):
+            local = i - self.row_offset
+            if 0 <= local < self.n_rows:
+                self.alpha[local] += 0.5
+
+    def superstep(self, ip: int, iq: int, p, q, coef: np.ndarray) -> tuple[Candidate, Candidate]:
+        """Add columns ``ip`` (class +1) and ``iq`` (class -1) to V, score, return best rows."""
+        if self.inv_trace is None:
+            raise RuntimeError("shard not configured: call configure(inv_trace, ridge) first")
+        self._add_alpha(ip, iq)
+        bp, gp, bn, gn = self._step(ip, iq, p, q, np.ascontiguousarray(coef, dtype=np.float64))
+        return self._candidate(bp, gp), self._candidate(bn, gn)
+
+    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
+        """``sum_{y_j>0} alpha_j (V_j . w)`` and the same over ``y_j < 0`` (alpha in counts)."""
+        h = self.alpha * (self.V @ weights)
+        return float(h[self.y > 0].sum()), float(h[self.y < 0].sum())
+
+    def alpha_counts(self) -> np.ndarray:
+        return self.alpha.copy()
+
+
+class FeatureShard(_ShardBase):
+    """Rows of feature data (CSR); kernel columns computed on the fly."""
+
+    def __init__(self, X, y, row_offset: int, plan: KernelPlan):
+        X = as_csr(X)
+        if X.shape[0] != len(y):
+            raise ValueError(f"shard has {X.shape[0]} rows but {len(y)} labels")
+        if X.shape[1] != plan.n_features:
+            raise ValueError(f"shard data has {X.shape[1]} features, the kernels expect {plan.n_features}")
+        super().__init__(y, row_offset, plan.n_kernels)
+        self.X = X
+        self.plan = plan
+        self._plan_args = plan_args(plan)
+
+    def point(self, local: int) -> np.ndarray:
+        return np.asarray(self.X[local].toarray()).ravel()
+
+    def diagonal_sums(self) -> np.ndarray:
+        """This block's share of the traces ``r_i = sum_j K_i(x_j, x_j)``."""
+        X = self.X
+        return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *self._plan_args).sum(axis=0)
+
+    def _step(self, ip, iq, p, q, coef):
+        X = self.X
+        return _columns.superstep_features(
+            X.indptr,
+            X.indices,
+            X.data,
+            self.y,
+            self.row_offset,
+            self.V,
+            np.ascontiguousarray(p, dtype=np.float64),
+            np.ascontiguousarray(q, dtype=np.float64),
+            ip,
+            iq,
+            1.0,
+            -1.0,
+            self.inv_trace,
+            self.ridge,
+            coef,
+            *self._plan_args,
+        )
+
+    def raw_columns(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw kernel values of this block's rows against two points, ``(n_rows, m)`` each."""
+        X = self.X
+        return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *self._plan_args)
+
+
+class PrecomputedShard(_ShardBase):
+    """Rows ``K[:, rows, :]`` of precomputed kernels, an ``(m, n_rows, n)`` array-like.
+
+    A point is its global index; its column on this block is ``K[:, rows, j]``.
+    """
+
+    def __init__(self, K_rows, y, row_offset: int):
+        if K_rows.ndim != 3 or K_rows.shape[1] != len(y):
+            raise ValueError(f"precomputed shard block must be (m, {len(y)}, n), got {K_rows.shape}")
+        super().__init__(y, row_offset, K_rows.shape[0])
+        self.K = K_rows
+
+    def point(self, local: int) -> int:
+        return self.row_offset + local
+
+    def diagonal_sums(self) -> np.ndarray:
+        rows = np.arange(self.n_rows)
+        return np.asarray(self.K[:, rows, rows + self.row_offset]).sum(axis=1)
+
+    def _column(self, j: int) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(self.K[:, :, j]).T)
+
+    def _step(self, ip, iq, p, q, coef):
+        return _columns.superstep_columns(
+            self.y,
+            self.row_offset,
+            self.V,
+            self._column(int(p)),
+            self._column(int(q)),
+            ip,
+            iq,
+            1.0,
+            -1.0,
+            self.inv_trace,
+            self.ridge,
+            coef,
+        )
