@@ -14,6 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _columns, mwu
+from .checkpoint import Checkpointer, fingerprint, load_checkpoint
 from .engines.local import LocalEngine
 from .kernels import KernelSet
 from .problem import FeatureProblem, PrecomputedProblem
@@ -59,8 +60,22 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Run exactly this many iterations instead of ``T`` from ``epsilon``.
     scale_C : bool, default=True
         Whether ``C`` is relative to the training size (see ``C``).
+    engine : {"local", "dask"}, default="local"
+        Where the shards live: in this process, or on Dask workers.
+    client : distributed.Client, str or None, default=None
+        With ``engine="dask"``: a client, a scheduler address
+        (``"tcp://host:8786"``), or None for a local threaded cluster.
     n_shards : int, default=1
-        Row shards of the local engine (the result does not depend on it).
+        Row shards (the result does not depend on the sharding).
+    n_kernel_shards : int, default=1
+        Kernel shards (``engine="dask"``): blocks of kernels over each row shard.
+    checkpoint : path or None, default=None
+        Write the driver state to this file every ``checkpoint_every``
+        iterations; ``fit(..., resume=path)`` continues from it.
+    checkpoint_every : int, default=100
+        Iterations between checkpoints.
+    scheduler_timeout : float, default=10.0
+        Seconds to wait for a Dask scheduler before giving up with a clear error.
     callback : callable or None, default=None
         Called as ``callback(info)`` with a :class:`mwumkl_dist.mwu.ProgressInfo`
         every ``callback_every`` iterations; returning ``True`` stops the fit
@@ -118,7 +133,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         rho=0.5,
         max_iter=None,
         scale_C=True,
+        engine="local",
+        client=None,
         n_shards=1,
+        n_kernel_shards=1,
+        checkpoint=None,
+        checkpoint_every=100,
+        scheduler_timeout=10.0,
         callback=None,
         callback_every=100,
         verbose=0,
@@ -129,10 +150,22 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.rho = rho
         self.max_iter = max_iter
         self.scale_C = scale_C
+        self.engine = engine
+        self.client = client
         self.n_shards = n_shards
+        self.n_kernel_shards = n_kernel_shards
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.scheduler_timeout = scheduler_timeout
         self.callback = callback
         self.callback_every = callback_every
         self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # CSR input is supported (and never densified), except for precomputed kernels.
+        tags.input_tags.sparse = not self._precomputed()
+        return tags
 
     # ------------------------------------------------------------------ validation
 
@@ -157,7 +190,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1
         ):
             raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
-        for name in ("n_shards", "callback_every"):
+        if self.engine not in ("local", "dask"):
+            raise ValueError(f"engine must be 'local' or 'dask', got {self.engine!r}")
+        if self.engine == "local" and self.n_kernel_shards != 1:
+            raise ValueError("n_kernel_shards needs engine='dask' (the local engine shards rows only)")
+        for name in ("n_shards", "n_kernel_shards", "callback_every", "checkpoint_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -194,7 +231,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
 
-    def fit(self, X, y):
+    def fit(self, X, y, resume=None):
         """Fit the kernel weights and the classifier.
 
         Parameters
@@ -203,6 +240,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             Training data (or ``(m, n, n)`` kernels with ``kernels="precomputed"``).
         y : array-like of shape (n_samples,)
             Labels: any two or more distinct values.
+        resume : path or None
+            A checkpoint written by an earlier fit on the same data with the same
+            settings (see ``checkpoint``): the fit continues from it and ends with
+            the same model as an uninterrupted fit.
 
         Returns
         -------
@@ -241,30 +282,89 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
         binary = len(self.classes_) == 2
         targets = [self.classes_[1]] if binary else list(self.classes_)
-        results = []
-        for k, target in enumerate(targets):
-            y_pm = np.where(y == target, 1.0, -1.0)
-            engine = LocalEngine(make_problem(y_pm), n_shards=self.n_shards)
-            if traces is None:
-                traces = engine.traces()
-                self._check_traces(traces)
-            inv_trace = 1.0 / traces
-            engine.configure(inv_trace, ridge)
-            results.append(
-                mwu.solve(
-                    engine,
-                    inv_trace=inv_trace,
-                    ridge=ridge,
-                    epsilon=eps,
-                    rho=rho,
-                    n_iter=n_iter,
-                    callback=self._progress_callback(k, len(targets)),
-                    callback_every=self.callback_every,
-                )
+        results: list[mwu.MWUResult] = []
+        resumed = None
+        fp = None
+        if self.checkpoint is not None or resume is not None:
+            fp = fingerprint(
+                K if self._precomputed() else X,
+                y,
+                self.kernel_names_,
+                {"eps": eps, "rho": rho, "ridge": ridge, "n_iter": n_iter, "classes": self.classes_.tolist()},
+            )
+        if resume is not None:
+            resumed = load_checkpoint(resume, fp)
+            results = list(resumed["finished"])
+        client, owns_client = None, False
+        if self.engine == "dask":
+            from .engines.dask import connect_client
+
+            client, owns_client = connect_client(self.client, timeout=self.scheduler_timeout)
+        try:
+            for k in range(len(results), len(targets)):
+                y_pm = np.where(y == targets[k], 1.0, -1.0)
+                problem = make_problem(y_pm)
+                engine = self._make_engine(problem, client)
+                try:
+                    if traces is None:
+                        traces = engine.traces()
+                        self._check_traces(traces)
+                    inv_trace = 1.0 / traces
+                    engine.configure(inv_trace, ridge)
+                    state = None
+                    if resumed is not None and resumed["problem_index"] == k:
+                        state = self._resume_state(resumed, problem, engine)
+                    on_state = None
+                    if self.checkpoint is not None:
+                        on_state = Checkpointer(self.checkpoint, self.checkpoint_every, fp, k, results)
+                    result = mwu.solve(
+                        engine,
+                        inv_trace=inv_trace,
+                        ridge=ridge,
+                        epsilon=eps,
+                        rho=rho,
+                        n_iter=n_iter,
+                        callback=self._progress_callback(k, len(targets)),
+                        callback_every=self.callback_every,
+                        state=state,
+                        on_state=on_state,
+                    )
+                finally:
+                    if hasattr(engine, "close"):
+                        engine.close()
+                results.append(result)
+                if result.interrupted:
+                    break  # keep what was computed; the remaining classes are not fitted
+        finally:
+            if owns_client:
+                client.close()
+        if len(results) < len(targets):
+            raise RuntimeError(
+                f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; "
+                "resume it from a checkpoint"
             )
         self.kernel_traces_ = np.asarray(traces, dtype=np.float64)
         self._set_model(results, y, targets, X)
         return self
+
+    def _make_engine(self, problem, client):
+        if self.engine == "local":
+            return LocalEngine(problem, n_shards=self.n_shards)
+        from .engines.dask import DaskEngine
+
+        return DaskEngine(problem, client, n_shards=self.n_shards, n_kernel_shards=self.n_kernel_shards)
+
+    @staticmethod
+    def _resume_state(resumed, problem, engine) -> mwu.SolverState:
+        engine.replay(resumed["picks"])
+        (pi, pg, pv), (ni, ng, nv) = resumed["pos"], resumed["neg"]
+        return mwu.SolverState(
+            resumed["iteration"],
+            resumed["s"],
+            mwu.Candidate(pi, pg, pv, problem.point(pi)),
+            mwu.Candidate(ni, ng, nv, problem.point(ni)),
+            resumed["picks"],
+        )
 
     def _check_traces(self, traces):
         bad = np.flatnonzero(~(np.isfinite(traces) & (traces > 0)))
@@ -329,7 +429,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         weights = np.atleast_2d(self.raw_kernel_weights_)
         if self._precomputed():
             Ksv = X[:, :, self.support_]  # (m, n_samples, n_SV)
-            out = np.einsum("ktj,oj,oi->to", Ksv, self.dual_coef_, weights, optimize=True)
+            out = np.einsum("ktj,oj,ok->to", Ksv, self.dual_coef_, weights, optimize=True)
         else:
             ks = KernelSet(self.kernel_names_, self.n_features_in_)
             plan = ks.plan
@@ -371,7 +471,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         from . import __version__
 
-        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        params = {k: v for k, v in self.get_params().items() if k not in ("callback", "client")}
         if not isinstance(params["kernels"], str):
             params["kernels"] = ",".join(self.kernel_names_)
         for k in ("C", "epsilon", "rho"):

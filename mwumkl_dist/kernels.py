@@ -11,8 +11,9 @@ data.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -58,7 +59,8 @@ def _features_tuple(features) -> tuple[int, ...] | None:
 class KernelSpec:
     """Base class of the closed-form kernels; ``features=None`` means all features."""
 
-    features: tuple[int, ...] | None = None
+    # Keyword-only so that Gaussian(2.0) and Polynomial(3) set sigma and degree.
+    features: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     kind = -1
 
@@ -108,7 +110,7 @@ class Polynomial(KernelSpec):
         return float(self.degree), self.coef0
 
     def __str__(self):
-        extra = "" if self.coef0 == 1.0 else f":coef0={self.coef0:g}"
+        extra = "" if self.coef0 == 1.0 else f":coef0={self.coef0!r}"  # repr round-trips exactly
         return f"poly:{self.degree}{extra}" + self._feature_suffix()
 
 
@@ -425,13 +427,15 @@ class KernelSet:
             kind[i] = spec.kind
             pa[i], pb[i] = spec._params()
         # Gaussian squaring chains: gamma_i == 2 gamma_j on one group => K_i = K_j ** 2.
+        # Compared to ~1e-12 relative, not exactly: for the paper's sigmas 2^(k/2) the
+        # computed gammas are an ulp off exact doubles.
         square_of = np.full(m, -1, np.int64)
         by_key: dict[tuple[int, float], int] = {}
         for i in np.flatnonzero(kind == GAUSSIAN):
-            by_key.setdefault((int(grp[i]), float(pa[i])), int(i))
+            by_key.setdefault((int(grp[i]), round(math.log2(pa[i]), 12)), int(i))
         for i in np.flatnonzero(kind == GAUSSIAN):
-            src = by_key.get((int(grp[i]), float(pa[i]) / 2.0))
-            if src is not None and src != i:
+            src = by_key.get((int(grp[i]), round(math.log2(pa[i]) - 1.0, 12)))
+            if src is not None and src != i and abs(2.0 * pa[src] - pa[i]) <= 1e-12 * pa[i]:
                 square_of[i] = src
         order = _chain_order(square_of)
         counts = np.zeros(d + 1, np.int64)

@@ -24,6 +24,8 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from ._exact import exact_to_float
+
 __all__ = [
     "Candidate",
     "Exponentiated",
@@ -167,6 +169,26 @@ def bias_and_scale(pos_sum: float, neg_sum: float) -> tuple[float, float]:
     return (neg_sum - pos_sum) / total, 1.0 / total
 
 
+def class_totals(parts, y: np.ndarray) -> tuple[float, float]:
+    """``(P, N)`` from the blocks' :meth:`support_margins`: the sums of ``alpha_j h_j`` per class.
+
+    ``h_j = V_j . mu`` arrives as exact integer parts per kernel block; they are
+    added exactly, rounded once, and summed in global row order, so the bias
+    does not depend on the sharding.
+    """
+    exact: dict[int, int] = {}
+    alpha: dict[int, float] = {}
+    for idx, counts, h_parts in parts:
+        for j, a, h in zip(idx.tolist(), counts.tolist(), h_parts):
+            exact[j] = exact.get(j, 0) + h
+            alpha[j] = a
+    margins = np.zeros(len(y))
+    if exact:
+        rows = np.fromiter(exact, dtype=np.int64, count=len(exact))
+        margins[rows] = np.fromiter((alpha[j] for j in exact), float, len(exact)) * exact_to_float(exact.values())
+    return float(margins[y > 0].sum()), float(margins[y < 0].sum())
+
+
 class Engine(Protocol):
     """What :func:`solve` needs from an engine (local, Dask): it only moves data."""
 
@@ -182,6 +204,8 @@ class Engine(Protocol):
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]: ...
 
     def alpha_counts(self) -> np.ndarray: ...
+
+    def replay(self, picks) -> None: ...
 
 
 @dataclass
@@ -219,6 +243,7 @@ class SolverState:
     s: np.ndarray
     pos: Candidate
     neg: Candidate
+    picks: list = field(default_factory=list)  # (iP, iN) of every iteration so far, in order
 
 
 def solve(
@@ -247,7 +272,7 @@ def solve(
     if state is None:
         pos, neg = engine.initial_candidates()
         state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
-    s, pos, neg, t = state.s.copy(), state.pos, state.neg, state.iteration
+    s, pos, neg, t, picks = state.s.copy(), state.pos, state.neg, state.iteration, list(state.picks)
     start = time.perf_counter()
     interrupted = False
     s_next = s
@@ -256,10 +281,11 @@ def solve(
             k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
             s_next = update_s(s, pos.v_row, neg.v_row, *gram_block(k_pp, k_nn, k_pn, inv_trace, ridge))
             coef = exponentiate(s_next, eps_p, rho).coef
+            picks.append((pos.index, neg.index))
             pos, neg = engine.superstep(pos, neg, coef)
             s, t = s_next, t + 1
             if on_state is not None:
-                on_state(SolverState(t, s, pos, neg))
+                on_state(SolverState(t, s, pos, neg, picks))
             if callback is not None and (t % callback_every == 0 or t == n_iter):
                 if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
                     interrupted = t < n_iter
@@ -270,6 +296,8 @@ def solve(
         # engine's superstep but before the driver recorded it, take that iteration too.
         if round(float(engine.alpha_counts().sum())) == t + 1:
             s, t = s_next, t + 1
+        else:
+            del picks[t:]
         warnings.warn(
             f"interrupted after {t} of {n_iter} iterations: the model is built from those",
             stacklevel=2,

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _columns
+from ._exact import exact_column_sums
 from .kernels import KernelPlan
 from .mwu import Candidate
 
@@ -86,6 +87,14 @@ class _ShardBase:
             return Candidate(-1, -np.inf)
         return Candidate(self.row_offset + local, float(g), self.V[local].copy(), self.point(local))
 
+    def trace_parts(self) -> list[int]:
+        """This block's share of the traces ``r_i = sum_j K_i(x_j, x_j)``, as exact integers.
+
+        Engines add the parts of all blocks and round once (:mod:`mwumkl_dist._exact`),
+        so the traces do not depend on the sharding.
+        """
+        return exact_column_sums(self.diagonal())
+
     def initial_candidates(self) -> tuple[Candidate, Candidate]:
         """With ``g = 0`` everywhere, the lowest row of each class."""
         pos = np.flatnonzero(self.y > 0)
@@ -109,10 +118,23 @@ class _ShardBase:
         bp, gp, bn, gn = self._step(ip, iq, p, q, np.ascontiguousarray(coef, dtype=np.float64))
         return self._candidate(bp, gp), self._candidate(bn, gn)
 
-    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
-        """``sum_{y_j>0} alpha_j (V_j . w)`` and the same over ``y_j < 0`` (alpha in counts)."""
-        h = self.alpha * (self.V @ weights)
-        return float(h[self.y > 0].sum()), float(h[self.y < 0].sum())
+    def replay(self, picks, points) -> None:
+        """Re-apply logged picks ``[(ip, iq), ...]`` in order: rebuilds ``V`` and alpha bit for bit.
+
+        ``points`` maps a global index to its point (feature vector or index).
+        """
+        no_scores = np.zeros(self.n_kernels)
+        for ip, iq in picks:
+            ip, iq = int(ip), int(iq)
+            self._add_alpha(ip, iq)
+            self._step(ip, iq, points[ip], points[iq], no_scores)
+
+    def support_margins(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """This block's rows with ``alpha_j > 0``: global indices, alpha counts, and
+        ``V_j . w`` over the block's kernels as exact integers (see :mod:`mwumkl_dist._exact`),
+        so that kernel blocks add up to exactly what one block of all kernels gives."""
+        local = np.flatnonzero(self.alpha > 0)
+        return local + self.row_offset, self.alpha[local], exact_column_sums((self.V[local] * weights).T)
 
     def alpha_counts(self) -> np.ndarray:
         return self.alpha.copy()
@@ -135,10 +157,10 @@ class FeatureShard(_ShardBase):
     def point(self, local: int) -> np.ndarray:
         return np.asarray(self.X[local].toarray()).ravel()
 
-    def diagonal_sums(self) -> np.ndarray:
-        """This block's share of the traces ``r_i = sum_j K_i(x_j, x_j)``."""
+    def diagonal(self) -> np.ndarray:
+        """``K_i(x_j, x_j)`` for this block's rows, ``(n_rows, m)``."""
         X = self.X
-        return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *self._plan_args).sum(axis=0)
+        return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *self._plan_args)
 
     def _step(self, ip, iq, p, q, coef):
         X = self.X
@@ -182,9 +204,9 @@ class PrecomputedShard(_ShardBase):
     def point(self, local: int) -> int:
         return self.row_offset + local
 
-    def diagonal_sums(self) -> np.ndarray:
+    def diagonal(self) -> np.ndarray:
         rows = np.arange(self.n_rows)
-        return np.asarray(self.K[:, rows, rows + self.row_offset]).sum(axis=1)
+        return np.asarray(self.K[:, rows, rows + self.row_offset]).T
 
     def _column(self, j: int) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(self.K[:, :, j]).T)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mwu import Candidate, reduce_candidates
+from .._exact import exact_to_float
+from ..mwu import Candidate, class_totals, reduce_candidates
 from ..shard import split_rows
 
 __all__ = ["LocalEngine"]
@@ -20,7 +21,8 @@ class LocalEngine:
         self.shards = [problem.make_shard(a, b) for a, b in split_rows(problem.n_samples, n_shards)]
 
     def traces(self) -> np.ndarray:
-        return np.sum([s.diagonal_sums() for s in self.shards], axis=0)
+        parts = [s.trace_parts() for s in self.shards]
+        return exact_to_float([sum(col) for col in zip(*parts)])
 
     def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
         for s in self.shards:
@@ -41,8 +43,12 @@ class LocalEngine:
         return self._reduce(s.superstep(pos.index, neg.index, pos.point, neg.point, coef) for s in self.shards)
 
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
-        sums = np.array([s.class_sums(weights) for s in self.shards])
-        return float(sums[:, 0].sum()), float(sums[:, 1].sum())
+        return class_totals([s.support_margins(weights) for s in self.shards], self.problem.y)
+
+    def replay(self, picks) -> None:
+        points = {j: self.problem.point(j) for pick in picks for j in pick}
+        for s in self.shards:
+            s.replay(picks, points)
 
     def alpha_counts(self) -> np.ndarray:
         return np.concatenate([s.alpha_counts() for s in self.shards])

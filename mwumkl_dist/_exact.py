@@ -1,0 +1,55 @@
+"""Exactly rounded column sums that do not depend on how the rows are split.
+
+Kernel traces are sums over all training rows, computed shard by shard.
+Floating-point addition is not associative, so a plain sum of per-shard sums
+changes in the last bits with the sharding, and so would every number after
+it.  Instead each shard returns its column sums as exact integers (in units
+of ``2**-SHIFT``); integers add exactly in any order, and the driver rounds
+the total once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["exact_column_sums", "exact_to_float"]
+
+# Any finite double times 2**(1074 + 53) is an integer once its 53-bit mantissa is one.
+SHIFT = 1074 + 53
+
+
+def exact_column_sums(values: np.ndarray) -> list[int]:
+    """Exact ``sum(values[:, k]) * 2**SHIFT`` for each column ``k``, as Python ints."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError("exact_column_sums expects a 2-d array")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("cannot sum non-finite values exactly")
+    n, m = values.shape
+    if n == 0:
+        return [0] * m
+    mant, exp = np.frexp(values)
+    mantissa = np.rint(np.ldexp(mant, 53)).astype(np.int64)  # |mantissa| < 2**53, exact
+    shift = exp.astype(np.int64) - 53 + SHIFT  # value = mantissa * 2**(shift - SHIFT), shift >= 0
+    # Split mantissas in 27 + 26 bits so that int64 sums of up to 2**36 rows cannot overflow.
+    high, low = mantissa >> 26, mantissa & ((1 << 26) - 1)
+    lo_shift = int(shift.min())
+    slot = shift - lo_shift
+    n_slots = int(slot.max()) + 1
+    cols = np.broadcast_to(np.arange(m), (n, m))
+    acc_high = np.zeros((n_slots, m), np.int64)
+    acc_low = np.zeros((n_slots, m), np.int64)
+    np.add.at(acc_high, (slot, cols), high)
+    np.add.at(acc_low, (slot, cols), low)
+    out = [0] * m
+    for s in np.flatnonzero((acc_high != 0).any(axis=1) | (acc_low != 0).any(axis=1)):
+        e = int(s) + lo_shift
+        for k in np.flatnonzero((acc_high[s] != 0) | (acc_low[s] != 0)):
+            out[k] += (int(acc_high[s, k]) << (e + 26)) + (int(acc_low[s, k]) << e)
+    return out
+
+
+def exact_to_float(totals) -> np.ndarray:
+    """Round exact sums from :func:`exact_column_sums` (already added together) to doubles."""
+    scale = 1 << SHIFT
+    return np.array([t / scale for t in totals], dtype=np.float64)  # int / int is correctly rounded

@@ -1,0 +1,535 @@
+"""The ``mwumkl-dist`` command-line tool (also ``python -m mwumkl_dist``).
+
+Commands: ``demo`` (fit on scikit-learn's breast-cancer data and show the
+kernel weights), ``fit``, ``predict`` and ``evaluate``.  Bad input ends with one
+line ``mwumkl-dist: error: ...`` on stderr: exit code 2 for a bad command line,
+1 for a problem found while running, 130 when interrupted (``fit`` still saves
+the iterations done).  ``--debug`` shows the traceback of unexpected errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from . import __version__, mwu
+from ._progress import ProgressBar, format_rate
+from .estimator import MWUMKLClassifier
+from .io import SUPPORTED_EXTENSIONS, format_label, load_data
+from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
+
+__all__ = ["main", "build_parser"]
+
+PROG = "mwumkl-dist"
+#: Exit code of an interrupted command (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+#: Largest number of kernel weights printed after ``fit`` (largest first).
+_MAX_TABLE_ROWS = 12
+
+
+class UsageError(Exception):
+    """A bad command line: reported on one line with exit code 2."""
+
+
+class CommandError(Exception):
+    """A failure with a chosen exit code and message."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- argument types
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports usage errors as one line (raised, printed by :func:`main`)."""
+
+    def error(self, message):
+        hint = f" (see '{self.prog} --help')"
+        raise UsageError(message + hint)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _margin_C(text: str) -> float:
+    value = _number(text)
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number or 'inf' (hard margin), got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _kernel_spec(text: str) -> str:
+    if text.strip().lower() == "precomputed":
+        raise argparse.ArgumentTypeError(
+            "'precomputed' kernels cannot come from a data file; use the Python API for them"
+        )
+    try:
+        parse_kernels(text, 1)  # syntax only; feature indices are checked against the data
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mwumkl-dist`` (one subparser per command)."""
+    parser = _Parser(
+        prog=PROG,
+        description="Multiple kernel learning by matrix multiplicative weights (MWUMKL).",
+        epilog=f"Data files: {', '.join(SUPPORTED_EXTENSIONS)} (text formats also .gz/.bz2); "
+        "the label is the last column of CSV and .npy files.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks of unexpected errors")
+
+    # Options every command accepts after its name too; SUPPRESS keeps the main parser's default.
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    model = _Parser(add_help=False)
+    group = model.add_argument_group("model")
+    group.add_argument("--kernels", type=_kernel_spec, default="paper", metavar="SPEC", help=KERNEL_SPEC_HELP)
+    group.add_argument(
+        "--epsilon",
+        type=_positive_float,
+        default=0.2,
+        metavar="E",
+        help="approximation error; sets T = ceil(8 rho^2 / E^2 ln n) iterations (default 0.2)",
+    )
+    group.add_argument(
+        "--C",
+        "-C",
+        dest="C",
+        type=_margin_C,
+        default=100.0,
+        metavar="C",
+        help="2-norm soft-margin constant, 'inf' for the hard margin (default 100)",
+    )
+    group.add_argument(
+        "--rho",
+        type=_positive_float,
+        default=0.5,
+        metavar="R",
+        help="width parameter: 0.5 (default, the authors' code) or 1.5 (the paper's bound)",
+    )
+    group.add_argument(
+        "--max-iter", type=_positive_int, default=None, metavar="N", help="run N iterations instead of T"
+    )
+    group.add_argument(
+        "--no-scale-C",
+        dest="scale_C",
+        action="store_false",
+        help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
+    )
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_demo(sub, [common, model])
+    _add_fit(sub, [common, model])
+    _add_predict(sub, [common])
+    _add_evaluate(sub, [common])
+    return parser
+
+
+def _add_demo(sub, parents):
+    p = sub.add_parser(
+        "demo",
+        parents=parents,
+        help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
+        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; min-max scaled on "
+        "the training part, 80/20 split) and print the test error, the fit time and the kernel weights.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
+    p.set_defaults(func=cmd_demo)
+
+
+def _add_fit(sub, parents):
+    p = sub.add_parser(
+        "fit", parents=parents, help="fit a model on a data file and save it", description="Fit a model and save it."
+    )
+    p.add_argument("--data", required=True, metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
+    p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    p.set_defaults(func=cmd_fit)
+
+
+def _add_predict(sub, parents):
+    p = sub.add_parser(
+        "predict",
+        parents=parents,
+        help="write one predicted label per line",
+        description="Predict labels for a data file. CSV/.npy files may omit the label column.",
+    )
+    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
+    p.add_argument("--data", required=True, metavar="FILE", help="the points to predict")
+    p.add_argument("--output", "-o", metavar="OUT", help="write the labels here instead of to stdout")
+    p.set_defaults(func=cmd_predict)
+
+
+def _add_evaluate(sub, parents):
+    p = sub.add_parser(
+        "evaluate",
+        parents=parents,
+        help="print accuracy and error on a labelled data file",
+        description="Print the accuracy and error of a model on a labelled data file.",
+    )
+    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
+    p.add_argument("--data", required=True, metavar="FILE", help="labelled test data")
+    p.set_defaults(func=cmd_evaluate)
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+def _check_model_args(args) -> None:
+    if not args.epsilon < 2.0 * args.rho:
+        raise UsageError(f"--epsilon must be below 2 * rho = {2.0 * args.rho:g}, got {args.epsilon:g}")
+
+
+def _estimator(args, **extra) -> MWUMKLClassifier:
+    return MWUMKLClassifier(
+        kernels=args.kernels,
+        epsilon=args.epsilon,
+        C=args.C,
+        rho=args.rho,
+        max_iter=args.max_iter,
+        scale_C=args.scale_C,
+        **extra,
+    )
+
+
+def _check_two_classes(y, source: str) -> np.ndarray:
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise CommandError(
+            f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs at least two"
+        )
+    return classes
+
+
+def _describe_C(args) -> str:
+    if math.isinf(args.C):
+        return "C inf (hard margin)"
+    return f"C {args.C:g}" + (" (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)")
+
+
+def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
+    """The kernel weights as aligned lines, largest first when ``limit`` cuts the list."""
+    order = np.arange(len(names))
+    if limit is not None and len(names) > limit:
+        order = np.argsort(-np.asarray(weights), kind="stable")[:limit]
+    rows = [(names[i], f"{weights[i]:.6f}", f"{raw_weights[i]:.4e}") for i in order]
+    head = ("kernel", "weight mu_i", "raw weight mu_i/r_i")
+    w0 = max(len(head[0]), *(len(r[0]) for r in rows))
+    w1 = max(len(head[1]), *(len(r[1]) for r in rows))
+    w2 = max(len(head[2]), *(len(r[2]) for r in rows))
+    lines = [f"  {head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}"]
+    lines += [f"  {a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
+    if len(order) < len(names):
+        lines.append(f"  ... {len(names) - len(order)} more kernels (the {len(order)} largest weights shown)")
+    return lines
+
+
+def _load_model(path: str) -> MWUMKLClassifier:
+    model = MWUMKLClassifier.load(path)
+    if model.support_vectors_ is None:
+        raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
+    return model
+
+
+def _check_writable(path: str, what: str) -> None:
+    """Fail before a long fit, not after it, when ``path`` cannot be written."""
+    if os.path.isdir(path):
+        raise CommandError(f"cannot write the {what} to {path}: it is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"cannot write the {what} to {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise CommandError(f"cannot write the {what} to {path}: permission denied")
+
+
+class _Interrupts:
+    """Ctrl-C during a fit: remembers it and raises ``KeyboardInterrupt`` as usual.
+
+    The solver turns the ``KeyboardInterrupt`` into a partial model; the flag
+    lets the progress callback stop the remaining one-vs-rest problems too.
+    """
+
+    def __init__(self):
+        self.requested = False
+
+    @contextlib.contextmanager
+    def watch(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN:  # e.g. a background job: keep ignoring
+            yield
+            return
+
+        def handler(signum, frame):
+            self.requested = True
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_demo(args) -> int:
+    """``demo``: breast cancer, 80/20 split, min-max scaling, test error and kernel weights."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import MinMaxScaler
+
+    _check_model_args(args)
+    X, y = load_breast_cancer(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=args.seed, stratify=y)
+    scaler = MinMaxScaler().fit(X_train)  # fit on the training part only
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+    clf = _estimator(args)
+    n_kernels = len(KernelSet(args.kernels, X.shape[1]))
+
+    out = sys.stdout
+    print(
+        f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features",
+        file=out,
+    )
+    print(
+        f"split 80/20 (seed {args.seed}): {len(y_train)} train, {len(y_test)} test; "
+        "features min-max scaled on the training part",
+        file=out,
+    )
+    print(
+        f"kernels {args.kernels} ({n_kernels}), epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}",
+        file=out,
+    )
+    start = time.perf_counter()
+    clf.fit(X_train, y_train)
+    elapsed = time.perf_counter() - start
+    errors = int(np.sum(clf.predict(X_test) != y_test))
+    print(file=out)
+    print(
+        f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, "
+        f"{format_rate(clf.n_iter_ / max(elapsed, 1e-9))} it/s)",
+        file=out,
+    )
+    print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})", file=out)
+    print(f"support vectors  {len(clf.support_)} of {len(y_train)}", file=out)
+    print(f"bias             {clf.intercept_[0]:.6g}", file=out)
+    print("\nkernel weights (mu_i on trace-normalised kernels; mu_i/r_i on the raw kernels):", file=out)
+    for line in _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_):
+        print(line, file=out)
+    return 0
+
+
+def cmd_fit(args) -> int:
+    """``fit``: load, fit with a progress bar, save (also after Ctrl-C), summarise."""
+    _check_model_args(args)
+    _check_writable(args.model, "model")
+    X, y = load_data(args.data)
+    classes = _check_two_classes(y, args.data)
+    n, d = X.shape
+    n_kernels = len(KernelSet(args.kernels, d))  # feature indices vs the data, before the fit
+    n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(args.epsilon, args.rho, n)
+    n_problems = 1 if len(classes) == 2 else len(classes)
+
+    bar = None if args.quiet else ProgressBar(n_iter * n_problems, stream=sys.stderr)
+    interrupts = _Interrupts()
+    state = {"problem": 0, "last": 0}
+
+    def on_progress(info):
+        if info.iteration <= state["last"]:  # a new one-vs-rest problem started
+            state["problem"] += 1
+        state["last"] = info.iteration
+        if bar is not None:
+            prefix = f"class {state['problem'] + 1}/{n_problems} " if n_problems > 1 else ""
+            rate = info.iteration / info.elapsed if info.elapsed > 0 else None
+            bar.update(state["problem"] * n_iter + info.iteration, rate=rate, prefix=prefix)
+        return True if interrupts.requested else None
+
+    clf = _estimator(args, callback=on_progress, callback_every=max(1, n_iter // 100))
+    start = time.perf_counter()
+    try:
+        with interrupts.watch(), warnings.catch_warnings():
+            # Reported below, once for the whole fit.
+            warnings.filterwarnings("ignore", message="interrupted after")
+            clf.fit(X, y)
+    except (KeyboardInterrupt, RuntimeError):
+        if bar is not None:
+            bar.close()
+        if interrupts.requested:
+            raise CommandError("interrupted before the model was complete; nothing saved", EXIT_INTERRUPTED) from None
+        raise
+    elapsed = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    clf.save(args.model)
+
+    n_iters = np.atleast_1d(clf.n_iter_)
+    if clf.interrupted_:
+        done = ", ".join(str(int(t)) for t in n_iters)
+        print(
+            f"{PROG}: fit interrupted after {done} of {n_iter} iterations"
+            f"{' (per class)' if n_problems > 1 else ''}; the partial model was saved to {args.model}",
+            file=sys.stderr,
+        )
+    if not args.quiet:
+        labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
+        total = int(n_iters.sum())
+        print(f"model saved to   {args.model}")
+        print(f"data             {args.data}: {n} points, {d} features, {len(classes)} classes ({labels})")
+        print(f"kernels          {args.kernels} ({n_kernels})")
+        print(f"parameters       epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
+        how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
+        print(
+            f"iterations       {total} ({how}, T = {n_iter}) in {elapsed:.2f} s "
+            f"({format_rate(total / max(elapsed, 1e-9))} it/s)"
+        )
+        print(f"support vectors  {len(clf.support_)} of {n}")
+        if n_problems == 1:
+            print("kernel weights:")
+            for line in _weights_table(
+                clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, limit=_MAX_TABLE_ROWS
+            ):
+                print(line)
+    return EXIT_INTERRUPTED if clf.interrupted_ else 0
+
+
+def cmd_predict(args) -> int:
+    """``predict``: one label per line to stdout or ``--output``."""
+    model = _load_model(args.model)
+    if args.output is not None:
+        _check_writable(args.output, "predictions")
+    X, _ = load_data(args.data, n_features=model.n_features_in_, labels="auto")
+    text = "".join(format_label(v) + "\n" for v in model.predict(X))
+    if args.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``evaluate``: accuracy and error on a labelled file."""
+    model = _load_model(args.model)
+    X, y = load_data(args.data, n_features=model.n_features_in_)
+    known = set(model.classes_.tolist())
+    unknown = [v for v in np.unique(y).tolist() if v not in known]
+    if len(unknown) == len(np.unique(y)):
+        raise CommandError(
+            f"{args.data}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the model "
+            f"({', '.join(map(format_label, model.classes_[:5]))})"
+        )
+    if unknown:
+        warnings.warn(
+            f"{args.data}: labels {', '.join(map(format_label, unknown[:5]))} are not classes of the model "
+            "and count as errors",
+            stacklevel=1,
+        )
+    correct = int(np.sum(model.predict(X) == y))
+    n = len(y)
+    print(f"points    {n}")
+    print(f"accuracy  {correct / n:.4f} ({correct} of {n})")
+    print(f"error     {(n - correct) / n:.4f} ({n - correct} of {n})")
+    return 0
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _one_line(message) -> str:
+    return " ".join(str(message).split())
+
+
+def _fail(message, code: int) -> int:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+    return code
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)
+
+
+#: Errors of bad input or environment: reported by their message alone.
+_EXPECTED = (ValueError, TypeError, OSError, MemoryError)
+
+
+def main(argv=None) -> int:
+    """Run ``mwumkl-dist`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail(exc, 2)
+    if args.command is None:
+        return _fail(f"choose a command: demo, fit, predict or evaluate (see '{PROG} --help')", 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            return int(args.func(args) or 0)
+    except UsageError as exc:
+        return _fail(f"{exc} (see '{PROG} {args.command} --help')", 2)
+    except CommandError as exc:
+        return _fail(exc, exc.code)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader (e.g. `head`) went away: silence the flush at exit (Python docs' recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, _EXPECTED):
+            return _fail(exc, 1)
+        return _fail(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,424 @@
+"""Reading labelled data files: svmlight/LIBSVM, CSV and NumPy.
+
+:func:`load_data` picks the format from the file name:
+
+========================================  =============================================
+``.svm``, ``.svmlight``, ``.libsvm``      svmlight (``label idx:value ...``), read as CSR
+``.txt``                                  svmlight, or CSV when the first row has no ``:``
+``.csv`` (comma), ``.tsv`` (tab)          one row per point, label in the last column
+``.npy``                                  a 2-d numeric array, label in the last column
+``.npz``                                  arrays ``X`` (2-d) and ``y`` (1-d)
+========================================  =============================================
+
+Text formats may be compressed (``.gz``, ``.bz2``).  Every problem (missing
+file, unknown extension, no rows, a non-numeric value, NaN or infinity) raises
+an ``OSError`` or ``ValueError`` whose message names the file and, for text
+files, the line.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import math
+import os
+import zipfile
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["load_data", "data_format", "format_label", "SUPPORTED_EXTENSIONS"]
+
+_SVMLIGHT = (".svm", ".svmlight", ".libsvm")
+_TEXT_COMPRESSIONS = (".gz", ".bz2")
+#: File endings :func:`load_data` understands (text formats also with ``.gz`` / ``.bz2``).
+SUPPORTED_EXTENSIONS = (*_SVMLIGHT, ".txt", ".csv", ".tsv", ".npy", ".npz")
+
+
+def data_format(path) -> str:
+    """The format :func:`load_data` uses for ``path``: ``svmlight``, ``csv``, ``tsv``, ``txt``, ``npy`` or ``npz``.
+
+    ``txt`` is resolved by looking at the file (svmlight when its first data row has a ``:``).
+    """
+    name = os.path.basename(os.fspath(path)).lower()
+    compressed = name.endswith(_TEXT_COMPRESSIONS)
+    if compressed:
+        name = name.rsplit(".", 1)[0]
+    ext = os.path.splitext(name)[1]
+    if ext in _SVMLIGHT:
+        return "svmlight"
+    if ext in (".txt", ".csv", ".tsv"):
+        return ext[1:]
+    if ext in (".npy", ".npz"):
+        if compressed:
+            raise ValueError(f"{os.fspath(path)}: compressed {ext} files are not supported; decompress it first")
+        return ext[1:]
+    raise ValueError(
+        f"{os.fspath(path)}: unknown data file type {ext or '(no extension)'!r}; "
+        f"expected one of {', '.join(SUPPORTED_EXTENSIONS)} (text formats may end in .gz or .bz2)"
+    )
+
+
+def load_data(path, n_features=None, *, labels=True, zero_based="auto"):
+    """Load a labelled data set from ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file; its format follows from the extension (see the module docstring).
+    n_features : int or None, default=None
+        The number of features expected (e.g. a model's ``n_features_in_``).
+        svmlight files with fewer features are padded with zero columns (a test
+        file need not mention the last feature); any other mismatch is an error.
+    labels : bool or "auto", default=True
+        ``True``: the file holds a label per point (last column for CSV and
+        ``.npy``).  ``"auto"`` (needs ``n_features``): a CSV or ``.npy`` file
+        with exactly ``n_features`` columns has no labels and ``y`` is ``None``;
+        with ``n_features + 1`` the last column is the label.  svmlight files
+        always carry labels.
+    zero_based : bool or "auto", default="auto"
+        Feature indices of svmlight files: LIBSVM files count from 1; ``"auto"``
+        reads a file that uses index 0 as zero-based.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features) or CSR matrix (svmlight)
+        Features as float64; svmlight data stays sparse.
+    y : ndarray of shape (n_samples,) or None
+        Labels: float64 when every label is a number, else strings (CSV).
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, IsADirectoryError
+        The file cannot be opened.
+    ValueError
+        Unknown extension, no data rows, a value that is not a number, NaN or
+        infinity, inconsistent rows or a feature count other than ``n_features``.
+    """
+    path = os.fspath(path)
+    if labels not in (True, "auto"):
+        raise ValueError(f"labels must be True or 'auto', got {labels!r}")
+    if labels == "auto" and n_features is None:
+        raise ValueError("labels='auto' needs n_features to tell features from labels")
+    if n_features is not None:
+        if isinstance(n_features, bool) or int(n_features) != n_features or n_features < 1:
+            raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+        n_features = int(n_features)
+    fmt = data_format(path)
+    _check_readable(path)
+    if fmt == "txt":
+        fmt = "svmlight" if _looks_like_svmlight(path) else "csv"
+    if fmt == "svmlight":
+        X, y = _load_svmlight(path, n_features, zero_based)
+    elif fmt in ("csv", "tsv"):
+        X, y = _load_delimited(path, "\t" if fmt == "tsv" else None, n_features, labels)
+    elif fmt == "npy":
+        X, y = _load_npy(path, n_features, labels)
+    else:
+        X, y = _load_npz(path, n_features)
+    if X.shape[0] == 0:
+        raise ValueError(f"{path}: the file holds no data rows")
+    return X, y
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_readable(path: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory, not a data file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise type(exc)(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _open_text(path: str):
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    if lower.endswith(".bz2"):
+        return bz2.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+#: What reading a damaged, binary or unreadable text file raises (reworded by ``_reword_read_error``).
+_READ_ERRORS = (UnicodeDecodeError, EOFError, OSError)
+
+
+def _reword_read_error(path: str, exc: BaseException) -> Exception:
+    if isinstance(exc, UnicodeDecodeError):
+        return ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})")
+    if isinstance(exc, (EOFError, gzip.BadGzipFile)) or "compressed" in str(exc).lower():
+        return ValueError(f"{path}: damaged or truncated compressed file ({exc})")
+    if isinstance(exc, OSError):
+        return type(exc)(f"cannot read {path}: {exc.strerror or exc}")
+    return ValueError(f"{path}: {exc}")
+
+
+def _data_lines(fh):
+    """``(line_number, text)`` of non-blank lines that are not ``#`` comments."""
+    for number, line in enumerate(fh, start=1):
+        text = line.strip()
+        if text and not text.startswith("#"):
+            yield number, text
+
+
+def _looks_like_svmlight(path: str) -> bool:
+    try:
+        with _open_text(path) as fh:
+            for _, text in _data_lines(fh):
+                # A lone label is a valid svmlight row (all features zero) but no CSV row.
+                return ":" in text or len(text.split()) == 1
+    except _READ_ERRORS as exc:
+        raise _reword_read_error(path, exc) from None
+    return True
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _first_non_finite(values: np.ndarray) -> int:
+    """Index of the first NaN/inf in a 1-d float array, or -1."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    return int(bad[0]) if len(bad) else -1
+
+
+def _check_finite_dense(path: str, X: np.ndarray, row_lines=None) -> None:
+    if X.size and not np.isfinite(X).all():
+        r, c = np.argwhere(~np.isfinite(X))[0]
+        where = f"line {row_lines[r]}" if row_lines is not None else f"row {r + 1}"
+        raise ValueError(f"{path}: {where}, feature column {c + 1} is {X[r, c]} (NaN and infinity are not allowed)")
+
+
+def _labels_array(path: str, raw, row_lines=None) -> np.ndarray:
+    """Labels as float64 when they are all numbers, else as strings."""
+    try:
+        y = np.asarray(raw, dtype=np.float64)
+    except ValueError:
+        return np.asarray(raw, dtype=str)
+    i = _first_non_finite(y)
+    if i >= 0:
+        where = f"line {row_lines[i]}" if row_lines is not None else f"row {i + 1}"
+        raise ValueError(f"{path}: {where} has label {y[i]} (labels must be finite)")
+    return y
+
+
+def _split_labels(path: str, n_columns: int, n_features, labels) -> bool:
+    """Whether the last of ``n_columns`` columns is the label; checks the feature count."""
+    if labels == "auto" and n_columns == n_features:
+        return False
+    if n_columns < 2:
+        raise ValueError(f"{path}: needs at least one feature column and a label column, found {n_columns} column(s)")
+    if n_features is not None and n_columns - 1 != n_features:
+        extra = " (or that many columns without labels)" if labels == "auto" else ""
+        raise ValueError(
+            f"{path}: {n_columns - 1} feature columns plus a label column, but {n_features} features "
+            f"are expected{extra}"
+        )
+    return True
+
+
+# ----------------------------------------------------------------------------- svmlight
+
+
+def _load_svmlight(path: str, n_features, zero_based):
+    from sklearn.datasets import load_svmlight_file
+
+    try:
+        X, y = load_svmlight_file(path, n_features=n_features, dtype=np.float64, zero_based=zero_based)
+    except ValueError as exc:
+        text = str(exc)
+        if "n_features was set" in text:
+            found = text.rsplit("contains", 1)[-1].split()[0] if "contains" in text else "more"
+            raise ValueError(
+                f"{path}: the file uses {found} features but {n_features} are expected "
+                "(the model was trained on fewer features)"
+            ) from None
+        raise ValueError(f"{path}: {_locate_svmlight_error(path) or text}") from None
+    except _READ_ERRORS as exc:
+        raise _reword_read_error(path, exc) from None
+    X = sp.csr_matrix(X)
+    i = _first_non_finite(X.data)
+    if i >= 0:
+        row = int(np.searchsorted(X.indptr, i, side="right")) - 1
+        raise ValueError(
+            f"{path}: {_svmlight_row_line(path, row)} has a feature value {X.data[i]} "
+            "(NaN and infinity are not allowed)"
+        )
+    i = _first_non_finite(y)
+    if i >= 0:
+        raise ValueError(f"{path}: {_svmlight_row_line(path, i)} has label {y[i]} (labels must be finite)")
+    return X, y
+
+
+def _svmlight_row_line(path: str, row: int) -> str:
+    """``"line L"`` of the ``row``-th data row (0-based), counting comments and blank lines."""
+    try:
+        with _open_text(path) as fh:
+            for k, (number, _) in enumerate(_data_lines(fh)):
+                if k == row:
+                    return f"line {number}"
+    except _READ_ERRORS:
+        pass
+    return f"data row {row + 1}"
+
+
+def _locate_svmlight_error(path: str) -> str | None:
+    """The first malformed line of an svmlight file, described (error path only: slow)."""
+    try:
+        with _open_text(path) as fh:
+            for number, text in _data_lines(fh):
+                tokens = text.split("#", 1)[0].split()
+                if not _is_number(tokens[0]):
+                    return f"line {number}: label {tokens[0]!r} is not a number"
+                for tok in tokens[1:]:
+                    key, sep, value = tok.partition(":")
+                    if not sep:
+                        return f"line {number}: {tok!r} is not an 'index:value' pair (is this an svmlight file?)"
+                    if key == "qid":
+                        continue
+                    if not key.isdigit():
+                        return f"line {number}: feature index {key!r} is not a non-negative integer"
+                    if not _is_number(value):
+                        return f"line {number}: value {value!r} of feature {key} is not a number"
+    except (UnicodeDecodeError, EOFError, OSError):
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------- CSV
+
+
+def _load_delimited(path: str, delimiter, n_features, labels):
+    rows, lines = [], []
+    try:
+        with _open_text(path) as fh:
+            if delimiter is None:
+                delimiter = _sniff_delimiter(path)
+            reader = csv.reader(fh, delimiter=delimiter) if delimiter != " " else None
+            source = reader if reader is not None else (line.split() for line in fh)
+            for k, row in enumerate(source, start=1):
+                number = reader.line_num if reader is not None else k
+                cells = [c.strip() for c in row]
+                if not any(cells) or cells[0].startswith("#"):
+                    continue
+                rows.append(cells)
+                lines.append(number)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: malformed CSV ({exc})") from None
+    except _READ_ERRORS as exc:
+        raise _reword_read_error(path, exc) from None
+    if not rows:
+        raise ValueError(f"{path}: the file holds no data rows")
+    # A header: no feature cell of the first row is a number (a mix is a data row with a typo).
+    if not any(_is_number(c) for c in rows[0][:-1]) and len(rows[0]) > 1:
+        rows, lines = rows[1:], lines[1:]
+        if not rows:
+            raise ValueError(f"{path}: the file holds a header but no data rows")
+    width = len(rows[0])
+    for cells, number in zip(rows, lines):
+        if len(cells) != width:
+            raise ValueError(f"{path}: line {number} has {len(cells)} columns, the first data row has {width}")
+    has_labels = _split_labels(path, width, n_features, labels)
+    n_feat = width - 1 if has_labels else width
+    try:
+        X = np.array([cells[:n_feat] for cells in rows], dtype=np.float64)
+    except ValueError:
+        for cells, number in zip(rows, lines):
+            for c, cell in enumerate(cells[:n_feat]):
+                if not _is_number(cell):
+                    what = "an empty cell" if cell == "" else f"{cell!r}, not a number"
+                    raise ValueError(f"{path}: line {number}, column {c + 1} holds {what}") from None
+        raise
+    _check_finite_dense(path, X, lines)
+    y = _labels_array(path, [cells[-1] for cells in rows], lines) if has_labels else None
+    if y is not None and y.dtype.kind == "U" and any(c == "" for c in y):
+        i = next(i for i, c in enumerate(y) if c == "")
+        raise ValueError(f"{path}: line {lines[i]} has an empty label")
+    return X, y
+
+
+def _sniff_delimiter(path: str) -> str:
+    """Comma, semicolon, tab or whitespace, from the first data line."""
+    with _open_text(path) as fh:
+        for _, text in _data_lines(fh):
+            for d in (",", ";", "\t"):
+                if d in text:
+                    return d
+            return " "
+    return ","
+
+
+# ----------------------------------------------------------------------------- NumPy
+
+
+def _load_npy(path: str, n_features, labels):
+    with open(path, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":
+            raise ValueError(f"{path}: not a .npy file (no NumPy header)")
+    try:
+        A = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise ValueError(f"{path}: holds Python objects, not a numeric array") from None
+        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
+    except (EOFError, OSError) as exc:
+        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
+    if not isinstance(A, np.ndarray) or A.ndim != 2:
+        shape = getattr(A, "shape", None)
+        raise ValueError(f"{path}: expected a 2-d array (rows = points, last column = label), got shape {shape}")
+    if A.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: expected a numeric array, got dtype {A.dtype}")
+    if A.shape[0] == 0:
+        raise ValueError(f"{path}: the file holds no data rows")
+    has_labels = _split_labels(path, A.shape[1], n_features, labels)
+    X = np.array(A[:, :-1] if has_labels else A, dtype=np.float64)
+    _check_finite_dense(path, X)
+    if not has_labels:
+        return X, None
+    y = A[:, -1]
+    if y.dtype.kind == "f":
+        y = _labels_array(path, y)
+    return X, y
+
+
+def _load_npz(path: str, n_features):
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a valid .npz file ({exc})") from None
+    with data:
+        if not {"X", "y"} <= set(data.files):
+            raise ValueError(f"{path}: expected arrays 'X' and 'y' in the .npz file, found {sorted(data.files)}")
+        try:
+            X, y = data["X"], data["y"]
+        except ValueError as exc:
+            raise ValueError(f"{path}: holds Python objects, not numeric arrays ({exc})") from None
+    if X.ndim != 2 or X.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: 'X' must be a 2-d numeric array, got shape {X.shape} and dtype {X.dtype}")
+    if y.ndim != 1 or len(y) != X.shape[0]:
+        raise ValueError(f"{path}: 'y' must be 1-d with one label per row of 'X' ({X.shape[0]}), got shape {y.shape}")
+    if X.shape[0] and n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"{path}: 'X' has {X.shape[1]} features, but {n_features} are expected")
+    X = np.asarray(X, dtype=np.float64)
+    _check_finite_dense(path, X)
+    if y.dtype.kind == "f":
+        y = _labels_array(path, y)
+    return X, y
+
+
+def format_label(value) -> str:
+    """A label as text: integral floats without the ``.0`` (svmlight labels are floats)."""
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return str(int(value))
+    return str(value)

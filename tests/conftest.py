@@ -1,0 +1,38 @@
+"""Shared test helpers: explicit numpy kernel formulas, independent of the library's numba code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+
+def explicit_kernel(spec, X, Z=None):
+    """The raw kernel matrix ``K(X, Z)`` of a library kernel spec, by the textbook formula.
+
+    Only the spec's parameters are read (``degree``, ``coef0``, ``sigma``,
+    ``features``); the values come from plain numpy on dense copies.
+    """
+    X = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    Z = X if Z is None else (Z.toarray() if sp.issparse(Z) else np.asarray(Z, dtype=np.float64))
+    if spec.features is not None:
+        X, Z = X[:, list(spec.features)], Z[:, list(spec.features)]
+    name = type(spec).__name__
+    if name == "Linear":
+        return X @ Z.T
+    if name == "Polynomial":
+        return (X @ Z.T + spec.coef0) ** spec.degree
+    if name == "Gaussian":
+        d2 = ((X[:, None, :] - Z[None, :, :]) ** 2).sum(axis=2)
+        return np.exp(-d2 / (2.0 * spec.sigma**2))
+    raise AssertionError(f"no explicit formula for {spec!r}")
+
+
+def explicit_kernels(specs, X, Z=None):
+    """``(m, n_X, n_Z)`` stack of :func:`explicit_kernel`."""
+    return np.stack([explicit_kernel(s, X, Z) for s in specs])
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
