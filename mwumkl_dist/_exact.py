@@ -26,7 +26,7 @@ def exact_column_sums(values: np.ndarray) -> list[int]:
     if not np.all(np.isfinite(values)):
         raise ValueError("cannot sum non-finite values exactly")
     n, m = values.shape
-    if n == 0:
+    if values.size == 0:  # no rows, or no columns (a shard without support rows passes (m, 0))
         return [0] * m
     mant, exp = np.frexp(values)
     mantissa = np.rint(np.ldexp(mant, 53)).astype(np.int64)  # |mantissa| < 2**53, exact

@@ -167,6 +167,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         tags.input_tags.sparse = not self._precomputed()
         return tags
 
+    def __sklearn_is_fitted__(self):
+        # A fit that failed half-way (e.g. one class) leaves classes_ behind but no model.
+        return hasattr(self, "raw_kernel_weights_")
+
     # ------------------------------------------------------------------ validation
 
     def _precomputed(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 
 
@@ -31,8 +30,3 @@ def explicit_kernel(spec, X, Z=None):
 def explicit_kernels(specs, X, Z=None):
     """``(m, n_X, n_Z)`` stack of :func:`explicit_kernel`."""
     return np.stack([explicit_kernel(s, X, Z) for s in specs])
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng(12345)

@@ -29,8 +29,8 @@ def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
     """SPEC.md section 1 literally, on dense raw kernels ``K`` of shape ``(m, n, n)``.
 
     Returns a dict with the final ``alpha`` (scaled as the spec says), kernel
-    weights ``mu``, bias ``b``, the iteration count ``T`` and whether the
-    quashed form of Exponentiate-M was ever used.
+    weights ``mu``, bias ``b``, the iteration count ``T``, whether the
+    quashed form of Exponentiate-M was ever used and the largest exponent seen.
     """
     m, n, _ = K.shape
     r = np.einsum("inn->i", K)
@@ -40,7 +40,7 @@ def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
     pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
     alpha = np.zeros(n)
     g = np.zeros(n)
-    quashed = False
+    quashed, max_x = False, 0.0
     for _ in range(T):
         # np.argmax returns the first maximum; pos/neg are ascending, so ties go to the lowest index.
         iP, iN = pos[np.argmax(g[pos])], neg[np.argmax(g[neg])]
@@ -56,6 +56,7 @@ def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
         else:
             p12 = -np.exp(x - x.max())
             quashed = True
+        max_x = max(max_x, x.max())
         g = (2.0 * p12 / u) @ V
     mu = np.abs(p12) / u
     mu /= mu.sum()
@@ -63,7 +64,7 @@ def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
     h = mu @ V / T
     P = np.sum(alpha[pos] * h[pos])
     N = np.sum(alpha[neg] * h[neg])
-    return {"alpha": alpha / (P + N), "mu": mu, "b": (N - P) / (P + N), "T": T, "quashed": quashed}
+    return {"alpha": alpha / (P + N), "mu": mu, "b": (N - P) / (P + N), "T": T, "quashed": quashed, "max_x": max_x}
 
 
 def random_problem(seed, n, d, *, separable=False):
@@ -109,6 +110,8 @@ CASES = {
     "gaussian-soft-rho1.5": ([Gaussian(1.0, features=(1, 2))], 30, 3, 30.0, 0.4, 1.5, None, False, False),
     "quash-soft": ([Linear(), Gaussian(1.0), Gaussian(0.3, features=(0,))], 30, 2, 1.0, 0.5, 0.5, 300, False, True),
     "quash-hard-long": (MIXED[:4], 25, 5, np.inf, 0.5, 0.5, 1500, False, True),
+    # exponents beyond 710, where sinh overflows: only the quashed form keeps the numbers finite
+    "quash-overflow": ([Polynomial(2), Gaussian(0.5)], 30, 3, 0.1, 0.9, 0.5, 800, False, True),
 }
 
 
@@ -118,6 +121,8 @@ def test_library_matches_brute_force(case):
     X, y = random_problem(list(CASES).index(case), n, d, separable=separable)
     ref = brute_force_mwumkl(explicit_kernels(specs, X), y, 0.0 if np.isinf(C) else 1.0 / C, eps, rho, max_iter)
     assert ref["quashed"] == expect_quash
+    if case == "quash-overflow":
+        assert ref["max_x"] > 710.0
 
     clf = MWUMKLClassifier(kernels=specs, epsilon=eps, C=C, rho=rho, max_iter=max_iter, scale_C=False).fit(X, y)
     assert clf.n_iter_ == ref["T"]

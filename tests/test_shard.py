@@ -13,7 +13,13 @@ from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
 from mwumkl_dist.problem import FeatureProblem, PrecomputedProblem
 from mwumkl_dist.shard import FeatureShard, PrecomputedShard, split_rows
 
-SPECS = [Linear(features=(0, 1)), Polynomial(2), Gaussian(0.7), Gaussian(0.7 / np.sqrt(2)), Gaussian(1.0, features=(2,))]
+SPECS = [
+    Linear(features=(0, 1)),
+    Polynomial(2),
+    Gaussian(0.7),
+    Gaussian(0.7 / np.sqrt(2)),
+    Gaussian(1.0, features=(2,)),
+]
 
 
 def _problem(seed=0, n=40, d=3):
@@ -51,7 +57,7 @@ def test_superstep_against_dense_columns():
     coef = np.array([-0.5, -1.0, -0.2, -0.7, -0.1])
     V = np.zeros((n, len(SPECS)))
     alpha = np.zeros(n)
-    for step in range(3):
+    for _ in range(3):
         pos, neg = shard.superstep(ip, iq, X[ip], X[iq], coef)
         alpha[[ip, iq]] += 0.5
         V = (G @ alpha).T

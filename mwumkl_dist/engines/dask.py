@@ -55,15 +55,18 @@ def connect_client(client=None, timeout: float = 10.0):
     from distributed import Client
 
     if client is None:
-        return Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None), True
+        return Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"), True
     if isinstance(client, Client):
         return client, False
     if isinstance(client, str):
         try:
             return Client(client, timeout=f"{timeout}s"), True
-        except (OSError, TimeoutError) as exc:
+        except ValueError as exc:
+            raise ValueError(f"bad Dask scheduler address {client!r}: {exc}") from None
+        except Exception as exc:  # timeouts, refused connections, something else answering
             raise ConnectionError(
-                f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s: {exc}"
+                f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s "
+                f"({type(exc).__name__}: {exc})"
             ) from None
     raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}")
 
@@ -74,7 +77,9 @@ class ShardServer:
     def __init__(self, shard, authkey: bytes):
         from distributed import get_worker
 
-        self.shard = shard
+        # A problem may ship a factory instead of a built shard (e.g. a store path and a row
+        # range), so the shard's data is read on the worker and never passes through the driver.
+        self.shard = shard() if callable(shard) else shard
         addr = get_worker().address
         host = addr.split("://", 1)[-1].rsplit(":", 1)[0] if addr.startswith("tcp") else "127.0.0.1"
         self._listener = Listener((host, 0), authkey=authkey)
@@ -194,7 +199,8 @@ class DaskEngine:
             time.sleep(0.1)
 
     def _start(self, block: _Block, worker: str) -> None:
-        shard = self.problem.make_shard(*block.rows, kernels=block.kernels)
+        make = getattr(self.problem, "shard_factory", self.problem.make_shard)
+        shard = make(*block.rows, kernels=block.kernels)
         [data] = self.client.scatter([shard], workers=[worker], hash=False)
         block.actor_future = self.client.submit(
             ShardServer, data, self._authkey, actor=True, workers=[worker], allow_other_workers=True, pure=False

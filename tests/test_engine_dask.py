@@ -1,0 +1,199 @@
+"""The Dask engine: same model as the local engine for every layout, checkpoints, recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
+from mwumkl_dist.kernels import KernelSet  # noqa: E402
+from mwumkl_dist.problem import FeatureProblem, chain_safe_ranges  # noqa: E402
+
+
+def _data(n=160, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(X[:, 0] + X[:, 1] + 0.3 * rng.standard_normal(n) > 1.0, "yes", "no")
+    return X, y
+
+
+def _assert_same_model(a: MWUMKLClassifier, b: MWUMKLClassifier, X):
+    np.testing.assert_array_equal(a.support_, b.support_)
+    np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(a.kernel_weights_, b.kernel_weights_, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+@pytest.fixture(scope="module")
+def threaded_client():
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def reference():
+    X, y = _data()
+    params = dict(kernels="paper-per-feature", epsilon=0.3)
+    return X, y, params, MWUMKLClassifier(**params).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "n_shards, n_kernel_shards",
+    [(1, 1), (2, 1), (3, 1), (5, 1), (8, 1), (1, 2), (1, 3), (1, 8), (2, 2), (3, 4), (4, 2)],
+)
+def test_every_layout_matches_local_engine(threaded_client, reference, n_shards, n_kernel_shards):
+    X, y, params, ref = reference
+    clf = MWUMKLClassifier(
+        **params, engine="dask", client=threaded_client, n_shards=n_shards, n_kernel_shards=n_kernel_shards
+    ).fit(X, y)
+    _assert_same_model(clf, ref, X)
+    # Row shards and aligned kernel blocks reproduce the local engine to the last bit.
+    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+
+
+def test_precomputed_kernels_on_dask(threaded_client):
+    X, y = _data(n=90)
+    ks = KernelSet("linear,gaussian:1,gaussian:2", X.shape[1])
+    from mwumkl_dist.shard import FeatureShard
+
+    shard = FeatureShard(X, np.ones(len(X)), 0, ks.plan)
+    K = np.stack([shard.raw_columns(x, x)[0].T for x in X], axis=2)  # (m, n, n): K[i, :, j] = column j
+    ref = MWUMKLClassifier(kernels="precomputed", epsilon=0.3).fit(K, y)
+    for layout in [(3, 1), (1, 3), (2, 2)]:
+        clf = MWUMKLClassifier(
+            kernels="precomputed", epsilon=0.3, engine="dask", client=threaded_client,
+            n_shards=layout[0], n_kernel_shards=layout[1],
+        ).fit(K, y)
+        np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+        np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+
+
+def test_local_threaded_mode_without_client():
+    X, y = _data(n=80)
+    ref = MWUMKLClassifier(epsilon=0.4).fit(X, y)
+    clf = MWUMKLClassifier(epsilon=0.4, engine="dask", n_shards=2).fit(X, y)
+    _assert_same_model(clf, ref, X)
+
+
+def test_multiclass_on_dask(threaded_client):
+    X, _ = _data(n=120)
+    y = np.digitize(X[:, 0] + X[:, 2], [0.7, 1.3])
+    ref = MWUMKLClassifier(epsilon=0.4).fit(X, y)
+    clf = MWUMKLClassifier(epsilon=0.4, engine="dask", client=threaded_client, n_shards=3).fit(X, y)
+    _assert_same_model(clf, ref, X)
+
+
+def test_chain_safe_ranges_never_split_a_chain():
+    plan = KernelSet("paper-per-feature", 5).plan
+    for n_blocks in range(1, 10):
+        ranges = chain_safe_ranges(plan.square_of, n_blocks)
+        assert ranges[0][0] == 0 and ranges[-1][1] == plan.n_kernels
+        assert all(a < b for a, b in ranges)
+        assert all(r1[1] == r2[0] for r1, r2 in zip(ranges, ranges[1:]))
+        block_of = np.empty(plan.n_kernels, int)
+        for k, (a, b) in enumerate(ranges):
+            block_of[a:b] = k
+        linked = plan.square_of >= 0
+        assert np.all(block_of[linked] == block_of[plan.square_of[linked]])
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_checkpoint_resume_gives_the_same_model(tmp_path, threaded_client, engine):
+    X, y = _data(n=150, seed=3)
+    y[:25] = "maybe"  # three classes: the checkpoint also carries finished one-vs-rest problems
+    extra = dict(engine="dask", client=threaded_client, n_shards=3) if engine == "dask" else {}
+    ref = MWUMKLClassifier(epsilon=0.3, **extra).fit(X, y)
+    ckpt = tmp_path / "fit.ckpt.npz"
+
+    class Crash(Exception):
+        pass
+
+    calls = {"n": 0}
+
+    def crash(info):
+        calls["n"] += 1
+        if calls["n"] == 5:  # mid-way through the second one-vs-rest problem
+            raise Crash
+
+    with pytest.raises(Crash):
+        MWUMKLClassifier(
+            epsilon=0.3, checkpoint=ckpt, checkpoint_every=7, callback=crash, callback_every=30, **extra
+        ).fit(X, y)
+    assert ckpt.exists()
+    resumed = MWUMKLClassifier(epsilon=0.3, checkpoint=ckpt, checkpoint_every=7, **extra).fit(X, y, resume=ckpt)
+    np.testing.assert_array_equal(resumed.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(resumed.kernel_weights_, ref.kernel_weights_)
+    np.testing.assert_array_equal(resumed.intercept_, ref.intercept_)
+
+
+def test_resume_refuses_a_checkpoint_of_another_fit(tmp_path):
+    X, y = _data(n=100)
+    ckpt = tmp_path / "c.npz"
+    MWUMKLClassifier(epsilon=0.4, checkpoint=ckpt, checkpoint_every=5).fit(X, y)
+    with pytest.raises(ValueError, match="different data"):
+        MWUMKLClassifier(epsilon=0.4).fit(X[::-1], y[::-1], resume=ckpt)
+    with pytest.raises(ValueError, match="different data"):
+        MWUMKLClassifier(epsilon=0.3).fit(X, y, resume=ckpt)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable"):
+        MWUMKLClassifier(epsilon=0.4).fit(X, y, resume=bad)
+    with pytest.raises(FileNotFoundError):
+        MWUMKLClassifier(epsilon=0.4).fit(X, y, resume=tmp_path / "missing.npz")
+
+
+def test_unreachable_scheduler_fails_fast_with_a_clear_error():
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
+        connect_client("tcp://127.0.0.1:9", timeout=1.0)
+    assert time.monotonic() - start < 30
+    with pytest.raises(ValueError, match="address"):
+        connect_client("no-port-here", timeout=1.0)
+    X, y = _data(n=40)
+    with pytest.raises(ConnectionError):
+        MWUMKLClassifier(engine="dask", client="tcp://127.0.0.1:9", scheduler_timeout=1.0).fit(X, y)
+    with pytest.raises(TypeError, match="client"):
+        connect_client(42)
+
+
+def test_killed_worker_is_recovered_with_the_same_model():
+    X, y = _data(n=300, d=5, seed=7)
+    ref = MWUMKLClassifier(epsilon=0.3).fit(X, y)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster, distributed.Client(cluster) as client:
+        victim = min(client.run(os.getpid).values())
+        killed = []
+
+        def kill_once(info):
+            if not killed and info.iteration >= 60:
+                os.kill(victim, signal.SIGKILL)
+                killed.append(info.iteration)
+
+        clf = MWUMKLClassifier(
+            epsilon=0.3, engine="dask", client=client, n_shards=4, callback=kill_once, callback_every=20
+        ).fit(X, y)
+    assert killed, "the worker was never killed"
+    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+
+
+def test_engine_counts_recoveries_and_closes(threaded_client):
+    X, y = _data(n=60)
+    yy = np.where(y == "yes", 1.0, -1.0)
+    problem = FeatureProblem(X, yy, KernelSet("paper", X.shape[1]))
+    with DaskEngine(problem, threaded_client, n_shards=2) as engine:
+        assert engine.recoveries == 0
+        assert len(engine.blocks) == 2
+    assert all(b.conn is None for b in engine.blocks)
