@@ -254,6 +254,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self : MWUMKLClassifier
         """
         eps, C, rho = self._check_params()
+        # A failed refit must not leave the old model next to new classes_.
+        for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+            delattr(self, name)
         if self._precomputed():
             K = self._validate_X(X, reset=True)
             y = np.asarray(y)

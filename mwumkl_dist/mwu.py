@@ -281,6 +281,8 @@ def solve(
             k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
             s_next = update_s(s, pos.v_row, neg.v_row, *gram_block(k_pp, k_nn, k_pn, inv_trace, ridge))
             coef = exponentiate(s_next, eps_p, rho).coef
+            if not np.all(np.isfinite(coef)):
+                raise FloatingPointError(f"non-finite scores at iteration {t + 1}: the kernels overflow (s = {s_next})")
             picks.append((pos.index, neg.index))
             pos, neg = engine.superstep(pos, neg, coef)
             s, t = s_next, t + 1
