@@ -80,7 +80,7 @@ def overhead(n_iter: int) -> dict:
     out = {"local_engine_ms": per_iter(LocalEngine(problem, 2))}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         with Client(cluster) as client:
-            workers = sorted(client.scheduler_info()["workers"])
+            workers = sorted(client.nthreads())
             with DaskEngine(problem, client, n_shards=2) as engine:
                 out["dask_superstep_ms"] = per_iter(engine)
             actors = [client.submit(_Echo, actor=True, workers=[w]).result() for w in workers]

@@ -71,6 +71,19 @@ def connect_client(client=None, timeout: float = 10.0):
     raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}")
 
 
+def _listen_host(worker_address: str) -> str:
+    """The host a shard listens on: the worker's own (advertised) host, IPv4 only."""
+    scheme, _, rest = worker_address.partition("://")
+    if scheme == "inproc":
+        return "127.0.0.1"
+    host = rest.rsplit(":", 1)[0]
+    if host.startswith("["):
+        raise ValueError(
+            f"worker address {worker_address!r} is IPv6; the shard channels need IPv4 worker addresses"
+        )
+    return host
+
+
 class ShardServer:
     """Dask actor holding one shard; answers supersteps over a direct socket."""
 
@@ -80,9 +93,7 @@ class ShardServer:
         # A problem may ship a factory instead of a built shard (e.g. a store path and a row
         # range), so the shard's data is read on the worker and never passes through the driver.
         self.shard = shard() if callable(shard) else shard
-        addr = get_worker().address
-        host = addr.split("://", 1)[-1].rsplit(":", 1)[0] if addr.startswith("tcp") else "127.0.0.1"
-        self._listener = Listener((host, 0), authkey=authkey)
+        self._listener = Listener((_listen_host(get_worker().address), 0), authkey=authkey)
         self._thread = threading.Thread(target=self._serve, name="mwumkl-shard", daemon=True)
         self._thread.start()
 
@@ -122,8 +133,10 @@ class ShardServer:
         return self.shard.superstep(ip, iq, p, q, coef)
 
     def _do_step_partial(self, ip, iq, p, q, coef):
-        self.shard.superstep(ip, iq, p, q, coef)
-        return self.shard.V @ coef
+        return self.shard.superstep_scores(ip, iq, p, q, coef)
+
+    def _do_stats(self):
+        return self.shard.stats()
 
     def _do_fetch(self, local):
         return self.shard.V[local].copy(), self.shard.point(local)
@@ -174,7 +187,11 @@ class DaskEngine:
         self._points: dict[int, object] = {}
         self._replayed = 0
         self._config = None
-        row_ranges = split_rows(problem.n_samples, n_shards)
+        # A store-backed problem aligns row shards to its chunks.
+        if hasattr(problem, "row_ranges"):
+            row_ranges = problem.row_ranges(n_shards)
+        else:
+            row_ranges = split_rows(problem.n_samples, n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         self.partial = len(kernel_ranges) > 1
         self.blocks = [_Block(r, k) for r in row_ranges for k in kernel_ranges]
@@ -191,7 +208,7 @@ class DaskEngine:
     def _workers(self) -> list[str]:
         deadline = time.monotonic() + self.timeout
         while True:
-            workers = sorted(self.client.scheduler_info()["workers"])
+            workers = sorted(self.client.nthreads())  # scheduler_info() lists only 5 in some releases
             if workers:
                 return workers
             if time.monotonic() > deadline:
@@ -347,6 +364,10 @@ class DaskEngine:
         picks_arr = np.asarray(self._picks, dtype=np.int64).reshape(-1, 2)
         self._broadcast("replay", lambda b: (picks_arr, self._points))
         self._replayed = len(self._picks)
+
+    def stats(self) -> list[dict]:
+        """Each block's counters (:meth:`shard.stats`, e.g. a kernel store's column cache)."""
+        return self._broadcast("stats")
 
     def alpha_counts(self) -> np.ndarray:
         out = np.zeros(self.n_samples)
