@@ -20,6 +20,7 @@ from .kernels import (
     parse_kernels,
 )
 from .mwu import ConvergenceWarning, ProgressInfo
+from .stores import DataStore, KernelStore, StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = [
     "MWUMKLClassifier",
@@ -34,5 +35,11 @@ __all__ = [
     "parse_kernels",
     "ProgressInfo",
     "ConvergenceWarning",
+    "DataStore",
+    "KernelStore",
+    "StoreError",
+    "open_store",
+    "write_data_store",
+    "write_kernel_store",
     "__version__",
 ]

@@ -4,26 +4,25 @@ Commands: ``demo`` (fit on scikit-learn's breast-cancer data and show the
 kernel weights), ``fit``, ``predict`` and ``evaluate``.  Bad input ends with one
 line ``mwumkl-dist: error: ...`` on stderr: exit code 2 for a bad command line,
 1 for a problem found while running, 130 when interrupted (``fit`` still saves
-the iterations done).  ``--debug`` shows the traceback of unexpected errors.
+the iterations done).  ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
+import zipfile
 
 import numpy as np
 
 from . import __version__, mwu
 from ._progress import ProgressBar, format_rate
 from .estimator import MWUMKLClassifier
+from .mwu import FitInterrupted
 from .io import SUPPORTED_EXTENSIONS, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
 
@@ -41,7 +40,7 @@ class UsageError(Exception):
 
 
 class CommandError(Exception):
-    """A failure with a chosen exit code and message."""
+    """A failure with its own exit code (1 unless given)."""
 
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
@@ -52,11 +51,10 @@ class CommandError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Reports usage errors as one line (raised, printed by :func:`main`)."""
+    """Raises usage errors instead of printing the usage block; :func:`main` prints one line."""
 
     def error(self, message):
-        hint = f" (see '{self.prog} --help')"
-        raise UsageError(message + hint)
+        raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
 def _number(text: str) -> float:
@@ -92,11 +90,9 @@ def _positive_int(text: str) -> int:
 
 def _kernel_spec(text: str) -> str:
     if text.strip().lower() == "precomputed":
-        raise argparse.ArgumentTypeError(
-            "'precomputed' kernels cannot come from a data file; use the Python API for them"
-        )
+        raise argparse.ArgumentTypeError("'precomputed' kernels cannot come from a data file; use the Python API")
     try:
-        parse_kernels(text, 1)  # syntax only; feature indices are checked against the data
+        parse_kernels(text, 1)  # the syntax only; feature indices are checked against the data
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -106,7 +102,7 @@ def _kernel_spec(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``mwumkl-dist`` (one subparser per command)."""
+    """The argument parser of ``mwumkl-dist``: one subparser per command."""
     parser = _Parser(
         prog=PROG,
         description="Multiple kernel learning by matrix multiplicative weights (MWUMKL).",
@@ -114,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the label is the last column of CSV and .npy files.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks of unexpected errors")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks instead of one line")
 
-    # Options every command accepts after its name too; SUPPRESS keeps the main parser's default.
+    # Accepted after the command name too; SUPPRESS keeps the main parser's default.
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
@@ -144,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=0.5,
         metavar="R",
-        help="width parameter: 0.5 (default, the authors' code) or 1.5 (the paper's bound)",
+        help="width parameter: 0.5 (default, as the authors' code) or 1.5 (the paper's bound)",
     )
     group.add_argument(
         "--max-iter", type=_positive_int, default=None, metavar="N", help="run N iterations instead of T"
@@ -156,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
     )
 
+    # More commands (e.g. bench, store) register here the same way.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_demo(sub, [common, model])
     _add_fit(sub, [common, model])
@@ -169,8 +166,8 @@ def _add_demo(sub, parents):
         "demo",
         parents=parents,
         help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
-        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; min-max scaled on "
-        "the training part, 80/20 split) and print the test error, the fit time and the kernel weights.",
+        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
+        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
     p.set_defaults(func=cmd_demo)
@@ -178,11 +175,33 @@ def _add_demo(sub, parents):
 
 def _add_fit(sub, parents):
     p = sub.add_parser(
-        "fit", parents=parents, help="fit a model on a data file and save it", description="Fit a model and save it."
+        "fit",
+        parents=parents,
+        help="fit a model on a data file and save it",
+        description="Fit a model on a labelled data file and save it. Ctrl-C stops the fit and saves the "
+        "iterations done (exit code 130); a second Ctrl-C aborts.",
     )
     p.add_argument("--data", required=True, metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    dist = p.add_argument_group("engine and resilience")
+    dist.add_argument(
+        "--engine",
+        choices=["local", "dask"],
+        default=None,
+        help="where the shards live (default: local; 'dask' when --scheduler is given, else a local threaded cluster)",
+    )
+    dist.add_argument("--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)")
+    dist.add_argument("--shards", type=_positive_int, default=1, metavar="N", help="row shards (default 1)")
+    dist.add_argument(
+        "--kernel-shards", type=_positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
+    )
+    dist.add_argument(
+        "--scheduler-timeout", type=_positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
+    )
+    dist.add_argument("--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations")
+    dist.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="K", help="default 100")
+    dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
     p.set_defaults(func=cmd_fit)
 
 
@@ -191,11 +210,12 @@ def _add_predict(sub, parents):
         "predict",
         parents=parents,
         help="write one predicted label per line",
-        description="Predict labels for a data file. CSV/.npy files may omit the label column.",
+        description="Predict a label for every point of a data file, one per line. CSV and .npy files may "
+        "omit the label column.",
     )
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     p.add_argument("--data", required=True, metavar="FILE", help="the points to predict")
-    p.add_argument("--output", "-o", metavar="OUT", help="write the labels here instead of to stdout")
+    p.add_argument("--output", "-o", metavar="OUT", help="write the labels to OUT instead of stdout")
     p.set_defaults(func=cmd_predict)
 
 
@@ -231,15 +251,6 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
     )
 
 
-def _check_two_classes(y, source: str) -> np.ndarray:
-    classes = np.unique(y)
-    if len(classes) < 2:
-        raise CommandError(
-            f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs at least two"
-        )
-    return classes
-
-
 def _describe_C(args) -> str:
     if math.isinf(args.C):
         return "C inf (hard margin)"
@@ -247,23 +258,23 @@ def _describe_C(args) -> str:
 
 
 def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
-    """The kernel weights as aligned lines, largest first when ``limit`` cuts the list."""
+    """The kernel weights as aligned lines; the ``limit`` largest when there are more."""
     order = np.arange(len(names))
     if limit is not None and len(names) > limit:
         order = np.argsort(-np.asarray(weights), kind="stable")[:limit]
     rows = [(names[i], f"{weights[i]:.6f}", f"{raw_weights[i]:.4e}") for i in order]
     head = ("kernel", "weight mu_i", "raw weight mu_i/r_i")
-    w0 = max(len(head[0]), *(len(r[0]) for r in rows))
-    w1 = max(len(head[1]), *(len(r[1]) for r in rows))
-    w2 = max(len(head[2]), *(len(r[2]) for r in rows))
-    lines = [f"  {head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}"]
-    lines += [f"  {a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
+    widths = [max(len(head[k]), *(len(r[k]) for r in rows)) for k in range(3)]
+    lines = [f"  {head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]:>{widths[2]}}"]
+    lines += [f"  {a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
     if len(order) < len(names):
-        lines.append(f"  ... {len(names) - len(order)} more kernels (the {len(order)} largest weights shown)")
+        lines.append(f"  ... and {len(names) - len(order)} more kernels (the {len(order)} largest weights shown)")
     return lines
 
 
 def _load_model(path: str) -> MWUMKLClassifier:
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise CommandError(f"{path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
     model = MWUMKLClassifier.load(path)
     if model.support_vectors_ is None:
         raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
@@ -281,42 +292,11 @@ def _check_writable(path: str, what: str) -> None:
         raise CommandError(f"cannot write the {what} to {path}: permission denied")
 
 
-class _Interrupts:
-    """Ctrl-C during a fit: remembers it and raises ``KeyboardInterrupt`` as usual.
-
-    The solver turns the ``KeyboardInterrupt`` into a partial model; the flag
-    lets the progress callback stop the remaining one-vs-rest problems too.
-    """
-
-    def __init__(self):
-        self.requested = False
-
-    @contextlib.contextmanager
-    def watch(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is signal.SIG_IGN:  # e.g. a background job: keep ignoring
-            yield
-            return
-
-        def handler(signum, frame):
-            self.requested = True
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGINT, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
-
 # ----------------------------------------------------------------------------- commands
 
 
 def cmd_demo(args) -> int:
-    """``demo``: breast cancer, 80/20 split, min-max scaling, test error and kernel weights."""
+    """``demo``: breast cancer, 80/20 split, min-max scaling; test error and kernel weights."""
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import MinMaxScaler
@@ -324,41 +304,31 @@ def cmd_demo(args) -> int:
     _check_model_args(args)
     X, y = load_breast_cancer(return_X_y=True)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=args.seed, stratify=y)
-    scaler = MinMaxScaler().fit(X_train)  # fit on the training part only
+    scaler = MinMaxScaler().fit(X_train)  # on the training part only: no test information leaks in
     X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
-    clf = _estimator(args)
     n_kernels = len(KernelSet(args.kernels, X.shape[1]))
+    clf = _estimator(args)
 
-    out = sys.stdout
-    print(
-        f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features",
-        file=out,
-    )
+    print(f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features")
     print(
         f"split 80/20 (seed {args.seed}): {len(y_train)} train, {len(y_test)} test; "
-        "features min-max scaled on the training part",
-        file=out,
+        "features min-max scaled on the training part"
     )
-    print(
-        f"kernels {args.kernels} ({n_kernels}), epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}",
-        file=out,
-    )
+    print(f"kernels {args.kernels} ({n_kernels}), epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
     start = time.perf_counter()
     clf.fit(X_train, y_train)
     elapsed = time.perf_counter() - start
     errors = int(np.sum(clf.predict(X_test) != y_test))
-    print(file=out)
-    print(
-        f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, "
-        f"{format_rate(clf.n_iter_ / max(elapsed, 1e-9))} it/s)",
-        file=out,
-    )
-    print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})", file=out)
-    print(f"support vectors  {len(clf.support_)} of {len(y_train)}", file=out)
-    print(f"bias             {clf.intercept_[0]:.6g}", file=out)
-    print("\nkernel weights (mu_i on trace-normalised kernels; mu_i/r_i on the raw kernels):", file=out)
+    rate = format_rate(clf.n_iter_ / max(elapsed, 1e-9))
+    print()
+    print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, {rate} it/s)")
+    print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})")
+    print(f"support vectors  {len(clf.support_)} of {len(y_train)}")
+    print(f"bias             {clf.intercept_[0]:.6g}")
+    print()
+    print("kernel weights (mu_i on the trace-normalised kernels, mu_i/r_i on the raw kernels):")
     for line in _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_):
-        print(line, file=out)
+        print(line)
     return 0
 
 
@@ -367,60 +337,84 @@ def cmd_fit(args) -> int:
     _check_model_args(args)
     _check_writable(args.model, "model")
     X, y = load_data(args.data)
-    classes = _check_two_classes(y, args.data)
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise CommandError(
+            f"{args.data}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
+        )
     n, d = X.shape
-    n_kernels = len(KernelSet(args.kernels, d))  # feature indices vs the data, before the fit
+    n_kernels = len(KernelSet(args.kernels, d))  # feature indices against the data, before the fit
     n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(args.epsilon, args.rho, n)
-    n_problems = 1 if len(classes) == 2 else len(classes)
+    n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
 
     bar = None if args.quiet else ProgressBar(n_iter * n_problems, stream=sys.stderr)
-    interrupts = _Interrupts()
-    state = {"problem": 0, "last": 0}
+    seen = {"problem": 0, "last": 0, "base": None}
 
     def on_progress(info):
-        if info.iteration <= state["last"]:  # a new one-vs-rest problem started
-            state["problem"] += 1
-        state["last"] = info.iteration
+        if info.iteration <= seen["last"]:  # the next one-vs-rest problem started
+            seen["problem"] += 1
+            seen["base"] = None
+        seen["last"] = info.iteration
+        if seen["base"] is None:  # the rate leaves out the first iteration's warm-up
+            seen["base"] = (info.iteration, info.elapsed)
         if bar is not None:
-            prefix = f"class {state['problem'] + 1}/{n_problems} " if n_problems > 1 else ""
-            rate = info.iteration / info.elapsed if info.elapsed > 0 else None
-            bar.update(state["problem"] * n_iter + info.iteration, rate=rate, prefix=prefix)
-        return True if interrupts.requested else None
+            prefix = f"class {seen['problem'] + 1}/{n_problems} " if n_problems > 1 else ""
+            done, seconds = info.iteration - seen["base"][0], info.elapsed - seen["base"][1]
+            bar.update(
+                seen["problem"] * n_iter + info.iteration,
+                rate=done / seconds if done > 0 and seconds > 0 else None,
+                prefix=prefix,
+            )
+        return None
 
-    clf = _estimator(args, callback=on_progress, callback_every=max(1, n_iter // 100))
+    engine = args.engine or ("dask" if args.scheduler else "local")
+    if engine == "local" and (args.scheduler or args.kernel_shards > 1):
+        raise UsageError("--scheduler and --kernel-shards need --engine dask")
+    if args.checkpoint is not None:
+        _check_writable(args.checkpoint, "checkpoint")
+    # Ctrl-C: the solver stops after the current iteration and keeps what it computed.
+    clf = _estimator(
+        args,
+        callback=on_progress,
+        callback_every=max(1, n_iter // 1000),
+        engine=engine,
+        client=args.scheduler,
+        n_shards=args.shards,
+        n_kernel_shards=args.kernel_shards,
+        scheduler_timeout=args.scheduler_timeout,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+    )
     start = time.perf_counter()
     try:
-        with interrupts.watch(), warnings.catch_warnings():
-            # Reported below, once for the whole fit.
-            warnings.filterwarnings("ignore", message="interrupted after")
-            clf.fit(X, y)
-    except (KeyboardInterrupt, RuntimeError):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once
+            clf.fit(X, y, resume=args.resume)
+    except FitInterrupted as exc:  # one-vs-rest classes left unfitted: no model to save
+        raise CommandError(f"{exc}; nothing saved", EXIT_INTERRUPTED) from None
+    finally:
         if bar is not None:
             bar.close()
-        if interrupts.requested:
-            raise CommandError("interrupted before the model was complete; nothing saved", EXIT_INTERRUPTED) from None
-        raise
     elapsed = time.perf_counter() - start
-    if bar is not None:
-        bar.close()
     clf.save(args.model)
 
     n_iters = np.atleast_1d(clf.n_iter_)
     if clf.interrupted_:
         done = ", ".join(str(int(t)) for t in n_iters)
+        per_class = " (per class)" if n_problems > 1 else ""
         print(
-            f"{PROG}: fit interrupted after {done} of {n_iter} iterations"
-            f"{' (per class)' if n_problems > 1 else ''}; the partial model was saved to {args.model}",
+            f"{PROG}: fit interrupted after {done} of {n_iter} iterations{per_class}; "
+            f"the partial model was saved to {args.model}",
             file=sys.stderr,
         )
     if not args.quiet:
         labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
         total = int(n_iters.sum())
+        how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
         print(f"model saved to   {args.model}")
         print(f"data             {args.data}: {n} points, {d} features, {len(classes)} classes ({labels})")
         print(f"kernels          {args.kernels} ({n_kernels})")
         print(f"parameters       epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
-        how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
         print(
             f"iterations       {total} ({how}, T = {n_iter}) in {elapsed:.2f} s "
             f"({format_rate(total / max(elapsed, 1e-9))} it/s)"
@@ -428,15 +422,14 @@ def cmd_fit(args) -> int:
         print(f"support vectors  {len(clf.support_)} of {n}")
         if n_problems == 1:
             print("kernel weights:")
-            for line in _weights_table(
-                clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, limit=_MAX_TABLE_ROWS
-            ):
+            table = _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, _MAX_TABLE_ROWS)
+            for line in table:
                 print(line)
     return EXIT_INTERRUPTED if clf.interrupted_ else 0
 
 
 def cmd_predict(args) -> int:
-    """``predict``: one label per line to stdout or ``--output``."""
+    """``predict``: one label per line, to stdout or ``--output``."""
     model = _load_model(args.model)
     if args.output is not None:
         _check_writable(args.output, "predictions")
@@ -455,12 +448,13 @@ def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
     model = _load_model(args.model)
     X, y = load_data(args.data, n_features=model.n_features_in_)
+    labels = np.unique(y).tolist()
     known = set(model.classes_.tolist())
-    unknown = [v for v in np.unique(y).tolist() if v not in known]
-    if len(unknown) == len(np.unique(y)):
+    unknown = [v for v in labels if v not in known]
+    if len(unknown) == len(labels):
         raise CommandError(
-            f"{args.data}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the model "
-            f"({', '.join(map(format_label, model.classes_[:5]))})"
+            f"{args.data}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the "
+            f"model ({', '.join(map(format_label, model.classes_[:5]))})"
         )
     if unknown:
         warnings.warn(
@@ -468,8 +462,8 @@ def cmd_evaluate(args) -> int:
             "and count as errors",
             stacklevel=1,
         )
-    correct = int(np.sum(model.predict(X) == y))
     n = len(y)
+    correct = int(np.sum(model.predict(X) == y))
     print(f"points    {n}")
     print(f"accuracy  {correct / n:.4f} ({correct} of {n})")
     print(f"error     {(n - correct) / n:.4f} ({n - correct} of {n})")
@@ -492,12 +486,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)
 
 
-#: Errors of bad input or environment: reported by their message alone.
+#: Errors of bad input or of the environment: reported by their message alone.
 _EXPECTED = (ValueError, TypeError, OSError, MemoryError)
 
 
 def main(argv=None) -> int:
-    """Run ``mwumkl-dist`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run ``mwumkl-dist`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -519,7 +513,7 @@ def main(argv=None) -> int:
             raise
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
-        # The reader (e.g. `head`) went away: silence the flush at exit (Python docs' recipe).
+        # The reader (e.g. `head`) went away: silence the flush at exit (the Python docs' recipe).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1

@@ -14,11 +14,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _columns, mwu
+from ._bank import BankKernelNames, BankProblem, bank_decision_function, bank_of
+from ._exact import exact_column_sums, exact_to_float
 from .checkpoint import Checkpointer, fingerprint, load_checkpoint
 from .engines.local import LocalEngine
-from .kernels import KernelSet
+from .kernels import KernelSet, RandomGaussianBank
 from .problem import FeatureProblem, PrecomputedProblem
 from .shard import as_csr, plan_args
+from .stores import KernelStore, as_store, merge_cache_stats
 
 __all__ = ["MWUMKLClassifier"]
 
@@ -26,6 +29,10 @@ logger = logging.getLogger("mwumkl_dist")
 
 _FORMAT = "mwumkl_dist-model"
 _FORMAT_VERSION = 1
+
+
+def _bank_meta(bank: RandomGaussianBank) -> dict:
+    return {"n_kernels": bank.n_kernels, "subset_size": bank.subset_size, "seed": bank.seed, "sigmas": bank.sigmas}
 
 
 class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
@@ -60,6 +67,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Run exactly this many iterations instead of ``T`` from ``epsilon``.
     scale_C : bool, default=True
         Whether ``C`` is relative to the training size (see ``C``).
+    polish : {"auto", True, False}, default="auto"
+        After the MWU iterations, re-solve the 2-norm soft-margin SVM exactly
+        on the support set with the learned kernel weights (LIBSVM on the
+        support set's combined Gram matrix, see :mod:`mwumkl_dist.polish`):
+        the same model, solved to optimality on those points instead of to
+        ``epsilon``.  ``"auto"`` polishes when the support set has at most
+        3000 points and its Gram matrix at most 1e9 kernel evaluations (and
+        the data are in memory, with a finite ``C``).  ``polish=False`` with
+        ``scale_C=False`` is the paper's algorithm as published.
     engine : {"local", "dask"}, default="local"
         Where the shards live: in this process, or on Dask workers.
     client : distributed.Client, str or None, default=None
@@ -109,6 +125,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Iterations run (per class for one-vs-rest).
     interrupted_ : bool
         Whether a fit stopped early (callback or Ctrl-C) and kept a partial model.
+    polished_ : bool
+        Whether the dual coefficients and biases come from the exact polish
+        (see ``polish``) rather than from the MWU iterations alone.
+    cache_info_ : dict
+        Only after a fit from a :class:`~mwumkl_dist.stores.KernelStore`: the shards'
+        column caches added up: ``hits``, ``misses``, ``hit_rate``, ``evictions``,
+        ``bytes_read`` (bytes read from the store), ``cache_peak_bytes`` and
+        ``cache_max_bytes`` (largest of one shard), ``n_shards``.
     n_features_in_ : int
         Number of features seen in ``fit``.
     feature_names_in_ : ndarray of str
@@ -143,6 +167,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         callback=None,
         callback_every=100,
         verbose=0,
+        polish="auto",
     ):
         self.kernels = kernels
         self.epsilon = epsilon
@@ -160,6 +185,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.callback = callback
         self.callback_every = callback_every
         self.verbose = verbose
+        self.polish = polish
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -204,6 +230,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.callback is not None and not callable(self.callback):
             raise TypeError("callback must be callable or None")
+        if not (self.polish is True or self.polish is False or self.polish == "auto"):
+            raise ValueError(f"polish must be 'auto', True or False, got {self.polish!r}")
         return eps, C, rho
 
     def _validate_X_precomputed(self, X, reset: bool):
@@ -235,14 +263,17 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
 
-    def fit(self, X, y, resume=None):
+    def fit(self, X, y=None, resume=None):
         """Fit the kernel weights and the classifier.
 
         Parameters
         ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features)
-            Training data (or ``(m, n, n)`` kernels with ``kernels="precomputed"``).
-        y : array-like of shape (n_samples,)
+        X : array-like or sparse matrix of shape (n_samples, n_features), or a store
+            Training data (or ``(m, n, n)`` kernels with ``kernels="precomputed"``);
+            or a :class:`mwumkl_dist.stores.DataStore` (a
+            :class:`~mwumkl_dist.stores.KernelStore` with ``kernels="precomputed"``),
+            whose shards read their own rows: the labels then come from the store.
+        y : array-like of shape (n_samples,), or None for a store
             Labels: any two or more distinct values.
         resume : path or None
             A checkpoint written by an earlier fit on the same data with the same
@@ -257,7 +288,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         # A failed refit must not leave the old model next to new classes_.
         for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
             delattr(self, name)
-        if self._precomputed():
+        store = as_store(X)
+        if store is not None:
+            y = self._validate_store(store, y)
+        elif self._precomputed():
             K = self._validate_X(X, reset=True)
             y = np.asarray(y)
             if y.ndim != 1 or len(y) != K.shape[1]:
@@ -274,10 +308,19 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             )
         n = len(y)
 
-        if self._precomputed():
+        if store is not None:
+            self.kernel_names_, traces, make_problem = store.problem_setup(self.kernels)
+        elif self._precomputed():
             self.kernel_names_ = [f"precomputed[{i}]" for i in range(K.shape[0])]
-            traces = np.einsum("inn->i", K)
+            # Exactly rounded, as a kernel store's traces: the same model from memory or from a store.
+            traces = exact_to_float(exact_column_sums(np.diagonal(K, axis1=1, axis2=2).T))
             make_problem = lambda y_pm: PrecomputedProblem(K, y_pm)  # noqa: E731
+        elif (bank := bank_of(self.kernels)) is not None and (not sp.issparse(X) or X.shape[0] * X.shape[1] <= 2**27):
+            # A bank alone: flat per-kernel tables instead of m Gaussian specs (see mwumkl_dist._bank);
+            # its shards hold dense rows, so very large sparse data keeps the generic path.
+            self.kernel_names_ = BankKernelNames(bank, X.shape[1])
+            traces = np.full(bank.n_kernels, float(X.shape[0]))  # K_i(x, x) = 1 exactly: every trace is n
+            make_problem = lambda y_pm: BankProblem(X, y_pm, bank)  # noqa: E731
         else:
             kernel_set = KernelSet(self.kernels, X.shape[1])
             self.kernel_names_ = kernel_set.names()
@@ -294,7 +337,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         fp = None
         if self.checkpoint is not None or resume is not None:
             fp = fingerprint(
-                K if self._precomputed() else X,
+                store.content_id() if store is not None else K if self._precomputed() else X,
                 y,
                 self.kernel_names_,
                 {"eps": eps, "rho": rho, "ridge": ridge, "n_iter": n_iter, "classes": self.classes_.tolist()},
@@ -303,6 +346,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             resumed = load_checkpoint(resume, fp)
             results = list(resumed["finished"])
         client, owns_client = None, False
+        cache_stats: list[dict] = []
         if self.engine == "dask":
             from .engines.dask import connect_client
 
@@ -336,6 +380,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                         state=state,
                         on_state=on_state,
                     )
+                    if store is not None and hasattr(engine, "stats"):
+                        cache_stats.extend(engine.stats())
                 finally:
                     if hasattr(engine, "close"):
                         engine.close()
@@ -346,13 +392,75 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             if owns_client:
                 client.close()
         if len(results) < len(targets):
-            raise RuntimeError(
-                f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; "
-                "resume it from a checkpoint"
+            how = (
+                f"resume it with fit(..., resume={self.checkpoint!r})"
+                if self.checkpoint is not None
+                else "refit with checkpoint=PATH to be able to resume"
+            )
+            raise mwu.FitInterrupted(
+                f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; {how}"
             )
         self.kernel_traces_ = np.asarray(traces, dtype=np.float64)
+        cache_info = merge_cache_stats(cache_stats)
+        if cache_info is not None:
+            self.cache_info_ = cache_info
         self._set_model(results, y, targets, X)
+        self._polish(X, y, targets, ridge, store)
         return self
+
+    def _polish(self, X, y, targets, ridge, store):
+        """Re-solve each binary problem exactly on its support set (see ``polish``)."""
+        from . import polish as _polish
+
+        self.polished_ = False
+        if self.polish is False or self.interrupted_:
+            return
+        blocker = None
+        if store is not None:
+            blocker = "a fit from a store (the data are not in memory)"
+        elif ridge == 0.0:
+            blocker = "the hard margin (C = inf): the hulls may intersect"
+        if blocker is not None:
+            if self.polish is True:
+                raise ValueError(f"polish=True is not available for {blocker}")
+            return
+        weights = np.atleast_2d(self.raw_kernel_weights_)
+        m = weights.shape[1]
+        rows_per_problem = [self.support_[self.dual_coef_[k] != 0.0] for k in range(len(targets))]
+        if self.polish == "auto" and not all(_polish.polish_budget_ok(len(r), m) for r in rows_per_problem):
+            return
+        if self._precomputed():
+            K = np.asarray(X, dtype=np.float64)
+
+            def gram(rows, w):
+                return np.einsum("i,ijk->jk", w, K[:, rows][:, :, rows])
+        else:
+            kernel_set = KernelSet(self.kernels, self.n_features_in_)
+            Xc = as_csr(X)
+
+            def gram(rows, w):
+                Xr = Xc[rows]
+                return _polish.combined_kernel(kernel_set, Xr, Xr, w)
+
+        position = {j: p for p, j in enumerate(self.support_.tolist())}
+        for k, rows in enumerate(rows_per_problem):
+            y_pm = np.where(y[rows] == targets[k], 1.0, -1.0)
+            alpha, b = _polish.solve_l2_svm(gram(rows, weights[k]), y_pm, ridge)
+            cols = np.fromiter((position[j] for j in rows.tolist()), np.int64, len(rows))
+            self.dual_coef_[k, :] = 0.0
+            self.dual_coef_[k, cols] = alpha * y_pm
+            self.intercept_[k] = b
+        self.polished_ = True
+
+    def _validate_store(self, store, y):
+        """The labels of a store fit; checks that the store kind matches ``kernels``."""
+        if isinstance(store, KernelStore) and not self._precomputed():
+            raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
+        if self._precomputed() and not isinstance(store, KernelStore):
+            raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
+        y = store.training_labels(y)
+        self.n_features_in_ = store.n_samples if self._precomputed() else store.n_features
+        return y
 
     def _make_engine(self, problem, client):
         if self.engine == "local":
@@ -419,7 +527,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         if self._precomputed():
             self.support_vectors_ = None
         else:
-            Xs = X[self.support_]
+            Xs = X.take_rows(self.support_) if hasattr(X, "take_rows") else X[self.support_]
             self.support_vectors_ = Xs
 
     # ------------------------------------------------------------------ predict
@@ -427,16 +535,26 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """Signed distance to the separating hyperplane of each binary problem.
 
+        ``X`` may also be a :class:`~mwumkl_dist.stores.DataStore`, read one chunk of rows at a time.
+
         Returns
         -------
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
         check_is_fitted(self)
+        store = as_store(X)
+        if store is not None:
+            if isinstance(store, KernelStore):
+                raise TypeError(f"{store.path}: predict from precomputed test kernels (m, n_samples, n_train)")
+            blocks = store.row_ranges(-(-store.n_samples // store.chunk_rows))
+            return np.concatenate([self.decision_function(store.read_rows(a, b)) for a, b in blocks])
         X = self._validate_X(X, reset=False)
         weights = np.atleast_2d(self.raw_kernel_weights_)
         if self._precomputed():
             Ksv = X[:, :, self.support_]  # (m, n_samples, n_SV)
             out = np.einsum("ktj,oj,ok->to", Ksv, self.dual_coef_, weights, optimize=True)
+        elif isinstance(self.kernel_names_, BankKernelNames):
+            out = bank_decision_function(X, self.support_vectors_, self.dual_coef_, weights, self.kernel_names_.bank)
         else:
             ks = KernelSet(self.kernel_names_, self.n_features_in_)
             plan = ks.plan
@@ -479,8 +597,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         from . import __version__
 
         params = {k: v for k, v in self.get_params().items() if k not in ("callback", "client")}
+        bank = self.kernel_names_.bank if isinstance(self.kernel_names_, BankKernelNames) else None
         if not isinstance(params["kernels"], str):
-            params["kernels"] = ",".join(self.kernel_names_)
+            params["kernels"] = str(bank) if bank is not None else ",".join(self.kernel_names_)
         for k in ("C", "epsilon", "rho"):
             params[k] = float(params[k])
         meta = {
@@ -489,10 +608,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             "package_version": __version__,
             "params": {k: (None if (isinstance(v, float) and np.isinf(v)) else v) for k, v in params.items()},
             "C_is_inf": bool(np.isinf(float(self.C))),
-            "kernel_names": self.kernel_names_,
+            "kernel_names": None if bank is not None else self.kernel_names_,
+            "kernel_bank": None if bank is None else _bank_meta(bank),
             "n_features_in": int(self.n_features_in_),
             "n_iter": np.asarray(self.n_iter_).tolist(),
             "interrupted": bool(self.interrupted_),
+            "polished": bool(getattr(self, "polished_", False)),
             "feature_names_in": list(map(str, getattr(self, "feature_names_in_", []))) or None,
         }
         arrays = {}
@@ -541,11 +662,19 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             est = cls(**params)
             for name in cls._ARRAYS:
                 setattr(est, name, data[name])
-            est.kernel_names_ = list(meta["kernel_names"])
+            if meta.get("kernel_bank"):
+                kb = meta["kernel_bank"]
+                est.kernel_names_ = BankKernelNames(
+                    RandomGaussianBank(kb["n_kernels"], kb["subset_size"], kb["seed"], tuple(kb["sigmas"])),
+                    meta["n_features_in"],
+                )
+            else:
+                est.kernel_names_ = list(meta["kernel_names"])
             est.n_features_in_ = meta["n_features_in"]
             n_iter = meta["n_iter"]
             est.n_iter_ = n_iter if isinstance(n_iter, int) else np.asarray(n_iter)
             est.interrupted_ = meta["interrupted"]
+            est.polished_ = bool(meta.get("polished", False))
             if meta.get("feature_names_in"):
                 est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
             if "sv_sparse" not in meta:

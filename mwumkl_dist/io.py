@@ -173,7 +173,8 @@ def _looks_like_svmlight(path: str) -> bool:
         with _open_text(path) as fh:
             for _, text in _data_lines(fh):
                 # A lone label is a valid svmlight row (all features zero) but no CSV row.
-                return ":" in text or len(text.split()) == 1
+                tokens = text.split()
+                return ":" in text or (len(tokens) == 1 and _is_number(tokens[0]))
     except _READ_ERRORS as exc:
         raise _reword_read_error(path, exc) from None
     return True

@@ -16,7 +16,10 @@ One iteration, as :func:`solve` runs it::
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -44,6 +47,10 @@ __all__ = [
 
 #: Above this largest exponent the paper switches to the quashed form.
 QUASH_THRESHOLD = 20.0
+
+
+class FitInterrupted(RuntimeError):
+    """A one-vs-rest fit stopped (Ctrl-C or callback) before every class was fitted."""
 
 
 class ConvergenceWarning(UserWarning):
@@ -189,6 +196,36 @@ def class_totals(parts, y: np.ndarray) -> tuple[float, float]:
     return float(margins[y > 0].sum()), float(margins[y < 0].sum())
 
 
+class _StopRequest:
+    requested = False
+
+
+@contextlib.contextmanager
+def _sigint_requests_stop():
+    """While solving, a first Ctrl-C only asks the loop to stop after the current iteration.
+
+    Raising ``KeyboardInterrupt`` at an arbitrary point could land between two
+    shards' supersteps (or inside a numba call) and leave the state half
+    updated; a second Ctrl-C does raise it, to abort.
+    """
+    stop = _StopRequest()
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is None or previous is signal.SIG_IGN:
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Engine(Protocol):
     """What :func:`solve` needs from an engine (local, Dask): it only moves data."""
 
@@ -263,10 +300,11 @@ def solve(
 
     ``callback(info)`` is called every ``callback_every`` iterations and at the
     end; returning ``True`` stops early (the model is built from the
-    iterations done).  A ``KeyboardInterrupt`` does the same, so an
-    interrupted fit keeps what it computed (``interrupted=True``).
+    iterations done).  Ctrl-C (SIGINT, when solving in the main thread) does
+    the same at the end of the current iteration, so an interrupted fit keeps
+    what it computed (``interrupted=True``); a second Ctrl-C aborts.
     ``state`` resumes from a :class:`SolverState`; ``on_state`` sees the state
-    after every iteration (the engines use it for checkpoints).
+    after every iteration (used for checkpoints).
     """
     eps_p = eps_prime(epsilon, rho)
     if state is None:
@@ -275,8 +313,7 @@ def solve(
     s, pos, neg, t, picks = state.s.copy(), state.pos, state.neg, state.iteration, list(state.picks)
     start = time.perf_counter()
     interrupted = False
-    s_next = s
-    try:
+    with _sigint_requests_stop() as stop:
         while t < n_iter:
             k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
             s_next = update_s(s, pos.v_row, neg.v_row, *gram_block(k_pp, k_nn, k_pn, inv_trace, ridge))
@@ -292,18 +329,12 @@ def solve(
                 if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
                     interrupted = t < n_iter
                     break
-    except KeyboardInterrupt:
-        interrupted = True
-        # Each iteration adds 1 to sum(alpha counts): if the interrupt landed after the
-        # engine's superstep but before the driver recorded it, take that iteration too.
-        if round(float(engine.alpha_counts().sum())) == t + 1:
-            s, t = s_next, t + 1
-        else:
-            del picks[t:]
-        warnings.warn(
-            f"interrupted after {t} of {n_iter} iterations: the model is built from those",
-            stacklevel=2,
-        )
+            if stop.requested:
+                interrupted = t < n_iter
+                warnings.warn(
+                    f"interrupted after {t} of {n_iter} iterations: the model is built from those", stacklevel=2
+                )
+                break
     if t == 0:
         raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
     ex = exponentiate(s, eps_p, rho)

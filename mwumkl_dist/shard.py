@@ -53,10 +53,13 @@ def as_csr(X) -> sp.csr_matrix:
 
 
 def point_kernel_block(plan: KernelPlan, p: np.ndarray, q: np.ndarray):
-    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors."""
-    two = as_csr(np.vstack([p, q]))
-    colp, colq = _columns.kernel_columns(two.indptr, two.indices, two.data, p, q, *plan_args(plan))
-    return colp[0], colq[1], colq[0]
+    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors.
+
+    The same numbers the shards' column passes produce for these rows.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    return _columns.point_kernels(p, q, *plan_args(plan))
 
 
 class _ShardBase:
@@ -72,7 +75,8 @@ class _ShardBase:
         self.n_kernels = int(n_kernels)
         self.inv_trace: np.ndarray | None = None
         self.ridge = 0.0
-        self.V = np.zeros((self.n_rows, self.n_kernels))
+        # Fortran order: the superstep walks V kernel by kernel over blocks of rows.
+        self.V = np.zeros((self.n_rows, self.n_kernels), order="F")
         self.alpha = np.zeros(self.n_rows)
 
     def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
@@ -118,6 +122,15 @@ class _ShardBase:
         bp, gp, bn, gn = self._step(ip, iq, p, q, np.ascontiguousarray(coef, dtype=np.float64))
         return self._candidate(bp, gp), self._candidate(bn, gn)
 
+    def superstep_scores(self, ip: int, iq: int, p, q, coef: np.ndarray) -> np.ndarray:
+        """A superstep, then this block's partial scores ``V @ coef`` for all its rows (kernel blocks)."""
+        self.superstep(ip, iq, p, q, coef)
+        return self.V @ coef
+
+    def stats(self) -> dict:
+        """Counters a shard kind may keep (e.g. a store shard's column cache); none by default."""
+        return {}
+
     def replay(self, picks, points) -> None:
         """Re-apply logged picks ``[(ip, iq), ...]`` in order: rebuilds ``V`` and alpha bit for bit.
 
@@ -153,9 +166,21 @@ class FeatureShard(_ShardBase):
         self.X = X
         self.plan = plan
         self._plan_args = plan_args(plan)
+        # Per-row group norms, needed by every superstep: computed once.
+        self._row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        # A column copy lets a superstep visit only the columns where the two points are non-zero.
+        self._csc = None
+        if plan.n_groups == 1:
+            C = X.tocsc()
+            C.sort_indices()
+            self._csc = (C.indptr, C.indices, C.data)
 
     def point(self, local: int) -> np.ndarray:
-        return np.asarray(self.X[local].toarray()).ravel()
+        X = self.X
+        a, b = X.indptr[local], X.indptr[local + 1]
+        out = np.zeros(X.shape[1])
+        out[X.indices[a:b]] = X.data[a:b]  # as_csr summed duplicates
+        return out
 
     def diagonal(self) -> np.ndarray:
         """``K_i(x_j, x_j)`` for this block's rows, ``(n_rows, m)``."""
@@ -181,12 +206,14 @@ class FeatureShard(_ShardBase):
             self.ridge,
             coef,
             *self._plan_args,
+            row_sq=self._row_sq,
+            csc=self._csc,
         )
 
     def raw_columns(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Raw kernel values of this block's rows against two points, ``(n_rows, m)`` each."""
         X = self.X
-        return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *self._plan_args)
+        return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *self._plan_args, row_sq=self._row_sq)
 
 
 class PrecomputedShard(_ShardBase):

@@ -105,6 +105,8 @@ class ShardServer:
             conn = self._listener.accept()
         except OSError:
             return
+        finally:
+            self._listener.close()  # one driver connection per shard
         with conn:
             while True:
                 try:

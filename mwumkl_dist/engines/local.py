@@ -18,7 +18,12 @@ class LocalEngine:
         self.problem = problem
         self.n_samples = problem.n_samples
         self.n_kernels = problem.n_kernels
-        self.shards = [problem.make_shard(a, b) for a, b in split_rows(problem.n_samples, n_shards)]
+        # A store-backed problem aligns row shards to its chunks.
+        if hasattr(problem, "row_ranges"):
+            ranges = problem.row_ranges(n_shards)
+        else:
+            ranges = split_rows(problem.n_samples, n_shards)
+        self.shards = [problem.make_shard(a, b) for a, b in ranges]
 
     def traces(self) -> np.ndarray:
         parts = [s.trace_parts() for s in self.shards]
@@ -49,6 +54,10 @@ class LocalEngine:
         points = {j: self.problem.point(j) for pick in picks for j in pick}
         for s in self.shards:
             s.replay(picks, points)
+
+    def stats(self) -> list[dict]:
+        """Each shard's counters (:meth:`shard.stats`, e.g. a kernel store's column cache)."""
+        return [s.stats() for s in self.shards]
 
     def alpha_counts(self) -> np.ndarray:
         return np.concatenate([s.alpha_counts() for s in self.shards])

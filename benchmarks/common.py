@@ -1,0 +1,184 @@
+"""Shared plumbing of the experiments: context, machine info, statistics, output files, progress."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Context", "machine_info", "median_ci", "write_outputs", "Progress", "REPO"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Context:
+    """What every experiment gets: where to write, quick or full, where the data are."""
+
+    out: Path
+    quick: bool = False
+    datasets_dir: Path | None = None
+    command: str = ""
+    jobs: int = 2
+    progress: bool = True
+    seed: int = 0
+    log_stream: object = field(default=None, repr=False)
+
+    def log(self, message: str) -> None:
+        stream = self.log_stream if self.log_stream is not None else sys.stderr
+        print(message, file=stream, flush=True)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_info() -> dict:
+    """CPU, cores, memory, library versions and git commit of this run."""
+    import numba
+    import scipy
+    import sklearn
+
+    import mwumkl_dist
+
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = None
+    try:
+        mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": mem,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "scikit-learn": sklearn.__version__,
+        "numba": numba.__version__,
+        "numba_threads": numba.get_num_threads(),
+        "mwumkl_dist": mwumkl_dist.__version__,
+        "git_commit": _git_commit(),
+    }
+
+
+def median_ci(values, level: float = 0.95) -> dict:
+    """Median with a distribution-free confidence interval from order statistics.
+
+    The interval ``[x_(j), x_(n-j+1)]`` with the largest ``j`` whose binomial
+    coverage ``P(j <= B < n-j+1)``, ``B ~ Bin(n, 1/2)``, is at least ``level``
+    (for n = 30: ``x_(10)`` to ``x_(21)``, coverage 95.7 %).  With too few
+    values for that level the interval is ``[min, max]`` and ``coverage`` says
+    what it really is.
+    """
+    from scipy.stats import binom
+
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    if n == 0:
+        return {"median": math.nan, "lo": math.nan, "hi": math.nan, "coverage": 0.0, "n": 0}
+    j = 1
+    for cand in range(1, n // 2 + 1):
+        coverage = 1.0 - 2.0 * binom.cdf(cand - 1, n, 0.5)
+        if coverage >= level:
+            j = cand
+        else:
+            break
+    coverage = float(1.0 - 2.0 * binom.cdf(j - 1, n, 0.5))
+    return {"median": float(np.median(x)), "lo": float(x[j - 1]), "hi": float(x[n - j]), "coverage": coverage, "n": n}
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_outputs(ctx: Context, key: str, title: str, rows: list[dict], summary: dict, settings: dict,
+                  figures: list[str], started: float) -> Path:
+    """``{key}.csv`` (one line per measurement) and ``{key}.json`` (everything, with machine and command)."""
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    csv_path = ctx.out / f"{key}.csv"
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _jsonable(v) for k, v in r.items()})
+    doc = {
+        "experiment": key,
+        "title": title,
+        "command": ctx.command,
+        "quick": ctx.quick,
+        "machine": machine_info(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "seconds": round(time.time() - started, 2),
+        "settings": settings,
+        "summary": summary,
+        "figures": figures,
+        "rows": rows,
+    }
+    json_path = ctx.out / f"{key}.json"
+    with open(json_path, "w", encoding="utf-8") as fh:
+        json.dump(_jsonable(doc), fh, indent=1)
+    return json_path
+
+
+class Progress:
+    """A progress bar over an experiment's units of work (quiet when disabled)."""
+
+    def __init__(self, ctx: Context, total: int, label: str):
+        from mwumkl_dist._progress import ProgressBar
+
+        self.enabled = ctx.progress and total > 0
+        self.done = 0
+        self.label = label
+        self.start = time.perf_counter()
+        self.bar = ProgressBar(max(total, 1), stream=ctx.log_stream or sys.stderr, unit="runs") if self.enabled else None
+
+    def step(self, what: str = "") -> None:
+        self.done += 1
+        if self.bar is not None:
+            rate = self.done / max(time.perf_counter() - self.start, 1e-9)
+            self.bar.update(self.done, rate=rate, prefix=f"{self.label} {what} ".replace("  ", " "))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

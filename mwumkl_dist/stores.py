@@ -1,0 +1,1332 @@
+"""Zarr stores: training data and precomputed kernels larger than memory.
+
+A store is a Zarr (format 3) group in a local directory; its metadata sits in
+the group attributes under ``"mwumkl_dist"`` and is written last, so a write
+that did not finish leaves a store that :func:`open_store` rejects.
+
+**Data store** (``mwumkl-dist store data``, :func:`write_data_store`)::
+
+    X        (n, d)   float64  chunks (R, d)    dense features, or CSR rows:
+    indptr   (n + 1,) int64    chunks (R,)
+    indices  (nnz,)   int32    chunks (~R rows' worth of non-zeros)
+    data     (nnz,)   float64  same chunks as indices
+    y        (n,)     int32    chunks (R,)      class codes into the metadata's ``classes``
+
+**Kernel store** (``mwumkl-dist store kernels``, :func:`write_kernel_store`)::
+
+    K        (m, n, n) float64 chunks (mc, 1, R)   K[i, j, r] = K_i(x_r, x_j): column j of kernel i
+    diag     (m, n)    float64 chunks (mc, R)      K_i(x_j, x_j)
+    y        (n,)      int32   chunks (R,)
+
+A superstep needs two columns ``K_i[rows, j]`` of every kernel for the rows of
+a shard.  Stored as ``K[:, j, rows]`` (for a symmetric kernel that is simply
+row ``j``), the columns of one shard are exactly one chunk each when row
+shards follow the ``R``-row chunks, which :meth:`DataStore.row_ranges` and
+:meth:`KernelStore.row_ranges` arrange.  Shards read them through a bounded
+LRU column cache (:class:`ColumnCache`); a fit reports the hit rate as
+``MWUMKLClassifier.cache_info_``.
+
+Integrity: every chunk carries a CRC-32C checksum and missing chunks read as
+NaN (or -1); opening a store checks its metadata, array shapes, label codes,
+that every chunk file exists and (uncompressed kernel chunks) has the right
+size, and every read checks what it got.  Each problem raises
+:class:`StoreError` (a ``ValueError``) naming the store and the problem.
+
+Fitting from a store (the driver reads only the labels; each shard reads its
+own rows on its worker)::
+
+    clf = MWUMKLClassifier(kernels="paper", engine="dask", n_shards=4).fit(DataStore("train.zarr"))
+    clf = MWUMKLClassifier(kernels="precomputed").fit(KernelStore("kernels.zarr", cache_bytes=2**28))
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections import OrderedDict
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._exact import exact_column_sums, exact_to_float
+from .kernels import KernelSet, RandomGaussianBank
+from .problem import chain_safe_ranges
+from .shard import FeatureShard, PrecomputedShard, _ShardBase, as_csr, point_kernel_block, split_rows
+
+__all__ = [
+    "StoreError",
+    "DataStore",
+    "KernelStore",
+    "ColumnCache",
+    "open_store",
+    "open_data_store",
+    "open_kernel_store",
+    "write_data_store",
+    "write_kernel_store",
+    "DataStoreProblem",
+    "KernelStoreProblem",
+    "KernelStoreShard",
+    "as_store",
+    "merge_cache_stats",
+    "add_store_commands",
+]
+
+DATA_FORMAT = "mwumkl_dist-data"
+KERNEL_FORMAT = "mwumkl_dist-kernels"
+#: Store layout version this package writes and reads.
+STORE_VERSION = 1
+_ATTR = "mwumkl_dist"
+_KINDS = {DATA_FORMAT: "a data store", KERNEL_FORMAT: "a kernel store"}
+#: Default column cache of a kernel-store shard.
+DEFAULT_CACHE_BYTES = 256 * 2**20
+#: Memory a writer uses for one block of kernel columns.
+_WRITE_BLOCK_BYTES = 64 * 2**20
+
+
+class StoreError(ValueError):
+    """A store that cannot be used; the message names the store and the problem."""
+
+
+def _package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# ----------------------------------------------------------------------------- labels
+
+
+def _encode_labels(y) -> tuple[np.ndarray, list, str]:
+    """Class codes (int32), the classes as JSON values, and the label dtype to restore them."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"labels must be 1-d, got shape {y.shape}")
+    if y.dtype.kind in "biuf":
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValueError("labels contain NaN or infinity")
+        classes = np.unique(y)
+        kind = y.dtype.str
+        values = classes.tolist()
+    elif y.dtype.kind in "UO":
+        ys = y.astype(str)
+        classes = np.unique(ys)
+        kind = "str"
+        values = classes.tolist()
+        y = ys
+    else:
+        raise ValueError(f"labels must be numbers or strings, got dtype {y.dtype}")
+    codes = np.searchsorted(classes, y).astype(np.int32)
+    return codes, values, kind
+
+
+def _decode_classes(values: list, kind: str) -> np.ndarray:
+    if kind == "str":
+        return np.asarray(values, dtype=str)
+    return np.asarray(values, dtype=np.dtype(kind))
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sha256_arrays(*arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.view(np.uint8).reshape(-1).data if a.size else b"")
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- zarr helpers
+
+
+def _zarr():
+    import zarr
+
+    return zarr
+
+
+def _codecs(compress: bool):
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    # The checksum goes last: it covers the stored (compressed) bytes, so a truncated or
+    # altered chunk fails its check instead of decoding to wrong numbers.
+    return [ZstdCodec(level=3), Crc32cCodec()] if compress else [Crc32cCodec()]
+
+
+def _create(group, name, shape, chunks, dtype, *, compress: bool, attributes=None):
+    fill = np.nan if np.dtype(dtype).kind == "f" else -1
+    return group.create_array(
+        name,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        fill_value=fill,
+        compressors=_codecs(compress),
+        filters=None,
+        chunk_key_encoding={"name": "default", "separator": "/"},
+        attributes={"compressed": bool(compress), **(attributes or {})},
+    )
+
+
+def _prepare_output(path: str, overwrite: bool) -> None:
+    if os.path.exists(path):
+        if not overwrite:
+            raise StoreError(f"{path}: already exists; choose another path, or overwrite=True (--overwrite)")
+        if os.path.isdir(path):
+            if not os.path.exists(os.path.join(path, "zarr.json")) and os.listdir(path):
+                raise StoreError(f"{path}: exists and is not a Zarr store; refusing to overwrite it")
+            shutil.rmtree(path)
+        else:
+            raise StoreError(f"{path}: exists and is not a directory; refusing to overwrite it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StoreError(f"{path}: directory {parent} does not exist")
+
+
+def _chunk_grid(shape, chunks) -> tuple[int, ...]:
+    return tuple(max(1, math.ceil(s / c)) if s else 0 for s, c in zip(shape, chunks))
+
+
+def _chunk_files(array_dir: str) -> dict[str, int]:
+    """Chunk keys (``"0/3/1"``) and file sizes of a local Zarr v3 array (default key encoding)."""
+    out: dict[str, int] = {}
+    root = os.path.join(array_dir, "c")
+    stack = [(root, "")]
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for e in entries:
+            key = prefix + e.name
+            if e.is_dir(follow_symlinks=False):
+                stack.append((e.path, key + "/"))
+            else:
+                out[key] = e.stat().st_size
+    return out
+
+
+def _chunk_keys(name: str, starts, stops, chunks) -> str:
+    """The chunk file(s) a selection touches, for error messages (``K/c/0/17/2``)."""
+    ranges = [range(a // c, max(a // c + 1, math.ceil(b / c))) for a, b, c in zip(starts, stops, chunks)]
+    keys = [f"{name}/c/" + "/".join(map(str, idx)) for idx in _product(ranges)]
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _product(ranges):
+    if not ranges:
+        yield ()
+        return
+    for i in ranges[0]:
+        for rest in _product(ranges[1:]):
+            yield (i, *rest)
+
+
+class _StoreBase:
+    """What both store kinds share: opening, validation, labels, lazy arrays on workers."""
+
+    FORMAT = ""
+    REQUIRED: tuple[str, ...] = ()
+
+    def __init__(self, path, *, verify: bool = True):
+        self.path = os.fspath(path)
+        self.meta = self._open_meta()
+        self._group = None
+        self._arrays: dict = {}
+        self._y_codes = None
+        if verify:
+            self._validate()
+
+    # -- opening -------------------------------------------------------------------------
+    def _fail(self, problem: str) -> StoreError:
+        return StoreError(f"{self.path}: {problem}")
+
+    def _open_meta(self) -> dict:
+        path = self.path
+        if not os.path.exists(path):
+            raise StoreError(f"{path}: no such store")
+        if not os.path.isdir(path):
+            raise StoreError(f"{path}: not a store (a Zarr store is a directory)")
+        try:
+            group = _zarr().open_group(path, mode="r")
+        except Exception as exc:  # zarr raises several types for a directory that is not a group
+            raise StoreError(f"{path}: not a Zarr group ({type(exc).__name__}: {exc})") from None
+        meta = group.attrs.asdict().get(_ATTR)
+        if not isinstance(meta, dict):
+            raise StoreError(
+                f"{path}: no mwumkl_dist metadata (not written by 'mwumkl-dist store', or its write did not finish)"
+            )
+        fmt = meta.get("format")
+        if fmt != self.FORMAT:
+            what = _KINDS.get(fmt)
+            problem = f"this is {what}, not {_KINDS[self.FORMAT]}" if what else f"unknown store format {fmt!r}"
+            raise StoreError(f"{path}: {problem}")
+        version = meta.get("format_version")
+        if version != STORE_VERSION:
+            raise StoreError(
+                f"{path}: written by an incompatible version (store format {version!r}, "
+                f"mwumkl_dist {meta.get('package_version', '?')}); this mwumkl_dist ({_package_version()}) "
+                f"reads store format {STORE_VERSION} only: rewrite the store"
+            )
+        missing = [k for k in self.REQUIRED if k not in meta]
+        if missing:
+            raise StoreError(f"{path}: metadata lacks {', '.join(repr(k) for k in missing)}")
+        for key in ("n_samples", "chunk_rows"):
+            v = meta[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise StoreError(f"{path}: metadata {key!r} must be a positive integer, got {v!r}")
+        if not isinstance(meta["classes"], list) or len(meta["classes"]) < 1:
+            raise StoreError(f"{path}: metadata 'classes' must be a non-empty list")
+        try:
+            _decode_classes(meta["classes"], meta["label_dtype"])
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"{path}: metadata 'classes' cannot be read as {meta['label_dtype']!r} ({exc})") from None
+        return meta
+
+    @property
+    def group(self):
+        if self._group is None:
+            self._group = _zarr().open_group(self.path, mode="r")
+        return self._group
+
+    def _array(self, name: str):
+        arr = self._arrays.get(name)
+        if arr is None:
+            try:
+                arr = self.group[name]
+            except KeyError:
+                raise self._fail(f"missing array {name!r}") from None
+            self._arrays[name] = arr
+        return arr
+
+    def _check_array(self, name: str, shape: tuple, dtype, chunks: tuple | None = None) -> None:
+        group = self.group
+        if name not in group:
+            raise self._fail(f"missing array {name!r}")
+        arr = group[name]
+        if not hasattr(arr, "shape") or tuple(arr.shape) != tuple(shape):
+            raise self._fail(
+                f"array {name!r} has shape {tuple(getattr(arr, 'shape', ()))}, the metadata implies {tuple(shape)}"
+            )
+        if arr.dtype != np.dtype(dtype):
+            raise self._fail(f"array {name!r} has dtype {arr.dtype}, expected {np.dtype(dtype)}")
+        if chunks is not None and tuple(arr.chunks) != tuple(chunks):
+            raise self._fail(f"array {name!r} has chunks {tuple(arr.chunks)}, expected {tuple(chunks)}")
+        # Every chunk file present (a missing one would silently read as the fill value), and
+        # uncompressed chunks of the exact size (a truncated file is caught before any solving).
+        files = _chunk_files(os.path.join(self.path, name))
+        grid = _chunk_grid(arr.shape, arr.chunks)
+        expected = int(np.prod(grid)) if grid else 0
+        valid = 0
+        for key in files:
+            parts = key.split("/")
+            if len(parts) == len(grid) and all(p.isdigit() and int(p) < g for p, g in zip(parts, grid)):
+                valid += 1
+        if valid < expected:
+            raise self._fail(f"array {name!r} is missing {expected - valid} of its {expected} chunk files")
+        if not arr.attrs.get("compressed", True):
+            size = int(np.prod(arr.chunks)) * arr.dtype.itemsize + 4  # raw bytes + CRC-32C
+            bad = [k for k, s in files.items() if s != size]
+            if bad:
+                raise self._fail(
+                    f"chunk {name}/c/{bad[0]} has {files[bad[0]]} bytes, expected {size} (truncated or corrupt)"
+                    + (f"; {len(bad) - 1} more such chunks" if len(bad) > 1 else "")
+                )
+
+    def _read(self, name: str, selection: tuple, what: str) -> np.ndarray:
+        """``array[selection]`` with every failure turned into a :class:`StoreError` naming the chunk."""
+        arr = self._array(name)
+        try:
+            out = np.asarray(arr[selection])
+        except Exception as exc:  # codec / checksum / I/O errors from zarr
+            raise self._fail(
+                f"cannot read {what} from array {name!r} (chunk {self._keys(name, selection)}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        bad = np.isnan(out) if out.dtype.kind == "f" else out < 0
+        if bad.any():
+            raise self._fail(
+                f"array {name!r} has a missing chunk in {what} (chunk {self._keys(name, selection)}): "
+                "deleted or never written"
+            )
+        return out
+
+    def _keys(self, name, selection) -> str:
+        arr = self._array(name)
+        starts, stops = [], []
+        for s, dim in zip(selection, arr.shape):
+            if isinstance(s, slice):
+                a, b, _ = s.indices(dim)
+            else:
+                a, b = int(s), int(s) + 1
+            starts.append(a)
+            stops.append(max(b, a + 1))
+        return _chunk_keys(name, starts, stops, arr.chunks)
+
+    # -- labels ----------------------------------------------------------------------------
+    def _validate_labels(self) -> None:
+        n = self.meta["n_samples"]
+        self._check_array("y", (n,), np.int32, (self.meta["chunk_rows"],))
+        codes = self._read("y", (slice(0, n),), "the labels")
+        n_classes = len(self.meta["classes"])
+        if codes.size and int(codes.max()) >= n_classes:
+            raise self._fail(
+                f"labels use class code {int(codes.max())} but the metadata lists {n_classes} classes "
+                "(label count mismatch)"
+            )
+        self._y_codes = codes
+
+    @property
+    def n_samples(self) -> int:
+        return self.meta["n_samples"]
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.meta["chunk_rows"]
+
+    @property
+    def classes(self) -> np.ndarray:
+        return _decode_classes(self.meta["classes"], self.meta["label_dtype"])
+
+    @property
+    def y(self) -> np.ndarray:
+        """The training labels (read once, on the driver: ``O(n)``)."""
+        if self._y_codes is None:
+            self._y_codes = self._read("y", (slice(0, self.n_samples),), "the labels")
+        return self.classes[self._y_codes]
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        """Row shards on chunk boundaries (each shard reads whole chunks), near-equal in size."""
+        return aligned_ranges(self.n_samples, self.chunk_rows, n_shards)
+
+    def content_id(self) -> np.ndarray:
+        """A small array identifying the store's content (for checkpoint fingerprints)."""
+        digest = hashlib.sha256(json.dumps(self.meta, sort_keys=True).encode()).digest()
+        return np.frombuffer(digest, dtype=np.uint8)
+
+    def training_labels(self, y) -> np.ndarray:
+        if y is not None:
+            raise ValueError(f"{self.path}: the labels come from the store; call fit(store) with y=None")
+        return self.y
+
+    # -- pickling: workers reopen by path, without re-validating ---------------------------------
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.update(_group=None, _arrays={}, _y_codes=None)
+        return state
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.path!r})"
+
+
+def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
+    """``n_shards`` contiguous ranges whose boundaries fall on multiples of ``chunk`` when possible."""
+    n_chunks = math.ceil(n / chunk)
+    n_shards = len(split_rows(n, n_shards))  # validates; at most n
+    if n_shards > n_chunks:
+        return split_rows(n, n_shards)
+    bounds = [0]
+    for i in range(1, n_shards):
+        c = round(i * n / n_shards / chunk)  # the chunk boundary nearest the even split
+        c = min(max(c, bounds[-1] + 1), n_chunks - (n_shards - i))  # at least one chunk per shard
+        bounds.append(c)
+    edges = [b * chunk for b in bounds] + [n]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+# ----------------------------------------------------------------------------- data store
+
+
+class DataStore(_StoreBase):
+    """A training set in a Zarr data store (see the module docstring), opened and validated.
+
+    Pass it as ``X`` to :meth:`MWUMKLClassifier.fit` (with ``y=None``): each
+    shard reads its own rows (on its Dask worker) and the driver only reads
+    the labels and, after the fit, the support vectors.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The store directory.
+    verify : bool, default=True
+        Check metadata, arrays, chunk files and labels now (workers skip it).
+
+    Raises
+    ------
+    StoreError
+        The store is missing, incomplete, corrupt or of another version.
+    """
+
+    FORMAT = DATA_FORMAT
+    REQUIRED = (
+        "format", "format_version", "package_version", "n_samples", "n_features", "sparse",
+        "classes", "label_dtype", "chunk_rows", "source_sha256",
+    )  # fmt: skip
+
+    def _validate(self) -> None:
+        meta = self.meta
+        n, d, R = meta["n_samples"], meta["n_features"], meta["chunk_rows"]
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise self._fail(f"metadata 'n_features' must be a positive integer, got {d!r}")
+        if meta["sparse"]:
+            nnz = meta.get("nnz")
+            if not isinstance(nnz, int) or nnz < 0:
+                raise self._fail(f"metadata 'nnz' must be a non-negative integer, got {nnz!r}")
+            self._check_array("indptr", (n + 1,), np.int64, (R,))
+            self._check_array("indices", (nnz,), np.int32)
+            self._check_array("data", (nnz,), np.float64)
+            ends = self._read("indptr", (slice(0, 1),), "the row pointers"), self._read(
+                "indptr", (slice(n, n + 1),), "the row pointers"
+            )
+            if int(ends[0][0]) != 0 or int(ends[1][0]) != nnz:
+                raise self._fail(
+                    f"row pointers run from {int(ends[0][0])} to {int(ends[1][0])}, expected 0 to nnz={nnz}"
+                )
+        else:
+            self._check_array("X", (n, d), np.float64, (R, d))
+        self._validate_labels()
+
+    @property
+    def n_features(self) -> int:
+        return self.meta["n_features"]
+
+    @property
+    def sparse(self) -> bool:
+        return bool(self.meta["sparse"])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_samples, self.n_features)
+
+    def read_rows(self, start: int, stop: int):
+        """Rows ``[start, stop)``: a CSR matrix (sparse store) or a dense array."""
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_samples:
+            raise ValueError(f"{self.path}: rows [{start}, {stop}) outside the store's {self.n_samples} rows")
+        what = f"rows {start}..{stop - 1}"
+        if not self.sparse:
+            X = self._read("X", (slice(start, stop), slice(0, self.n_features)), what)
+            if not np.all(np.isfinite(X)):
+                raise self._fail(f"non-finite feature values in {what}")
+            return X
+        ptr = self._read("indptr", (slice(start, stop + 1),), what).astype(np.int64)
+        if np.any(np.diff(ptr) < 0) or ptr[-1] > self.meta["nnz"]:
+            raise self._fail(f"row pointers of {what} are not increasing (corrupt store)")
+        a, b = int(ptr[0]), int(ptr[-1])
+        idx = self._read("indices", (slice(a, b),), what) if b > a else np.zeros(0, np.int32)
+        data = self._read("data", (slice(a, b),), what) if b > a else np.zeros(0)
+        if idx.size and int(idx.max()) >= self.n_features:
+            raise self._fail(f"feature index {int(idx.max())} in {what} exceeds n_features={self.n_features}")
+        if not np.all(np.isfinite(data)):
+            raise self._fail(f"non-finite feature values in {what}")
+        return sp.csr_matrix((data, idx, ptr - a), shape=(stop - start, self.n_features))
+
+    def take_rows(self, indices):
+        """Rows at ``indices`` (sorted or not), reading each touched chunk block once."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size == 0:
+            empty = sp.csr_matrix((0, self.n_features)) if self.sparse else np.zeros((0, self.n_features))
+            return empty
+        if indices.min() < 0 or indices.max() >= self.n_samples:
+            raise ValueError(f"{self.path}: row indices outside the store's {self.n_samples} rows")
+        order = np.argsort(indices, kind="stable")
+        ordered = indices[order]
+        R = self.chunk_rows
+        blocks = []
+        for c in np.unique(ordered // R):
+            a, b = int(c) * R, min(self.n_samples, (int(c) + 1) * R)
+            blocks.append(self.read_rows(a, b)[ordered[(ordered >= a) & (ordered < b)] - a])
+        rows = sp.vstack(blocks).tocsr() if self.sparse else np.vstack(blocks)
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))  # rows come out sorted; restore the order asked for
+        return rows[back]
+
+    def point(self, j: int) -> np.ndarray:
+        """Row ``j`` as a dense vector."""
+        row = self.read_rows(int(j), int(j) + 1)
+        return np.asarray(row.toarray() if sp.issparse(row) else row).ravel()
+
+    def problem_setup(self, kernels):
+        """``(kernel_names, traces, make_problem)`` for :meth:`MWUMKLClassifier.fit`."""
+        from ._bank import BankKernelNames, bank_of
+
+        bank = bank_of(kernels)
+        if bank is not None:
+            traces = np.full(bank.n_kernels, float(self.n_samples))  # K_i(x, x) = 1 exactly: every trace is n
+            return BankKernelNames(bank, self.n_features), traces, lambda y_pm: DataStoreProblem(self, y_pm, bank)
+        kernel_set = KernelSet(kernels, self.n_features)
+        return kernel_set.names(), None, lambda y_pm: DataStoreProblem(self, y_pm, kernel_set)
+
+    def __repr__(self):
+        kind = f"CSR, {self.meta.get('nnz')} non-zeros" if self.sparse else "dense"
+        shape = f"{self.n_samples} x {self.n_features}"
+        return f"DataStore({self.path!r}: {shape}, {kind}, chunks of {self.chunk_rows} rows)"
+
+
+def _feature_shard_from_store(store: DataStore, start, stop, y, plan):
+    return FeatureShard(store.read_rows(start, stop), y, start, plan)
+
+
+def _bank_shard_from_store(store: DataStore, start, stop, y, bank, kernels):
+    from ._bank import BankShard
+
+    rows = store.read_rows(start, stop)
+    return BankShard(rows.toarray() if sp.issparse(rows) else rows, y, start, bank, kernels)
+
+
+class DataStoreProblem:
+    """A binary problem on a :class:`DataStore`: shards read their own rows (on their worker).
+
+    ``kernels`` is a :class:`KernelSet`, or a :class:`RandomGaussianBank`
+    (evaluated by :class:`mwumkl_dist._bank.BankShard`).
+    """
+
+    def __init__(self, store: DataStore, y, kernels):
+        self.store = store
+        self.y = np.asarray(y, dtype=np.float64)
+        if len(self.y) != store.n_samples:
+            raise ValueError(f"{store.path}: {store.n_samples} rows but {len(self.y)} labels")
+        self.n_samples = store.n_samples
+        self.bank = kernels if isinstance(kernels, RandomGaussianBank) else None
+        self.kernel_set = None if self.bank is not None else kernels
+        self.n_kernels = self.bank.n_kernels if self.bank is not None else len(kernels)
+
+    def _plan(self, kernels):
+        plan = self.kernel_set.plan
+        if kernels is not None and tuple(kernels) != (0, self.n_kernels):
+            plan = KernelSet(self.kernel_set.specs[kernels[0] : kernels[1]], self.kernel_set.n_features).plan
+        return plan
+
+    def shard_factory(self, start: int, stop: int, kernels=None):
+        """A picklable zero-argument callable that reads rows ``[start, stop)`` where it runs."""
+        y = self.y[start:stop].copy()
+        if self.bank is not None:
+            return functools.partial(_bank_shard_from_store, self.store, start, stop, y, self.bank, kernels)
+        return functools.partial(_feature_shard_from_store, self.store, start, stop, y, self._plan(kernels))
+
+    def make_shard(self, start: int, stop: int, kernels=None):
+        return self.shard_factory(start, stop, kernels)()
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return self.store.row_ranges(n_shards)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        if self.bank is not None:
+            return split_rows(self.n_kernels, n_blocks)
+        return chain_safe_ranges(self.kernel_set.plan.square_of, n_blocks)
+
+    def kernel_block(self, p, q):
+        if self.bank is not None:
+            from ._bank import bank_kernel_block
+
+            return bank_kernel_block(self.bank, self.store.n_features, p, q)
+        return point_kernel_block(self.kernel_set.plan, p, q)
+
+    def point(self, j: int) -> np.ndarray:
+        return self.store.point(j)
+
+
+def write_data_store(
+    path,
+    X,
+    y,
+    *,
+    chunk_rows: int = 4096,
+    source=None,
+    overwrite: bool = False,
+    compress: bool = True,
+) -> DataStore:
+    """Write features and labels to a new data store and return it opened.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The store directory to create.
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        Features; sparse input is stored as CSR (never densified).
+    y : array-like of shape (n_samples,)
+        Labels (numbers or strings); stored as codes with the class list in the metadata.
+    chunk_rows : int, default=4096
+        Rows per chunk (``R``); row shards follow these chunks.
+    source : path or None
+        The file the data came from: its SHA-256 goes into the metadata
+        (otherwise the SHA-256 of the arrays written).
+    overwrite : bool, default=False
+        Replace an existing store at ``path``.
+    compress : bool, default=True
+        Zstandard-compress the chunks (each chunk carries a CRC-32C checksum either way).
+    """
+    path = os.fspath(path)
+    if isinstance(chunk_rows, bool) or int(chunk_rows) != chunk_rows or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    chunk_rows = int(chunk_rows)
+    sparse = sp.issparse(X)
+    if sparse:
+        Xs = as_csr(X)
+        if not np.all(np.isfinite(Xs.data)):
+            raise ValueError("features contain NaN or infinity")
+    else:
+        Xs = np.asarray(X, dtype=np.float64)
+        if Xs.ndim != 2:
+            raise ValueError(f"features must be 2-d (n_samples, n_features), got shape {Xs.shape}")
+        if not np.all(np.isfinite(Xs)):
+            raise ValueError("features contain NaN or infinity")
+    n, d = Xs.shape
+    if n < 1 or d < 1:
+        raise ValueError(f"need at least one row and one feature, got shape {Xs.shape}")
+    codes, classes, label_dtype = _encode_labels(y)
+    if len(codes) != n:
+        raise ValueError(f"{n} rows but {len(codes)} labels")
+    _prepare_output(path, overwrite)
+    if source is not None:
+        sha = _sha256_file(os.fspath(source))
+    elif sparse:
+        sha = _sha256_arrays(Xs.indptr, Xs.indices, Xs.data, codes)
+    else:
+        sha = _sha256_arrays(Xs, codes)
+
+    zarr = _zarr()
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    meta = {
+        "format": DATA_FORMAT,
+        "format_version": STORE_VERSION,
+        "package_version": _package_version(),
+        "n_samples": n,
+        "n_features": d,
+        "sparse": bool(sparse),
+        "classes": classes,
+        "label_dtype": label_dtype,
+        "chunk_rows": chunk_rows,
+        "source": os.path.abspath(os.fspath(source)) if source is not None else None,
+        "source_sha256": sha,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if sparse:
+        nnz = int(Xs.nnz)
+        chunk_nnz = max(1024, math.ceil(nnz / n * min(chunk_rows, n))) if nnz else 1024
+        meta.update(nnz=nnz, chunk_nnz=chunk_nnz)
+        indptr = _create(group, "indptr", (n + 1,), (chunk_rows,), np.int64, compress=compress)
+        indices = _create(group, "indices", (nnz,), (chunk_nnz,), np.int32, compress=compress)
+        data = _create(group, "data", (nnz,), (chunk_nnz,), np.float64, compress=compress)
+        indptr[:] = Xs.indptr.astype(np.int64)
+        for a in range(0, nnz, chunk_nnz * 64):
+            b = min(nnz, a + chunk_nnz * 64)
+            indices[a:b] = Xs.indices[a:b].astype(np.int32)
+            data[a:b] = Xs.data[a:b]
+    else:
+        Xa = _create(group, "X", (n, d), (chunk_rows, d), np.float64, compress=compress)
+        for a in range(0, n, chunk_rows * 16):
+            Xa[a : a + chunk_rows * 16] = Xs[a : a + chunk_rows * 16]
+    ya = _create(group, "y", (n,), (chunk_rows,), np.int32, compress=compress)
+    ya[:] = codes
+    group.attrs[_ATTR] = meta  # last: a store without it is incomplete
+    return DataStore(path)
+
+
+def open_data_store(path, *, verify: bool = True) -> DataStore:
+    """Open and validate a data store (see :class:`DataStore`)."""
+    return DataStore(path, verify=verify)
+
+
+# ----------------------------------------------------------------------------- kernel store
+
+
+class ColumnCache:
+    """A bounded LRU cache of kernel columns (by global column index).
+
+    Parameters
+    ----------
+    max_bytes : int
+        Largest total size of the cached columns; at least one column is kept.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES):
+        self.max_bytes = int(max_bytes)
+        self._data: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = self.evictions = 0
+        self.bytes_read = 0
+        self.peak_bytes = 0
+
+    def get(self, j: int, load) -> np.ndarray:
+        col = self._data.get(j)
+        if col is not None:
+            self.hits += 1
+            self._data.move_to_end(j)
+            return col
+        self.misses += 1
+        col = load(j)
+        self.bytes_read += col.nbytes
+        self._data[j] = col
+        self.nbytes += col.nbytes
+        while self.nbytes > self.max_bytes and len(self._data) > 1:
+            _, old = self._data.popitem(last=False)
+            self.nbytes -= old.nbytes
+            self.evictions += 1
+        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+        return col
+
+    def stats(self) -> dict:
+        total = self.hits + self.misses
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "hit_rate": self.hits / total if total else 0.0,
+            "bytes_read": self.bytes_read,
+            "cache_peak_bytes": self.peak_bytes,
+            "cache_max_bytes": self.max_bytes,
+        }
+
+
+def merge_cache_stats(stats) -> dict | None:
+    """Add up per-shard cache counters (``None`` when no shard keeps a cache)."""
+    stats = [s for s in stats if s and "hits" in s]
+    if not stats:
+        return None
+    out = {k: sum(s[k] for s in stats) for k in ("hits", "misses", "evictions", "bytes_read")}
+    total = out["hits"] + out["misses"]
+    out["hit_rate"] = out["hits"] / total if total else 0.0
+    out["cache_peak_bytes"] = max(s["cache_peak_bytes"] for s in stats)
+    out["cache_max_bytes"] = max(s["cache_max_bytes"] for s in stats)
+    out["n_shards"] = len(stats)
+    return out
+
+
+class KernelStore(_StoreBase):
+    """Precomputed kernels in a Zarr kernel store (see the module docstring), opened and validated.
+
+    Pass it as ``X`` to ``MWUMKLClassifier(kernels="precomputed").fit`` (with
+    ``y=None``); each shard reads the two kernel columns a superstep needs for
+    its rows through a :class:`ColumnCache` of ``cache_bytes``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The store directory.
+    cache_bytes : int, default=256 MiB
+        Column cache size of each shard.
+    verify : bool, default=True
+        Check metadata, arrays, every chunk file's presence and size, labels
+        and traces now (workers skip it).
+    """
+
+    FORMAT = KERNEL_FORMAT
+    REQUIRED = (
+        "format", "format_version", "package_version", "n_samples", "n_kernels", "kernel_names",
+        "traces", "classes", "label_dtype", "chunk_rows", "chunk_kernels", "source_sha256",
+    )  # fmt: skip
+
+    def __init__(self, path, *, cache_bytes: int = DEFAULT_CACHE_BYTES, verify: bool = True):
+        if isinstance(cache_bytes, bool) or int(cache_bytes) != cache_bytes or cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be a non-negative integer, got {cache_bytes!r}")
+        self.cache_bytes = int(cache_bytes)
+        super().__init__(path, verify=verify)
+
+    def _validate(self) -> None:
+        meta = self.meta
+        n, m, R, mc = meta["n_samples"], meta["n_kernels"], meta["chunk_rows"], meta["chunk_kernels"]
+        for key, v in (("n_kernels", m), ("chunk_kernels", mc)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise self._fail(f"metadata {key!r} must be a positive integer, got {v!r}")
+        if len(meta["kernel_names"]) != m or len(meta["traces"]) != m:
+            raise self._fail(
+                f"metadata lists {len(meta['kernel_names'])} kernel names and {len(meta['traces'])} traces "
+                f"for n_kernels={m}"
+            )
+        self._check_array("K", (m, n, n), np.float64, (mc, 1, R))
+        self._check_array("diag", (m, n), np.float64, (mc, R))
+        self._validate_labels()
+        diag = self.read_diag((0, n), (0, m))
+        traces = exact_to_float(exact_column_sums(diag))
+        stored = np.asarray(meta["traces"], dtype=np.float64)
+        if not np.array_equal(traces, stored):
+            i = int(np.flatnonzero(traces != stored)[0])
+            raise self._fail(
+                f"metadata trace of kernel {i} ({stored[i]!r}) disagrees with its stored diagonal ({traces[i]!r})"
+            )
+
+    @property
+    def n_kernels(self) -> int:
+        return self.meta["n_kernels"]
+
+    @property
+    def chunk_kernels(self) -> int:
+        return self.meta["chunk_kernels"]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.meta["kernel_names"])
+
+    @property
+    def traces(self) -> np.ndarray:
+        return np.asarray(self.meta["traces"], dtype=np.float64)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the kernel array ``K`` (uncompressed)."""
+        n = self.n_samples
+        return self.n_kernels * n * n * 8
+
+    def read_columns(self, j: int, rows: tuple[int, int], kernels: tuple[int, int]) -> np.ndarray:
+        """``K_i[r, j]`` for ``r`` in ``rows`` and ``i`` in ``kernels``, as an ``(n_rows, n_kernels)`` array."""
+        (r0, r1), (k0, k1) = rows, kernels
+        block = self._read("K", (slice(k0, k1), int(j), slice(r0, r1)), f"column {j}")
+        return np.ascontiguousarray(block.T)
+
+    def read_diag(self, rows: tuple[int, int], kernels: tuple[int, int]) -> np.ndarray:
+        (r0, r1), (k0, k1) = rows, kernels
+        return np.ascontiguousarray(self._read("diag", (slice(k0, k1), slice(r0, r1)), "the diagonal").T)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        """Kernel blocks on ``chunk_kernels`` boundaries when possible."""
+        return aligned_ranges(self.n_kernels, self.chunk_kernels, n_blocks)
+
+    def problem_setup(self, kernels):
+        """``(kernel_names, traces, make_problem)`` for :meth:`MWUMKLClassifier.fit`."""
+        return self.kernel_names, self.traces, lambda y_pm: KernelStoreProblem(self, y_pm)
+
+    def __repr__(self):
+        return (
+            f"KernelStore({self.path!r}: {self.n_kernels} kernels x {self.n_samples} x {self.n_samples}, "
+            f"{self.nbytes / 2**30:.2f} GiB, chunks of {self.chunk_rows} rows)"
+        )
+
+
+class KernelStoreShard(PrecomputedShard):
+    """Rows ``[row_offset, row_offset + n_rows)`` x kernels ``[k0, k1)`` of a :class:`KernelStore`.
+
+    A :class:`~mwumkl_dist.shard.PrecomputedShard` (same superstep, same
+    numbers) whose columns come from the store through a :class:`ColumnCache`
+    instead of from an array in memory; it holds only its ``V`` block, its
+    diagonal and the cached columns.
+    """
+
+    def __init__(self, store: KernelStore, y, row_offset: int, kernels: tuple[int, int] | None = None):
+        k0, k1 = (0, store.n_kernels) if kernels is None else (int(kernels[0]), int(kernels[1]))
+        _ShardBase.__init__(self, y, row_offset, k1 - k0)
+        self.K = None  # nothing in memory: see _column
+        self.store = store
+        self.rows = (self.row_offset, self.row_offset + self.n_rows)
+        self.kernels = (k0, k1)
+        self.cache = ColumnCache(store.cache_bytes)
+        self._diag = store.read_diag(self.rows, self.kernels)
+
+    def diagonal(self) -> np.ndarray:
+        return self._diag
+
+    def _load(self, j: int) -> np.ndarray:
+        return self.store.read_columns(j, self.rows, self.kernels)
+
+    def _column(self, j: int) -> np.ndarray:
+        return self.cache.get(int(j), self._load)
+
+    def stats(self) -> dict:
+        return self.cache.stats()
+
+
+class KernelStoreProblem:
+    """A binary problem on a :class:`KernelStore` (``kernels="precomputed"``)."""
+
+    def __init__(self, store: KernelStore, y):
+        self.store = store
+        self.y = np.asarray(y, dtype=np.float64)
+        if len(self.y) != store.n_samples:
+            raise ValueError(f"{store.path}: {store.n_samples} rows but {len(self.y)} labels")
+        self.n_samples = store.n_samples
+        self.n_kernels = store.n_kernels
+        self._diag = None
+
+    def shard_factory(self, start: int, stop: int, kernels=None):
+        return functools.partial(KernelStoreShard, self.store, self.y[start:stop].copy(), start, kernels)
+
+    def make_shard(self, start: int, stop: int, kernels=None) -> KernelStoreShard:
+        return self.shard_factory(start, stop, kernels)()
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return self.store.row_ranges(n_shards)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        return self.store.kernel_ranges(n_blocks)
+
+    def kernel_block(self, p, q):
+        p, q = int(p), int(q)
+        if self._diag is None:  # (n, m): small next to K; read once
+            self._diag = self.store.read_diag((0, self.n_samples), (0, self.n_kernels))
+        kpq = self.store.read_columns(q, (p, p + 1), (0, self.n_kernels))[0]  # K_i[p, q]: column q, row p
+        return self._diag[p].copy(), self._diag[q].copy(), kpq
+
+    def point(self, j: int) -> int:
+        return int(j)
+
+
+def _column_block_size(m: int, n: int) -> int:
+    return max(1, min(n, _WRITE_BLOCK_BYTES // max(1, m * n * 8)))
+
+
+def write_kernel_store(
+    path,
+    y,
+    *,
+    K=None,
+    X=None,
+    kernels=None,
+    chunk_rows: int = 1024,
+    chunk_kernels: int | None = None,
+    kernel_names=None,
+    source=None,
+    overwrite: bool = False,
+    progress=None,
+) -> KernelStore:
+    """Write precomputed kernels to a new kernel store, block by block, and return it opened.
+
+    Give either ``K`` (user kernels) or ``X`` and ``kernels`` (computed here,
+    column block by column block: never the whole ``(m, n, n)`` in memory).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The store directory to create.
+    y : array-like of shape (n,)
+        Training labels.
+    K : array-like of shape (m, n, n), or a sequence of m arrays of shape (n, n)
+        Kernel matrices, e.g. ``np.load(file, mmap_mode="r")``; ``K[i][r, j] = K_i(x_r, x_j)``.
+        Read one block of columns at a time.
+    X : array-like or sparse matrix of shape (n, d)
+        Training features, with ``kernels`` (a spec string or kernel objects, see :class:`KernelSet`).
+    chunk_rows : int, default=1024
+        ``R``: rows per chunk; row shards follow these chunks.
+    chunk_kernels : int or None
+        Kernels per chunk (default: all ``m``, so a shard reads one chunk per column).
+    kernel_names : list of str or None
+        Names for user kernels (default ``precomputed[i]``).
+    source : path or None
+        The file the data came from (its SHA-256 goes into the metadata).
+    overwrite : bool, default=False
+        Replace an existing store at ``path``.
+    progress : callable or None
+        Called as ``progress(columns_done, n)`` after each block.
+    """
+    path = os.fspath(path)
+    if (K is None) == (X is None):
+        raise ValueError("give either K (precomputed kernel arrays) or X with kernels")
+    for name, v in (("chunk_rows", chunk_rows), ("chunk_kernels", chunk_kernels)):
+        if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    codes, classes, label_dtype = _encode_labels(y)
+    n = len(codes)
+    if K is not None:
+        mats = [K[i] for i in range(len(K))] if not hasattr(K, "ndim") or K.ndim == 3 else None
+        if mats is None:
+            raise ValueError(f"K must be (m, n, n) or a sequence of (n, n) arrays, got shape {K.shape}")
+        for i, k in enumerate(mats):
+            if getattr(k, "ndim", None) != 2 or tuple(k.shape) != (n, n):
+                shape = getattr(k, "shape", None)
+                raise ValueError(f"kernel {i} has shape {shape}, expected ({n}, {n}) for {n} labels")
+        m = len(mats)
+        names = list(kernel_names) if kernel_names is not None else [f"precomputed[{i}]" for i in range(m)]
+        if len(names) != m:
+            raise ValueError(f"{len(names)} kernel names for {m} kernels")
+        n_features = None
+
+        def columns(c0, c1):  # (m, c1 - c0, n): columns c0..c1-1 of each kernel
+            out = np.empty((m, c1 - c0, n))
+            for i, k in enumerate(mats):
+                out[i] = np.asarray(k[:, c0:c1], dtype=np.float64).T
+            return out
+
+    else:
+        if kernels is None:
+            raise ValueError("X needs kernels (a spec string or kernel objects)")
+        if isinstance(kernels, str) and kernels.strip().lower() == "precomputed":
+            raise ValueError("kernels='precomputed' cannot be computed from X; pass K instead")
+        Xc = as_csr(X)
+        if not np.all(np.isfinite(Xc.data)):
+            raise ValueError("features contain NaN or infinity")
+        if Xc.shape[0] != n:
+            raise ValueError(f"{Xc.shape[0]} rows but {n} labels")
+        kernel_set = KernelSet(kernels, Xc.shape[1])
+        m = len(kernel_set)
+        names = kernel_set.names()
+        n_features = Xc.shape[1]
+        shard = FeatureShard(Xc, np.ones(n), 0, kernel_set.plan)
+        dense_rows = Xc
+
+        def columns(c0, c1):
+            out = np.empty((m, c1 - c0, n))
+            for j in range(c0, c1, 2):
+                p = np.asarray(dense_rows[j].toarray()).ravel()
+                q = np.asarray(dense_rows[min(j + 1, c1 - 1)].toarray()).ravel()
+                colp, colq = shard.raw_columns(p, q)
+                out[:, j - c0, :] = colp.T
+                if j + 1 < c1:
+                    out[:, j + 1 - c0, :] = colq.T
+            return out
+
+    if n < 1 or m < 1:
+        raise ValueError("need at least one point and one kernel")
+    mc = m if chunk_kernels is None else min(int(chunk_kernels), m)
+    R = int(chunk_rows)
+    _prepare_output(path, overwrite)
+    if source is not None:
+        sha = _sha256_file(os.fspath(source))
+    elif X is not None:
+        sha = _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
+    else:
+        sha = None  # hashed from the kernel blocks as they are written
+
+    zarr = _zarr()
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    Ka = _create(group, "K", (m, n, n), (mc, 1, R), np.float64, compress=False)
+    hasher = hashlib.sha256() if sha is None else None
+    diag = np.empty((m, n))
+    B = _column_block_size(m, n)
+    try:
+        for c0 in range(0, n, B):
+            c1 = min(n, c0 + B)
+            block = columns(c0, c1)
+            if not np.all(np.isfinite(block)):
+                raise ValueError(f"kernel values of columns {c0}..{c1 - 1} contain NaN or infinity")
+            idx = np.arange(c0, c1)
+            diag[:, c0:c1] = block[:, idx - c0, idx]
+            if hasher is not None:
+                hasher.update(block.tobytes())
+            Ka[:, c0:c1, :] = block
+            if progress is not None:
+                progress(c1, n)
+        da = _create(group, "diag", (m, n), (mc, R), np.float64, compress=False)
+        da[:] = diag
+        ya = _create(group, "y", (n,), (R,), np.int32, compress=True)
+        ya[:] = codes
+        traces = exact_to_float(exact_column_sums(diag.T))
+        meta = {
+            "format": KERNEL_FORMAT,
+            "format_version": STORE_VERSION,
+            "package_version": _package_version(),
+            "n_samples": n,
+            "n_kernels": m,
+            "n_features": n_features,
+            "kernel_names": names,
+            "traces": traces.tolist(),
+            "classes": classes,
+            "label_dtype": label_dtype,
+            "chunk_rows": R,
+            "chunk_kernels": mc,
+            "layout": "K[i, j, r] = K_i(x_r, x_j) (column j of kernel i)",
+            "source": os.path.abspath(os.fspath(source)) if source is not None else None,
+            "source_sha256": sha if sha is not None else hasher.hexdigest(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        group.attrs[_ATTR] = meta  # last: a store without it is incomplete
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)  # never leave a half-written store behind
+        raise
+    return KernelStore(path)
+
+
+def open_kernel_store(path, *, cache_bytes: int = DEFAULT_CACHE_BYTES, verify: bool = True) -> KernelStore:
+    """Open and validate a kernel store (see :class:`KernelStore`)."""
+    return KernelStore(path, cache_bytes=cache_bytes, verify=verify)
+
+
+def open_store(path, **kwargs) -> DataStore | KernelStore:
+    """Open a data or kernel store, whichever ``path`` holds."""
+    path = os.fspath(path)
+    meta_file = os.path.join(path, "zarr.json")
+    fmt = None
+    if os.path.isfile(meta_file):
+        try:
+            with open(meta_file, encoding="utf-8") as fh:
+                fmt = (json.load(fh).get("attributes") or {}).get(_ATTR, {}).get("format")
+        except (OSError, ValueError, AttributeError):
+            fmt = None
+    if fmt == KERNEL_FORMAT:
+        return KernelStore(path, **kwargs)
+    kwargs.pop("cache_bytes", None)
+    return DataStore(path, **kwargs)  # reports what is wrong with anything else
+
+
+def as_store(X) -> DataStore | KernelStore | None:
+    """``X`` when it is a store object, else None."""
+    return X if isinstance(X, (DataStore, KernelStore)) else None
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_store_commands(subparsers, parents=()) -> argparse.ArgumentParser:
+    """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser.
+
+    Handlers raise ``ValueError`` / ``OSError`` with one-line messages (printed
+    by the CLI's ``main`` as ``mwumkl-dist: error: ...``).
+    """
+    p = subparsers.add_parser(
+        "store",
+        parents=list(parents),
+        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
+        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
+    )
+    sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
+    d = sub.add_parser(
+        "data",
+        parents=list(parents),
+        help="features and labels, chunked by rows",
+        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows.",
+    )
+    d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
+    d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
+    d.add_argument("--chunk-rows", type=_positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
+    d.set_defaults(func=cmd_store_data)
+
+    k = sub.add_parser(
+        "kernels",
+        parents=list(parents),
+        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
+        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
+        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
+    )
+    src = k.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
+    src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
+    k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
+    k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
+    k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
+    k.add_argument("--chunk-rows", type=_positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
+    k.add_argument(
+        "--chunk-kernels", type=_positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
+    )
+    k.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    k.set_defaults(func=cmd_store_kernels)
+
+    i = sub.add_parser(
+        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
+    )
+    i.add_argument("path", metavar="DIR.zarr")
+    i.set_defaults(func=cmd_store_info)
+    p.set_defaults(func=_store_usage)
+    return p
+
+
+def _store_usage(args) -> int:
+    raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
+
+
+def cmd_store_data(args) -> int:
+    """``store data``: load a data file and write it to a data store."""
+    from .io import load_data
+
+    X, y = load_data(args.input)
+    store = write_data_store(
+        args.output, X, y, chunk_rows=args.chunk_rows, source=args.input, overwrite=args.overwrite,
+        compress=args.compress,
+    )  # fmt: skip
+    kind = "CSR" if store.sparse else "dense"
+    print(
+        f"data store written to {store.path}: {store.n_samples} points, {store.n_features} features, {kind}, "
+        f"{len(store.classes)} classes, chunks of {store.chunk_rows} rows"
+    )
+    return 0
+
+
+def _load_labels(path: str) -> np.ndarray:
+    if path.endswith(".npy"):
+        y = np.load(path, allow_pickle=False)
+    else:
+        with open(path, encoding="utf-8") as fh:
+            y = np.asarray([line.strip() for line in fh if line.strip()])
+        try:
+            y = y.astype(np.float64)
+        except ValueError:
+            pass
+    if y.ndim != 1:
+        raise ValueError(f"{path}: labels must be a 1-d array, got shape {y.shape}")
+    return y
+
+
+def cmd_store_kernels(args) -> int:
+    """``store kernels``: compute kernels from data, or copy .npy kernels, into a kernel store."""
+    show = sys.stderr.isatty()
+
+    def progress(done, total):
+        if show:
+            print(f"\r{done}/{total} columns", end="", file=sys.stderr, flush=True)
+
+    if args.input is not None:
+        if args.labels is not None:
+            raise ValueError("--labels goes with --npy; --input files carry their labels")
+        if not args.kernels:
+            raise ValueError("--input needs --kernels (e.g. --kernels paper)")
+        from .io import load_data
+
+        X, y = load_data(args.input)
+        store = write_kernel_store(
+            args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows, chunk_kernels=args.chunk_kernels,
+            source=args.input, overwrite=args.overwrite, progress=progress,
+        )  # fmt: skip
+    else:
+        if args.kernels is not None:
+            raise ValueError("--kernels goes with --input; .npy kernels are already computed")
+        if args.labels is None:
+            raise ValueError("--npy needs --labels FILE")
+        mats, names = [], []
+        for f in args.npy:
+            try:
+                arr = np.load(f, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{f}: cannot read as a .npy array ({exc})") from None
+            if arr.ndim == 2:
+                mats.append(arr)
+                names.append(os.path.basename(f))
+            elif arr.ndim == 3:
+                mats.extend(arr[i] for i in range(arr.shape[0]))
+                names.extend(f"{os.path.basename(f)}[{i}]" for i in range(arr.shape[0]))
+            else:
+                raise ValueError(f"{f}: expected an (n, n) or (m, n, n) array, got shape {arr.shape}")
+        store = write_kernel_store(
+            args.output, _load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+            chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
+        )  # fmt: skip
+    if show:
+        print(file=sys.stderr)
+    print(
+        f"kernel store written to {store.path}: {store.n_kernels} kernels on {store.n_samples} points "
+        f"({store.nbytes / 2**20:.1f} MiB), chunks of {store.chunk_rows} rows"
+    )
+    return 0
+
+
+def cmd_store_info(args) -> int:
+    """``store info``: validate a store and print its metadata."""
+    store = open_store(args.path)
+    print(repr(store))
+    for key, value in store.meta.items():
+        if key == "kernel_names" and len(value) > 12:
+            value = value[:12] + [f"... {len(value) - 12} more"]
+        print(f"  {key}: {value}")
+    return 0

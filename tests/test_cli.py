@@ -1,0 +1,329 @@
+"""The ``mwumkl-dist`` command line: end to end in subprocesses, error paths in-process.
+
+Every subprocess pays the package import (numba, scikit-learn: about 2 s), so
+the end-to-end runs are few and the many bad-input cases call ``main()``
+directly, which is the same code without the interpreter start.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from mwumkl_dist import MWUMKLClassifier, mwu
+from mwumkl_dist.cli import main
+from mwumkl_dist.io import format_label, load_data
+from mwumkl_dist.kernels import paper_family
+
+REPO = Path(__file__).resolve().parents[1]
+ERROR = re.compile(r"^mwumkl-dist: error: \S")
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "mwumkl_dist", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_line_error(stderr: str, pattern: str):
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert ERROR.match(lines[0]), lines[0]
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def blobs(n, d, n_classes, seed):
+    """Well separated clusters in [0, 1]^d, balanced classes 0..n_classes-1."""
+    rng = np.random.default_rng(seed)
+    centers = 0.2 + 0.6 * rng.random((n_classes, d))
+    centers[:, 0] = np.linspace(0.1, 0.9, n_classes)  # at least 0.4 apart on feature 0
+    y = np.arange(n) % n_classes
+    X = np.clip(centers[y] + 0.05 * rng.standard_normal((n, d)), 0.0, 1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def binary_files(tmp_path_factory):
+    """Training and test svmlight files (labels -1/+1); the test file never mentions feature 4."""
+    root = tmp_path_factory.mktemp("binary")
+    X, y = blobs(120, 4, 2, seed=1)
+    y = np.where(y == 1, 1.0, -1.0)
+    X_test = X[80:].copy()
+    X_test[:, 3] = 0.0
+    dump_svmlight_file(X[:80], y[:80], str(root / "train.svm"), zero_based=False)
+    dump_svmlight_file(X_test, y[80:], str(root / "test.svm"), zero_based=False)
+    return root
+
+
+# ----------------------------------------------------------------------------- end to end (subprocesses)
+
+
+def test_demo():
+    proc = run_cli("demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    error = float(re.search(r"test error\s+([\d.]+)% \((\d+) of 114\)", out).group(1))
+    assert error < 10.0  # WDBC: about 3 % with the default parameters
+    assert re.search(r"fit time\s+[\d.]+ s \(\d+ iterations", out)
+    rows = re.findall(r"^  (\S+)\s+([\d.]+)\s+([\d.e+-]+)$", out, flags=re.M)
+    assert [r[0] for r in rows] == [str(k) for k in paper_family()]
+    assert math.isclose(sum(float(r[1]) for r in rows), 1.0, abs_tol=1e-5)
+
+
+def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
+    train, test, model = binary_files / "train.svm", binary_files / "test.svm", tmp_path / "model.npz"
+    kernels = "linear,poly:2,gaussian:0.5,gaussian:1@0-1"
+    args = ["--kernels", kernels, "--epsilon", "0.5", "--rho", "1.5", "--C", "10", "--no-scale-C"]
+    proc = run_cli("fit", "--data", train, "--model", model, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"100% (\d+)/\1 it, [\d.]+k? it/s", proc.stderr)  # the progress display
+    T = mwu.iteration_count(0.5, 1.5, 80)
+    assert f"iterations       {T} (one solve, T = {T})" in proc.stdout
+    assert "support vectors" in proc.stdout
+
+    # The CLI fits what the Python API fits with the same parameters.
+    fitted = MWUMKLClassifier.load(model)
+    X, y = load_data(train)
+    ref = MWUMKLClassifier(kernels=kernels, epsilon=0.5, rho=1.5, C=10.0, scale_C=False).fit(X, y)
+    assert fitted.n_iter_ == ref.n_iter_ == T
+    assert fitted.kernel_names_ == ref.kernel_names_
+    np.testing.assert_allclose(fitted.kernel_weights_, ref.kernel_weights_, rtol=1e-12)
+    np.testing.assert_allclose(fitted.dual_coef_, ref.dual_coef_, rtol=1e-12)
+    assert fitted.n_features_in_ == 4
+
+    # The test file mentions 3 features only: predict/evaluate pass the model's feature count.
+    X_test, y_test = load_data(test, n_features=4)
+    expected = fitted.predict(X_test)
+    proc = run_cli("predict", "--model", model, "--data", test)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [format_label(v) for v in expected]
+    assert set(proc.stdout.split()) <= {"-1", "1"}
+
+    proc = run_cli("evaluate", "--model", model, "--data", test)
+    assert proc.returncode == 0, proc.stderr
+    correct = int(np.sum(expected == y_test))
+    assert f"points    {len(y_test)}" in proc.stdout
+    assert f"accuracy  {correct / len(y_test):.4f} ({correct} of {len(y_test)})" in proc.stdout
+    assert correct / len(y_test) >= 0.9  # separated clusters
+
+
+def test_csv_string_labels_multiclass_predict_to_file(tmp_path):
+    X, y = blobs(90, 3, 3, seed=2)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    train = tmp_path / "train.csv"
+    with open(train, "w", newline="") as fh:
+        fh.write("a,b,c,species\r\n")
+        for row, label in zip(X[:60], names[:60]):
+            fh.write(",".join(f"{v:.17g}" for v in row) + f",{label}\r\n")
+    unlabelled = tmp_path / "new.csv"  # no label column: predict tells by the column count
+    np.savetxt(unlabelled, X[60:], delimiter=",", fmt="%.17g")
+    model, out = tmp_path / "m.npz", tmp_path / "pred.txt"
+
+    proc = run_cli("fit", "--data", train, "--model", model, "--epsilon", "0.4", "--kernels", "paper")
+    assert proc.returncode == 0, proc.stderr
+    assert "3 classes (setosa, versicolor, virginica)" in proc.stdout
+    assert "3 one-vs-rest solves" in proc.stdout
+    assert "class 3/3 100%" in proc.stderr
+
+    proc = run_cli("predict", "--model", model, "--data", unlabelled, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    predicted = out.read_text().splitlines()
+    assert predicted == MWUMKLClassifier.load(model).predict(X[60:]).tolist()
+    assert np.mean(np.array(predicted) == names[60:]) >= 0.9
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
+    X, y = blobs(60, 3, n_classes, seed=3)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    max_iter = 10**7  # hours: only Ctrl-C ends this fit within the test's timeout
+    cmd = [sys.executable, "-m", "mwumkl_dist", "fit", "--data", str(data), "--model", str(model)]
+    proc = subprocess.Popen(
+        [*cmd, "--max-iter", str(max_iter)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not re.search(r"\d+/\d+ it", line) and time.monotonic() < deadline:  # the first progress line
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the fit ended before it was interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    if n_classes == 2:
+        assert re.search(rf"fit interrupted after \d+ of {max_iter} iterations; the partial model was saved", err)
+        fitted = MWUMKLClassifier.load(model)
+        assert fitted.interrupted_ and 1 <= fitted.n_iter_ < max_iter
+        assert f"iterations       {fitted.n_iter_} " in out
+        assert fitted.score(X, y) >= 0.9
+    else:  # one-vs-rest with classes left unfitted: no model
+        assert_one_line_error(err.splitlines()[-1], r"interrupted after 1 of 3 one-vs-rest problems.*nothing saved")
+        assert not model.exists()
+
+
+@pytest.mark.parametrize(
+    "args, code, pattern",
+    [
+        (["fit", "--data", "{nan}", "--model", "{model}"], 1, r"nan\.svm: line 2 has a feature value nan"),
+        (["fit", "--data", "{nan}", "--model", "{model}", "--kernels", "gaussian:2,spline:3"], 2, r"unknown kernel"),
+    ],
+)
+def test_bad_input_subprocess(tmp_path, args, code, pattern):
+    nan = tmp_path / "nan.svm"
+    nan.write_text("1 1:0.5\n-1 1:nan\n")
+    args = [a.format(nan=nan, model=tmp_path / "m.npz") for a in args]
+    proc = run_cli(*args)
+    assert proc.returncode == code
+    assert proc.stdout == ""
+    assert_one_line_error(proc.stderr, pattern)
+
+
+# ----------------------------------------------------------------------------- in-process
+
+
+def test_npy_hard_margin_quiet_and_evaluate(tmp_path, capsys):
+    X, y = blobs(60, 3, 2, seed=4)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    assert main(["fit", "--data", str(data), "--model", str(model), "--C", "inf", "--epsilon", "0.5", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+    fitted = MWUMKLClassifier.load(model)
+    assert math.isinf(fitted.C) and fitted.classes_.tolist() == [0.0, 1.0]
+    assert main(["evaluate", "--model", str(model), "--data", str(data)]) == 0
+    out, _ = capsys.readouterr()
+    correct = int(np.sum(fitted.predict(X) == y))
+    assert f"accuracy  {correct / 60:.4f} ({correct} of 60)" in out
+    assert f"error     {(60 - correct) / 60:.4f}" in out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, binary_files):
+    """A fitted model plus assorted good and bad files."""
+    tmp_path = tmp_path_factory.mktemp("files")
+    model = tmp_path / "model.npz"
+    train = str(binary_files / "train.svm")
+    assert main(["fit", "--data", train, "--model", str(model), "--epsilon", "0.5", "-q"]) == 0
+    paths = {"model": model, "train": binary_files / "train.svm", "test": binary_files / "test.svm"}
+    texts = {
+        "one_class": ("one_class.svm", "1 1:0.5\n1 2:0.25\n"),
+        "inf_csv": ("inf.csv", "0.1,0.2,0.3,0.4,1\n0.1,inf,0.3,0.4,-1\n"),
+        "narrow_csv": ("narrow.csv", "0.1,0.2,1\n0.3,0.4,-1\n"),
+        "wide_svm": ("wide.svm", "1 1:0.5 7:1\n-1 2:0.25\n"),
+        "text_npz": ("text.npz", "not a model"),
+        "words_csv": ("words.csv", "0.1,0.2,0.3,0.4,1\n0.1,abc,0.3,0.4,-1\n"),
+        "other_labels": ("other_labels.svm", "5 1:0.5\n6 2:0.25\n"),
+        "empty_svm": ("empty.svm", ""),
+    }
+    for key, (name, text) in texts.items():
+        paths[key] = tmp_path / name
+        paths[key].write_text(text)
+    paths["dir"] = tmp_path
+    paths["missing_dir_out"] = tmp_path / "no" / "such" / "dir" / "m.npz"
+    return paths
+
+
+@pytest.mark.parametrize(
+    "argv, code, pattern",
+    [
+        # command-line errors: exit 2
+        ([], 2, r"choose a command"),
+        (["train"], 2, r"invalid choice: 'train'"),
+        (["fit", "--data", "{train}"], 2, r"required: --model"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "abc"], 2, r"--epsilon: 'abc' is not a number"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "-1"], 2, r"positive finite number"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "1.2"], 2, r"below 2 \* rho = 1"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--C", "nan"], 2, r"--C/-C: must be a positive number"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--max-iter", "0"], 2, r"--max-iter: must be a positive"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "poly"], 2, r"expected 'poly:DEGREE"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "precomputed"], 2, r"Python API"),
+        (["demo", "--rho", "0"], 2, r"--rho: must be a positive finite number"),
+        # problems found while running: exit 1
+        (["fit", "--data", "{one_class}", "--model", "m.npz"], 1, r"one_class\.svm: the labels hold one class"),
+        (["fit", "--data", "{inf_csv}", "--model", "m.npz"], 1, r"inf\.csv: line 2, feature column 2 is inf"),
+        (["fit", "--data", "{words_csv}", "--model", "m.npz"], 1, r"words\.csv: line 2, column 2 holds 'abc'"),
+        (["fit", "--data", "{empty_svm}", "--model", "m.npz"], 1, r"empty\.svm: the file holds no data rows"),
+        (["fit", "--data", "{dir}/nope.svm", "--model", "m.npz"], 1, r"data file not found: .*nope\.svm"),
+        (["fit", "--data", "{train}", "--model", "{missing_dir_out}", "-q"], 1, r"directory .* does not exist"),
+        (["fit", "--data", "{train}", "--model", "{dir}"], 1, r"it is a directory"),
+        (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "gaussian:1@2-9"], 1, r"uses feature 9"),
+        (["predict", "--model", "{model}", "--data", "{narrow_csv}"], 1, r"narrow\.csv: 2 feature columns .* 4"),
+        (["evaluate", "--model", "{model}", "--data", "{wide_svm}"], 1, r"wide\.svm: the file uses 7 features"),
+        (["evaluate", "--model", "{model}", "--data", "{other_labels}"], 1, r"none of its labels \(5, 6\)"),
+        (["evaluate", "--model", "{text_npz}", "--data", "{test}"], 1, r"text\.npz: not a model file"),
+        (["evaluate", "--model", "{train}", "--data", "{test}"], 1, r"train\.svm: not a model file"),
+        (["predict", "--model", "{dir}/none.npz", "--data", "{test}"], 1, r"model file not found"),
+        (["predict", "--model", "{model}", "--data", "{test}", "-o", "{missing_dir_out}"], 1, r"does not exist"),
+    ],
+)
+def test_bad_input_one_line(files, capsys, monkeypatch, tmp_path, argv, code, pattern):
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(**files) for a in argv]
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert_one_line_error(err, pattern)
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_unknown_labels_warn_but_evaluate(files, capsys, tmp_path):
+    mixed = tmp_path / "mixed.svm"
+    mixed.write_text("1 1:0.5\n7 2:0.25\n")
+    assert main(["evaluate", "--model", str(files["model"]), "--data", str(mixed)]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == f"mwumkl-dist: warning: {mixed}: labels 7 are not classes of the model and count as errors"
+    assert "points    2" in out
+
+
+def test_unexpected_error_is_one_line_unless_debug(files, capsys, monkeypatch):
+    def boom(*args, **kwargs):
+        raise KeyError("boom")
+
+    monkeypatch.setattr("mwumkl_dist.cli.load_data", boom)
+    argv = ["evaluate", "--model", str(files["model"]), "--data", str(files["test"])]
+    assert main(argv) == 1
+    assert_one_line_error(capsys.readouterr().err, r"unexpected KeyError: 'boom' \(rerun with --debug")
+    with pytest.raises(KeyError):
+        main(["--debug", *argv])
+    with pytest.raises(KeyError):
+        main([*argv, "--debug"])
+
+
+def test_version_and_entry_point(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert re.fullmatch(r"mwumkl-dist \S+\n", capsys.readouterr().out)
+    scripts = importlib.metadata.entry_points(group="console_scripts")
+    assert [ep.value for ep in scripts if ep.name == "mwumkl-dist"] == ["mwumkl_dist.cli:main"]
