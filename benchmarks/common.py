@@ -31,6 +31,7 @@ class Context:
     jobs: int = 2
     progress: bool = True
     seed: int = 0
+    splits: int | None = None
     log_stream: object = field(default=None, repr=False)
 
     def log(self, message: str) -> None:
@@ -45,7 +46,10 @@ def _git_commit() -> str | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -129,8 +133,16 @@ def _jsonable(obj):
     return obj
 
 
-def write_outputs(ctx: Context, key: str, title: str, rows: list[dict], summary: dict, settings: dict,
-                  figures: list[str], started: float) -> Path:
+def write_outputs(
+    ctx: Context,
+    key: str,
+    title: str,
+    rows: list[dict],
+    summary: dict,
+    settings: dict,
+    figures: list[str],
+    started: float,
+) -> Path:
     """``{key}.csv`` (one line per measurement) and ``{key}.json`` (everything, with machine and command)."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     csv_path = ctx.out / f"{key}.csv"
@@ -171,7 +183,9 @@ class Progress:
         self.done = 0
         self.label = label
         self.start = time.perf_counter()
-        self.bar = ProgressBar(max(total, 1), stream=ctx.log_stream or sys.stderr, unit="runs") if self.enabled else None
+        self.bar = (
+            ProgressBar(max(total, 1), stream=ctx.log_stream or sys.stderr, unit="runs") if self.enabled else None
+        )
 
     def step(self, what: str = "") -> None:
         self.done += 1

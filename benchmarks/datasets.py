@@ -323,8 +323,13 @@ def _load_wdbc() -> Dataset:
 
     X, t = load_breast_cancer(return_X_y=True)
     # scikit-learn codes malignant as 0: malignant = +1, as for breast_cancer.
-    return Dataset("wdbc", X.astype(np.float64), np.where(t == 0, 1.0, -1.0), source="sklearn",
-                   note="UCI WDBC, bundled with scikit-learn (load_breast_cancer); malignant=+1")
+    return Dataset(
+        "wdbc",
+        X.astype(np.float64),
+        np.where(t == 0, 1.0, -1.0),
+        source="sklearn",
+        note="UCI WDBC, bundled with scikit-learn (load_breast_cancer); malignant=+1",
+    )
 
 
 def load_dataset(name: str, datasets_dir=None, *, download: bool = True, manifest=None, cache=None) -> Dataset:
@@ -411,13 +416,26 @@ def synthetic_standin(name: str, seed: int = 0, n_samples: int | None = None) ->
     n = n if n_samples is None else int(n_samples)
     informative = max(2, min(d // 3, 8))
     X, t = make_classification(
-        n_samples=n, n_features=d, n_informative=informative, n_redundant=min(2, d - informative),
-        n_clusters_per_class=2, weights=list(weights), flip_y=noise, class_sep=1.0, random_state=seed,
+        n_samples=n,
+        n_features=d,
+        n_informative=informative,
+        n_redundant=min(2, d - informative),
+        n_clusters_per_class=2,
+        shuffle=False,  # informative features first: quick runs use the first few
+        weights=list(weights),
+        flip_y=noise,
+        class_sep=1.0,
+        random_state=seed,
     )
     if binary:
         X = (X > 0).astype(np.float64)
-    return Dataset(name, X, np.where(t == 1, 1.0, -1.0), source="synthetic",
-                   note="synthetic stand-in (make_classification): the real file was not available")
+    return Dataset(
+        name,
+        X,
+        np.where(t == 1, 1.0, -1.0),
+        source="synthetic",
+        note="synthetic stand-in (make_classification): the real file was not available",
+    )
 
 
 def load_or_standin(name: str, datasets_dir=None, *, allow_standin: bool, download: bool = True) -> Dataset:

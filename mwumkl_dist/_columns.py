@@ -480,7 +480,8 @@ def _as_f64(a):
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
-_NO_CSC = (np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0))
+# No CSC copy; int32 like scipy's index arrays, so no extra numba specialisation is compiled.
+_NO_CSC = (np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0))
 
 
 def superstep_features(

@@ -158,7 +158,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fit(sub, [common, model])
     _add_predict(sub, [common])
     _add_evaluate(sub, [common])
+    _add_bench(sub)
     return parser
+
+
+def _add_bench(sub):
+    p = sub.add_parser(
+        "bench",
+        help="reproduce the paper's experiments (needs a source checkout: benchmarks/)",
+        description="Run the benchmark suite of a source checkout (python -m benchmarks); "
+        "arguments after 'bench' are passed on, e.g. 'mwumkl-dist bench e1 --quick'.",
+        add_help=False,
+    )
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    """``bench``: hand the arguments to the source tree's benchmark runner."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "benchmarks", "runner.py")):
+        raise CommandError(f"no benchmarks/ folder next to the package in {root}: 'bench' needs a source checkout")
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks.runner import main as bench_main
+
+    bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
+    return int(bench_main(bench_args or ["--help"]) or 0)
 
 
 def _add_demo(sub, parents):
@@ -493,6 +519,9 @@ _EXPECTED = (ValueError, TypeError, OSError, MemoryError)
 def main(argv=None) -> int:
     """Run ``mwumkl-dist`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # everything after 'bench' belongs to the benchmark runner, --help too
+        argv = ["bench", "--", *argv[1:]] if len(argv) > 1 else argv
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

@@ -49,6 +49,11 @@ def as_csr(X) -> sp.csr_matrix:
     """Rows as CSR with float64 data, int32/int64 indices and sorted, de-duplicated entries."""
     csr = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr().astype(np.float64)
     csr.sum_duplicates()
+    # One index dtype (int32 unless the matrix needs int64): the numba kernels then compile once.
+    index = np.int32 if max(csr.nnz, *csr.shape) < 2**31 else np.int64
+    if csr.indices.dtype != index or csr.indptr.dtype != index:
+        csr.indices = csr.indices.astype(index)
+        csr.indptr = csr.indptr.astype(index)
     return csr
 
 

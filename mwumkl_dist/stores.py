@@ -489,8 +489,9 @@ class DataStore(_StoreBase):
             self._check_array("indptr", (n + 1,), np.int64, (R,))
             self._check_array("indices", (nnz,), np.int32)
             self._check_array("data", (nnz,), np.float64)
-            ends = self._read("indptr", (slice(0, 1),), "the row pointers"), self._read(
-                "indptr", (slice(n, n + 1),), "the row pointers"
+            ends = (
+                self._read("indptr", (slice(0, 1),), "the row pointers"),
+                self._read("indptr", (slice(n, n + 1),), "the row pointers"),
             )
             if int(ends[0][0]) != 0 or int(ends[1][0]) != nnz:
                 raise self._fail(

@@ -1,0 +1,221 @@
+"""Build the Markdown report (``benchmarks/RESULTS.md``) from the experiments' JSON outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["write_report", "render"]
+
+_E4 = ("MWUMKL", "MWUMKL-auto", "MWUMKL-default", "Uniform", "LibLinear+")
+_METHODS = ("MWUMKL", "MWUMKL-auto", "MWUMKL-default", "MWUMKL-paper", "Uniform", "LibLinear+")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def _sec(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+
+def _load(out: Path) -> dict:
+    docs = {}
+    for key in ("E1", "E2", "E3", "E4", "E5"):
+        path = out / f"{key}.json"
+        if path.is_file():
+            with open(path, encoding="utf-8") as fh:
+                docs[key] = json.load(fh)
+    return docs
+
+
+def _img(rel: str, name: str, alt: str) -> str:
+    return f"![{alt}]({rel}/{name})"
+
+
+def _header(doc) -> list[str]:
+    m = doc["machine"]
+    return [
+        f"*Command:* `{doc['command']}` — {doc['started']}, {doc['seconds']:.0f} s"
+        + (" — **quick mode (shrunk; not the paper's settings)**" if doc["quick"] else ""),
+        f"*Machine:* {m['cpu']}, {m['cores']} cores, {m.get('memory_gib')} GiB; numpy {m['numpy']}, "
+        f"scikit-learn {m['scikit-learn']}, numba {m['numba']} ({m['numba_threads']} threads); "
+        f"commit {m.get('git_commit')}",
+        "",
+    ]
+
+
+def _e1(doc, rel) -> list[str]:
+    s = doc["summary"]
+    lines = ["## E1 — small data sets: median test error", ""]
+    lines += _header(doc)
+    st = doc["settings"]
+    lines += [
+        f"{st['splits']} random stratified 80/20 splits per data set; kernels: {st['kernels']}; "
+        f"C (all methods) chosen by {st['cv_folds']}-fold cross-validation on the training part; "
+        "errors in %, median with the 95 % order-statistics confidence interval of the median "
+        "(`lo-hi`), and the median training time of the final fit.",
+        "",
+        "| data set | " + " | ".join(_METHODS) + " |",
+        "|---|" + "---|" * len(_METHODS),
+    ]
+    for dataset, by in s["datasets"].items():
+        cells = []
+        for meth in _METHODS:
+            ci = by.get(meth)
+            cells.append(
+                "-"
+                if ci is None
+                else f"{_pct(ci['median'])} ({_pct(ci['lo'])}-{_pct(ci['hi'])}), {_sec(ci['median_fit_seconds'])} s"
+            )
+        lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+    lines += ["", "Goals (MWUMKL = the tuned, improved variant):", ""]
+    lines += [
+        "| data set | best baseline | MWUMKL | within 1 point | default within 1 point | beats both |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dataset, g in s["goals"].items():
+        lines.append(
+            f"| {dataset} | {_pct(g['best_baseline_median'])} | {_pct(g['mwumkl_median'])} | "
+            f"{'yes' if g['within_1_point'] else 'NO'} | {'yes' if g['default_within_1_point'] else 'NO'} | "
+            f"{'yes' if g['beats_both_baselines'] else 'no'} |"
+        )
+    lines += ["", f"MWUMKL beats both baselines on {s['n_sets_beating_both']} of {len(s['goals'])} small sets.", ""]
+    lines += [_img(rel, f, "E1") for f in doc["figures"]] + [""]
+    return lines
+
+
+def _curve(doc, rel, heading) -> list[str]:
+    s = doc["summary"]
+    st = doc["settings"]
+    lines = [heading, ""] + _header(doc)
+    lines += [
+        f"Data: {st['dataset']}; kernels: {st['kernels']}; epsilon {st['epsilon']} (the paper's); "
+        f"C of each method chosen once by cross-validation on the first {st['select_n']} training points "
+        f"(chosen: {', '.join(f'{k} {v}' for k, v in s['chosen_C'].items())}); test error on "
+        f"{st['test_points']} held-out points. Time = the final fit (kernel computations included).",
+        "",
+        "| n | " + " | ".join(f"{m} time (s) / error (%)" for m in _METHODS) + " |",
+        "|---|" + "---|" * len(_METHODS),
+    ]
+    for n, by in s["by_size"].items():
+        cells = []
+        for meth in _METHODS:
+            r = by.get(meth)
+            cells.append("-" if r is None else f"{_sec(r['fit_seconds'])} / {_pct(r['error'])}")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    if s.get("stopped"):
+        lines += ["", "Stopped: " + "; ".join(f"{k} {v}" for k, v in s["stopped"].items())]
+    speed = []
+    for n, by in s["by_size"].items():
+        if "MWUMKL" in by and "Uniform" in by:
+            speed.append(f"n={n}: {by['Uniform']['fit_seconds'] / by['MWUMKL']['fit_seconds']:.1f}x")
+    if speed:
+        lines += ["", "Uniform time / MWUMKL time: " + ", ".join(speed)]
+    lines += [""] + [_img(rel, f, doc["experiment"]) for f in doc["figures"]] + [""]
+    return lines
+
+
+def _e4(doc, rel) -> list[str]:
+    s = doc["summary"]
+    lines = ["## E4 — kernel scalability: time per kernel versus n", ""] + _header(doc)
+    st = doc["settings"]
+    lines += [
+        f"{st['dataset']} with {st['kernels']} at {', '.join(map(str, st['sizes']))} training points "
+        f"(fixed C: {st['fixed_C']}); seconds for the final fit (per kernel in the figure).",
+        "",
+        "| n | " + " | ".join(f"{m} time (s) / error (%)" for m in _E4) + " |",
+        "|---|" + "---|" * len(_E4),
+    ]
+    for n, by in s["mushrooms"].items():
+        cells = [("-" if m not in by else f"{_sec(by[m]['fit_seconds'])} / {_pct(by[m]['error'])}") for m in _E4]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"MWUMKL faster than LibLinear+ at every size: {'yes' if s['faster_than_liblinear_at_every_size'] else 'NO'}",
+        "",
+    ]
+    lines += [_img(rel, f, "E4") for f in doc["figures"]] + [""]
+    return lines
+
+
+def _e5(doc, rel) -> list[str]:
+    lines = ["## E5 — dynamic kernels (the paper's table)", ""] + _header(doc)
+    lines += [
+        "| data set | variant | points | kernels | epsilon | iterations | time (s) | test error (%) | paper | target |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        target = (
+            "-"
+            if r["target_seconds"] is None
+            else (f"<= {r['target_seconds']:.0f} s: {'met' if r['meets_target'] else 'NOT met'}")
+        )
+        paper = "-" if r["paper_seconds"] is None else f"{r['paper_seconds']:.0f} s"
+        lines.append(
+            f"| {r['dataset']} | {r['method']} | {r['n_train']} | {r['n_kernels']} | {r['epsilon']} | "
+            f"{r['n_iter']} | {_sec(r['fit_seconds'])} | {_pct(r['error'])} | {paper} | {target} |"
+        )
+    lines += ["", f"{doc['summary']['note']}.", ""]
+    return lines
+
+
+def render(out: Path, report_path: Path) -> str:
+    """The report's Markdown for the outputs in ``out`` (figure links relative to ``report_path``)."""
+    docs = _load(out)
+    rel = os.path.relpath(out, report_path.parent).replace(os.sep, "/")
+    lines = [
+        "# MWUMKL benchmark results",
+        "",
+        "Generated by `python -m benchmarks` (see `benchmarks/runner.py`) from the JSON files in "
+        f"`{rel}/`; do not edit by hand.",
+        "",
+        "Methods: **MWUMKL** = `MWUMKLClassifier(C=<cross-validated>)` with its defaults otherwise "
+        '(size-independent C, `polish="auto"`: exact polish on the learned kernel up to 3000 points); '
+        '**MWUMKL-auto** = `MWUMKLClassifier(C="auto", epsilon=0.1, polish="auto")`, no tuning '
+        "(the candidate defaults); **MWUMKL-default** = "
+        "`MWUMKLClassifier()` with no argument but the kernels; **MWUMKL-paper** = the algorithm as published "
+        "(`scale_C=False, polish=False`, raw C cross-validated); **Uniform** = LIBSVM on the average "
+        "trace-normalised kernel; **LibLinear+** = Nystroem (150 components per kernel) + LIBLINEAR. "
+        "Every method's C is chosen on the training part only; all methods see the same splits.",
+        "",
+        "## How to reproduce",
+        "",
+        "```",
+        "pip install -e .[bench]",
+        "python -m benchmarks all            # full run (hours on 2 cores); or e1 ... e5",
+        "python -m benchmarks all --quick    # shrunk run, a few minutes",
+        "python -m benchmarks report         # rebuild this file from the JSON outputs",
+        "```",
+        "",
+        "Data: `--datasets-dir` (default `../shared/datasets`), else downloaded once from the LIBSVM / UCI "
+        "addresses in `benchmarks/MANIFEST.json` into `$MWUMKL_DIST_CACHE` (default `~/.cache/mwumkl_dist`) "
+        "and verified against its checksums.",
+        "",
+    ]
+    if not docs:
+        lines += ["No results yet.", ""]
+    if "E1" in docs:
+        lines += _e1(docs["E1"], rel)
+    if "E2" in docs:
+        lines += _curve(docs["E2"], rel, "## E2 — cod-rna: training time versus training size")
+    if "E3" in docs:
+        lines += _curve(docs["E3"], rel, "## E3 — a9a: test error versus training size")
+    if "E4" in docs:
+        lines += _e4(docs["E4"], rel)
+    if "E5" in docs:
+        lines += _e5(docs["E5"], rel)
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out, report_path) -> Path:
+    """Write the report for the outputs in ``out`` to ``report_path``."""
+    out, report_path = Path(out), Path(report_path)
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    text = render(out, report_path)
+    with open(report_path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return report_path
