@@ -172,7 +172,9 @@ class FeatureShard(_ShardBase):
         self.plan = plan
         self._plan_args = plan_args(plan)
         # Per-row group norms, needed by every superstep: computed once.
-        self._row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        self._row_sq = _columns.group_sqnorms(
+            X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
+        )
         # A column copy lets a superstep visit only the columns where the two points are non-zero.
         self._csc = None
         if plan.n_groups == 1:
