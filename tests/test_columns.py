@@ -1,0 +1,88 @@
+"""The numba kernels' fast paths agree bit for bit with their plain counterparts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mwumkl_dist import MWUMKLClassifier, _columns
+
+
+def test_exp_block_within_one_ulp_of_numpy():
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            -rng.exponential(5.0, 20000),
+            -rng.uniform(0, 745, 2000),
+            np.array([0.0, -0.0, -1e-300, -708.0, -745.0, -745.2, -800.0, -np.inf]),
+        ]
+    )
+    got = _columns.exp_block(x)
+    ref = np.exp(x)
+    ulp = np.spacing(np.maximum(np.abs(ref), np.finfo(float).tiny))
+    assert np.all(np.abs(got - ref) <= ulp + 0.0), np.max(np.abs(got - ref) / ulp)
+    assert got[-1] == 0.0 and got[-8] == 1.0
+
+
+def _data(sparse: bool):
+    rng = np.random.default_rng(1)
+    X = rng.random((700, 12)) * (rng.random((700, 12)) < 0.4)
+    y = np.where(X[:, 0] + X[:, 3] + 0.2 * rng.standard_normal(700) > 0.5, 1, -1)
+    return (sp.csr_matrix(X) if sparse else X), y
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_threads_do_not_change_the_model(monkeypatch, sparse):
+    X, y = _data(sparse)
+    params = dict(kernels="linear,poly:2,gaussian:1,gaussian:2@0-5", epsilon=0.3)
+    before = _columns.get_num_threads()
+    try:
+        _columns.set_num_threads(1)
+        one = MWUMKLClassifier(**params).fit(X, y)
+        monkeypatch.setattr(_columns, "PARALLEL_MIN_ROWS", 64)  # exercise the parallel path on small data
+        _columns.set_num_threads(2)
+        two = MWUMKLClassifier(**params).fit(X, y)
+    finally:
+        _columns.set_num_threads(before)
+    np.testing.assert_array_equal(one.dual_coef_, two.dual_coef_)
+    np.testing.assert_array_equal(one.kernel_weights_, two.kernel_weights_)
+    np.testing.assert_array_equal(one.intercept_, two.intercept_)
+    np.testing.assert_array_equal(one.decision_function(X), two.decision_function(X))
+
+
+def test_column_and_row_paths_give_identical_bits():
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.shard import FeatureShard
+
+    X, y = _data(True)
+    plan = KernelSet("linear,poly:3,gaussian:1,gaussian:2", X.shape[1]).plan
+    by_columns = FeatureShard(X, y, 0, plan)
+    by_rows = FeatureShard(X, y, 0, plan)
+    assert by_columns._csc is not None  # one feature group: the column pass serves it
+    by_rows._csc = None  # force the row pass
+    inv_trace = 1.0 / by_columns.diagonal().sum(axis=0)
+    coef = np.array([-0.5, -1.0, -2.0, -0.25])
+    rng = np.random.default_rng(2)
+    pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
+    for shard in (by_columns, by_rows):
+        shard.configure(inv_trace, 1e-3)
+    for _ in range(20):
+        ip, iq = int(rng.choice(pos)), int(rng.choice(neg))
+        a = by_columns.superstep(ip, iq, by_columns.point(ip), by_columns.point(iq), coef)
+        b = by_rows.superstep(ip, iq, by_rows.point(ip), by_rows.point(iq), coef)
+        assert (a[0].index, a[0].g, a[1].index, a[1].g) == (b[0].index, b[0].g, b[1].index, b[1].g)
+    np.testing.assert_array_equal(by_columns.V, by_rows.V)
+
+
+def test_bad_thread_count_in_environment_is_a_clear_error():
+    env = {**os.environ, "MWUMKL_NUM_THREADS": "lots"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import mwumkl_dist._columns"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert "MWUMKL_NUM_THREADS must be a non-negative integer or 'auto'" in proc.stderr
