@@ -99,7 +99,11 @@ def load_checkpoint(path, fp: str) -> dict:
             )
         finished = [
             MWUResult(
-                data[f"done{k}_alpha"], data[f"done{k}_weights"], f["bias"], f["n_iter"], data[f"done{k}_s"],
+                data[f"done{k}_alpha"],
+                data[f"done{k}_weights"],
+                f["bias"],
+                f["n_iter"],
+                data[f"done{k}_s"],
                 f["interrupted"],
             )
             for k, f in enumerate(meta["finished"])
@@ -129,6 +133,10 @@ class Checkpointer:
 
     def save(self, state: SolverState) -> None:
         save_checkpoint(
-            self.path, fp=self.fp, problem_index=self.problem_index, state=state, picks=state.picks,
+            self.path,
+            fp=self.fp,
+            problem_index=self.problem_index,
+            state=state,
+            picks=state.picks,
             finished=self.finished,
         )

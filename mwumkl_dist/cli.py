@@ -22,9 +22,9 @@ import numpy as np
 from . import __version__, mwu
 from ._progress import ProgressBar, format_rate
 from .estimator import MWUMKLClassifier
-from .mwu import FitInterrupted
 from .io import SUPPORTED_EXTENSIONS, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
+from .mwu import FitInterrupted
 
 __all__ = ["main", "build_parser"]
 
@@ -217,7 +217,9 @@ def _add_fit(sub, parents):
         default=None,
         help="where the shards live (default: local; 'dask' when --scheduler is given, else a local threaded cluster)",
     )
-    dist.add_argument("--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)")
+    dist.add_argument(
+        "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
+    )
     dist.add_argument("--shards", type=_positive_int, default=1, metavar="N", help="row shards (default 1)")
     dist.add_argument(
         "--kernel-shards", type=_positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
@@ -225,7 +227,9 @@ def _add_fit(sub, parents):
     dist.add_argument(
         "--scheduler-timeout", type=_positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
     )
-    dist.add_argument("--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations")
+    dist.add_argument(
+        "--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations"
+    )
     dist.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="K", help="default 100")
     dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
     p.set_defaults(func=cmd_fit)

@@ -611,7 +611,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             plan = ks.plan
             Xq = as_csr(X)
             sv = as_csr(self.support_vectors_)
-            sv_sq = _columns.group_sqnorms(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+            sv_sq = _columns.group_sqnorms(
+                sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
+            )
             out = _columns.weighted_kernel_sums(
                 Xq.indptr,
                 Xq.indices,
@@ -637,7 +639,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ portable save/load
 
-    _ARRAYS = ("classes_", "kernel_weights_", "raw_kernel_weights_", "kernel_traces_", "support_", "dual_coef_", "intercept_")
+    _ARRAYS = (
+        "classes_",
+        "kernel_weights_",
+        "raw_kernel_weights_",
+        "kernel_traces_",
+        "support_",
+        "dual_coef_",
+        "intercept_",
+    )
 
     def save(self, path) -> None:
         """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
@@ -688,7 +698,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             np.savez_compressed(fh, __meta__=meta_arr, **arrays)
 
     @classmethod
-    def load(cls, path) -> "MWUMKLClassifier":
+    def load(cls, path) -> MWUMKLClassifier:
         """Load a model written by :meth:`save`."""
         path = os.fspath(path)
         if not os.path.isfile(path):

@@ -71,8 +71,12 @@ def test_precomputed_kernels_on_dask(threaded_client):
     ref = MWUMKLClassifier(kernels="precomputed", epsilon=0.3).fit(K, y)
     for layout in [(3, 1), (1, 3), (2, 2)]:
         clf = MWUMKLClassifier(
-            kernels="precomputed", epsilon=0.3, engine="dask", client=threaded_client,
-            n_shards=layout[0], n_kernel_shards=layout[1],
+            kernels="precomputed",
+            epsilon=0.3,
+            engine="dask",
+            client=threaded_client,
+            n_shards=layout[0],
+            n_kernel_shards=layout[1],
         ).fit(K, y)
         np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
         np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
@@ -169,9 +173,10 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_error():
 def test_killed_worker_is_recovered_with_the_same_model():
     X, y = _data(n=300, d=5, seed=7)
     ref = MWUMKLClassifier(epsilon=0.3).fit(X, y)
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
         victim = min(client.run(os.getpid).values())
         killed = []
 

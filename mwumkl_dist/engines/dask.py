@@ -65,8 +65,7 @@ def connect_client(client=None, timeout: float = 10.0):
             raise ValueError(f"bad Dask scheduler address {client!r}: {exc}") from None
         except Exception as exc:  # timeouts, refused connections, something else answering
             raise ConnectionError(
-                f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s "
-                f"({type(exc).__name__}: {exc})"
+                f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s ({type(exc).__name__}: {exc})"
             ) from None
     raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}")
 
@@ -78,9 +77,7 @@ def _listen_host(worker_address: str) -> str:
         return "127.0.0.1"
     host = rest.rsplit(":", 1)[0]
     if host.startswith("["):
-        raise ValueError(
-            f"worker address {worker_address!r} is IPv6; the shard channels need IPv4 worker addresses"
-        )
+        raise ValueError(f"worker address {worker_address!r} is IPv6; the shard channels need IPv4 worker addresses")
     return host
 
 
@@ -232,7 +229,9 @@ class DaskEngine:
     def _recover(self, block: _Block) -> None:
         """Rebuild a lost block on a live worker and replay the picks it had seen."""
         self.recoveries += 1
-        logger.warning("shard rows %s kernels %s lost; rebuilding it (recovery %d)", block.rows, block.kernels, self.recoveries)
+        logger.warning(
+            "shard rows %s kernels %s lost; rebuilding it (recovery %d)", block.rows, block.kernels, self.recoveries
+        )
         try:
             if block.conn is not None:
                 block.conn.close()
@@ -314,10 +313,11 @@ class DaskEngine:
     def _fetch(self, index: int) -> tuple[np.ndarray, object]:
         """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""
         owners = [b for b in self.blocks if b.rows[0] <= index < b.rows[1]]
-        v_row, point = np.empty(self.n_kernels), None
-        for b, (v, point) in zip(owners, self._broadcast("fetch", lambda b: (index - b.rows[0],), owners)):
+        answers = self._broadcast("fetch", lambda b: (index - b.rows[0],), owners)
+        v_row = np.empty(self.n_kernels)
+        for b, (v, _) in zip(owners, answers):
             v_row[b.kernels[0] : b.kernels[1]] = v
-        return v_row, point
+        return v_row, answers[0][1]  # every owner holds the same point
 
     def _select(self, g: np.ndarray) -> tuple[Candidate, Candidate]:
         """Find-alpha on a full ``g`` (kernel-sharded layouts): argmax per class, lowest index on ties."""
