@@ -24,6 +24,7 @@ ends with the same model.
 
 from __future__ import annotations
 
+import gc
 import logging
 import secrets
 import threading
@@ -64,6 +65,9 @@ def connect_client(client=None, timeout: float = 10.0):
         except ValueError as exc:
             raise ValueError(f"bad Dask scheduler address {client!r}: {exc}") from None
         except Exception as exc:  # timeouts, refused connections, something else answering
+            # Collect the half-built Client now: collected later, inside another Client's
+            # construction, its loop shutdown can deadlock (distributed's LoopRunner lock).
+            gc.collect()
             raise ConnectionError(
                 f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s ({type(exc).__name__}: {exc})"
             ) from None
