@@ -24,7 +24,9 @@ from ._progress import ProgressBar, format_rate
 from .estimator import MWUMKLClassifier
 from .io import SUPPORTED_EXTENSIONS, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
+from ._bank import bank_of
 from .mwu import FitInterrupted
+from .stores import KernelStore, add_store_commands, open_store
 
 __all__ = ["main", "build_parser"]
 
@@ -90,7 +92,7 @@ def _positive_int(text: str) -> int:
 
 def _kernel_spec(text: str) -> str:
     if text.strip().lower() == "precomputed":
-        raise argparse.ArgumentTypeError("'precomputed' kernels cannot come from a data file; use the Python API")
+        return "precomputed"  # only with 'fit --store' of a kernel store; checked there
     try:
         parse_kernels(text, 1)  # the syntax only; feature indices are checked against the data
     except (ValueError, TypeError) as exc:
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fit(sub, [common, model])
     _add_predict(sub, [common])
     _add_evaluate(sub, [common])
+    add_store_commands(sub, [common])
     _add_bench(sub)
     return parser
 
@@ -207,7 +210,13 @@ def _add_fit(sub, parents):
         description="Fit a model on a labelled data file and save it. Ctrl-C stops the fit and saves the "
         "iterations done (exit code 130); a second Ctrl-C aborts.",
     )
-    p.add_argument("--data", required=True, metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
+    source.add_argument(
+        "--store",
+        metavar="DIR.zarr",
+        help="a data store, or a kernel store with --kernels precomputed (see 'store'): shards read their rows",
+    )
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     dist = p.add_argument_group("engine and resilience")
@@ -281,6 +290,16 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
     )
 
 
+def _count_kernels(spec: str, n_features: int, X=None) -> int:
+    """How many base kernels ``spec`` means (checking feature indices), without expanding a big bank."""
+    if spec == "precomputed":
+        return X.n_kernels
+    bank = bank_of(spec)
+    if bank is not None:
+        return bank.n_kernels
+    return len(KernelSet(spec, n_features))
+
+
 def _describe_C(args) -> str:
     if math.isinf(args.C):
         return "C inf (hard margin)"
@@ -336,7 +355,7 @@ def cmd_demo(args) -> int:
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=args.seed, stratify=y)
     scaler = MinMaxScaler().fit(X_train)  # on the training part only: no test information leaks in
     X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
-    n_kernels = len(KernelSet(args.kernels, X.shape[1]))
+    n_kernels = _count_kernels(args.kernels, X.shape[1])
     clf = _estimator(args)
 
     print(f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features")
@@ -366,14 +385,23 @@ def cmd_fit(args) -> int:
     """``fit``: load, fit with a progress bar, save (also after Ctrl-C), summarise."""
     _check_model_args(args)
     _check_writable(args.model, "model")
-    X, y = load_data(args.data)
-    classes = np.unique(y)
+    if args.store is not None:
+        X, y = open_store(args.store), None
+        classes, n = np.asarray(X.classes), X.n_samples
+        d = getattr(X, "n_features", n)
+        source = args.store
+        if (args.kernels == "precomputed") != isinstance(X, KernelStore):
+            raise UsageError("a kernel store needs --kernels precomputed, and only a kernel store takes it")
+    else:
+        if args.kernels == "precomputed":
+            raise UsageError("--kernels precomputed needs --store with a kernel store")
+        X, y = load_data(args.data)
+        classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
-            f"{args.data}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
+            f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
-    n, d = X.shape
-    n_kernels = len(KernelSet(args.kernels, d))  # feature indices against the data, before the fit
+    n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
     n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(args.epsilon, args.rho, n)
     n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
 
@@ -442,7 +470,7 @@ def cmd_fit(args) -> int:
         total = int(n_iters.sum())
         how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
         print(f"model saved to   {args.model}")
-        print(f"data             {args.data}: {n} points, {d} features, {len(classes)} classes ({labels})")
+        print(f"data             {source}: {n} points, {d} features, {len(classes)} classes ({labels})")
         print(f"kernels          {args.kernels} ({n_kernels})")
         print(f"parameters       epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
         print(
