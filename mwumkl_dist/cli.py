@@ -20,11 +20,11 @@ import zipfile
 import numpy as np
 
 from . import __version__, mwu
+from ._bank import bank_of
 from ._progress import ProgressBar, format_rate
 from .estimator import MWUMKLClassifier
 from .io import SUPPORTED_EXTENSIONS, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
-from ._bank import bank_of
 from .mwu import FitInterrupted
 from .stores import KernelStore, add_store_commands, open_store
 
