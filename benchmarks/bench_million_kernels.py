@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import threading
 import time
@@ -39,22 +38,11 @@ DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets")
 
 
 def machine() -> dict:
-    import numba
+    """Machine facts (benchmarks.common) and the exact command of this run."""
+    sys.path.insert(0, os.path.dirname(HERE))  # run as a script: make the benchmarks package importable
+    from benchmarks.common import machine_info
 
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "command": " ".join([sys.executable, *sys.argv]),
-    }
+    return {**machine_info(), "command": " ".join([sys.executable, *sys.argv])}
 
 
 class MemorySampler:

@@ -1169,22 +1169,14 @@ def as_store(X) -> DataStore | KernelStore | None:
 # ----------------------------------------------------------------------------- command line
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def add_store_commands(subparsers, parents=()) -> argparse.ArgumentParser:
     """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser.
 
     Handlers raise ``ValueError`` / ``OSError`` with one-line messages (printed
     by the CLI's ``main`` as ``mwumkl-dist: error: ...``).
     """
+    from .cli import _positive_int  # the CLI's argument types (imported late: cli imports this module)
+
     p = subparsers.add_parser(
         "store",
         parents=list(parents),
