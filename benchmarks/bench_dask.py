@@ -154,7 +154,8 @@ def main(argv=None):
             r = a9a_speedup(n_iter, 8000 if args.quick else None, args.kernels)
             results["a9a"] = r
             print(
-                f"a9a n={r['n']} kernels {r['kernels']} eps=0.1, {r['n_iter']} iterations: local 1 thread {r['local_1thread_s']:.2f} s "
+                f"a9a n={r['n']} kernels {r['kernels']} eps=0.1, {r['n_iter']} iterations: "
+                f"local 1 thread {r['local_1thread_s']:.2f} s "
                 f"({r['local_ms_per_iter']:.2f} ms/it), 2 Dask workers {r['dask_2workers_s']:.2f} s "
                 f"({r['dask_ms_per_iter']:.2f} ms/it): speed-up {r['speedup']:.2f}x, same model: {r['same_model']}"
             )
