@@ -39,25 +39,7 @@ class DriverError(Exception):
 
 # ----------------------------------------------------------------------------- arguments
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+from mwumkl_dist.cli import _positive_float, _positive_int  # noqa: E402  (the CLI's argument checks)
 
 
 def _fraction(text: str) -> float:
