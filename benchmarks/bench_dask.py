@@ -25,14 +25,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets")
+sys.path.insert(0, os.path.dirname(HERE))  # run as a script: make the benchmarks package importable
 
-
-def _machine() -> dict:
-    """Machine facts (benchmarks.common) and the exact command of this run."""
-    sys.path.insert(0, os.path.dirname(HERE))  # run as a script: make the benchmarks package importable
-    from benchmarks.common import machine_info
-
-    return {**machine_info(), "command": " ".join([sys.executable, *sys.argv])}
+from benchmarks.common import run_info  # noqa: E402
 
 
 class _Echo:
@@ -136,7 +131,7 @@ def main(argv=None):
     parser.add_argument("--kernels", default="paper", help="kernel spec of the a9a part (default: paper, 12 kernels)")
     parser.add_argument("--max-iter", type=int, default=None, help="a9a part: iterations instead of T")
     args = parser.parse_args(argv)
-    results = {"machine": _machine()}
+    results = {"machine": run_info()}
     if args.part in ("overhead", "all"):
         results["overhead"] = overhead(300 if args.quick else 3000)
         o = results["overhead"]

@@ -35,14 +35,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets")
+sys.path.insert(0, os.path.dirname(HERE))  # run as a script: make the benchmarks package importable
 
-
-def machine() -> dict:
-    """Machine facts (benchmarks.common) and the exact command of this run."""
-    sys.path.insert(0, os.path.dirname(HERE))  # run as a script: make the benchmarks package importable
-    from benchmarks.common import machine_info
-
-    return {**machine_info(), "command": " ".join([sys.executable, *sys.argv])}
+from benchmarks.common import run_info  # noqa: E402
 
 
 class MemorySampler:
@@ -109,7 +104,7 @@ def run(args) -> dict:
     spec = f"random:{args.kernels}:size={args.subset_size}:seed={args.bank_seed}"
     n_iter = mwu.iteration_count(args.epsilon, 0.5, len(y_tr))
     out = {
-        "machine": machine(),
+        "machine": run_info(),
         "data": {"n_train": len(y_tr), "n_test": len(y_te), "n_features": X_tr.shape[1], "split_seed": args.seed},
         "kernels": spec,
         "epsilon": args.epsilon,

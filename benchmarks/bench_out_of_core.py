@@ -34,7 +34,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_million_kernels import MemorySampler, machine  # noqa: E402
+from bench_million_kernels import MemorySampler, run_info  # noqa: E402
 
 DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets")
 KERNELS = "linear,poly:2,gaussian:2,gaussian:4"
@@ -78,7 +78,7 @@ def run(args) -> dict:
     m = len(KERNELS.split(","))
     store_path = os.path.abspath(args.store)
     out = {
-        "machine": machine(),
+        "machine": run_info(),
         "data": f"a9a, first {args.n} training points, 123 features",
         "kernels": KERNELS,
         "epsilon": args.epsilon,

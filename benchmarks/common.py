@@ -91,6 +91,11 @@ def machine_info() -> dict:
     }
 
 
+def run_info() -> dict:
+    """:func:`machine_info` plus the exact command of this run (for the stand-alone benchmark scripts)."""
+    return {**machine_info(), "command": " ".join([sys.executable, *sys.argv])}
+
+
 def median_ci(values, level: float = 0.95) -> dict:
     """Median with a distribution-free confidence interval from order statistics.
 

@@ -60,6 +60,20 @@ def _err(pred, y) -> float:
     return float(np.mean(pred != y))
 
 
+def _scored(est, Xte, yte, C, cv_seconds, **extra) -> dict:
+    """A fitted baseline's result row: test error, fit / CV / predict times, the chosen C and extras."""
+    t0 = time.perf_counter()
+    pred = est.predict(Xte)
+    return {
+        "error": _err(pred, yte),
+        "fit_seconds": est.fit_seconds_,
+        "cv_seconds": cv_seconds,
+        "predict_seconds": time.perf_counter() - t0,
+        "C": C,
+        **extra,
+    }
+
+
 def _pick(grid, scores):
     """The grid value with the lowest CV error; ties go to the smaller (more regularised) C."""
     scores = np.asarray(scores)
@@ -157,17 +171,15 @@ def _run_uniform(kernels, Xtr, ytr, Xte, yte, folds, grid, jobs):
     C, scores = _pick(grid, errs)
     cv_seconds = time.perf_counter() - t0
     est = UniformMKL(kernels, C=C).fit(Xtr, ytr)
-    t0 = time.perf_counter()
-    pred = est.predict(Xte)
-    return {
-        "error": _err(pred, yte),
-        "fit_seconds": est.fit_seconds_,
-        "cv_seconds": cv_seconds,
-        "predict_seconds": time.perf_counter() - t0,
-        "C": C,
-        "n_support": int(len(est.svc_.support_)),
-        "cv_scores": list(map(float, scores)),
-    }
+    return _scored(
+        est,
+        Xte,
+        yte,
+        C,
+        cv_seconds,
+        n_support=int(len(est.svc_.support_)),
+        cv_scores=list(map(float, scores)),
+    )
 
 
 # ----------------------------------------------------------------------------- LibLinear+
@@ -192,18 +204,16 @@ def _run_liblinear(kernels, Xtr, ytr, Xte, yte, folds, grid, jobs, memory_bytes,
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = LibLinearPlus(kernels, C=C, n_components=n_components, memory_bytes=memory_bytes)
         est.fit(Xtr, ytr)
-    t0 = time.perf_counter()
-    pred = est.predict(Xte)
-    return {
-        "error": _err(pred, yte),
-        "fit_seconds": est.fit_seconds_,
-        "cv_seconds": cv_seconds,
-        "predict_seconds": time.perf_counter() - t0,
-        "C": C,
-        "n_components": est.n_components_,
-        "converged": bool(est.svm_.n_iter_ < 1000),
-        "cv_scores": list(map(float, scores)),
-    }
+    return _scored(
+        est,
+        Xte,
+        yte,
+        C,
+        cv_seconds,
+        n_components=est.n_components_,
+        converged=bool(est.svm_.n_iter_ < 1000),
+        cv_scores=list(map(float, scores)),
+    )
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -266,30 +276,26 @@ def run_method(
 
 def _fit_uniform(kernels, Xtr, ytr, Xte, yte, C):
     est = UniformMKL(kernels, C=C).fit(Xtr, ytr)
-    t0 = time.perf_counter()
-    pred = est.predict(Xte)
-    return {
-        "error": _err(pred, yte),
-        "fit_seconds": est.fit_seconds_,
-        "cv_seconds": 0.0,
-        "predict_seconds": time.perf_counter() - t0,
-        "C": C,
-        "n_support": int(len(est.svc_.support_)),
-    }
+    return _scored(
+        est,
+        Xte,
+        yte,
+        C,
+        0.0,
+        n_support=int(len(est.svc_.support_)),
+    )
 
 
 def _fit_liblinear(kernels, Xtr, ytr, Xte, yte, C, memory_bytes, n_components=150):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = LibLinearPlus(kernels, C=C, n_components=n_components, memory_bytes=memory_bytes).fit(Xtr, ytr)
-    t0 = time.perf_counter()
-    pred = est.predict(Xte)
-    return {
-        "error": _err(pred, yte),
-        "fit_seconds": est.fit_seconds_,
-        "cv_seconds": 0.0,
-        "predict_seconds": time.perf_counter() - t0,
-        "C": C,
-        "n_components": est.n_components_,
-        "converged": bool(est.svm_.n_iter_ < 1000),
-    }
+    return _scored(
+        est,
+        Xte,
+        yte,
+        C,
+        0.0,
+        n_components=est.n_components_,
+        converged=bool(est.svm_.n_iter_ < 1000),
+    )

@@ -352,6 +352,21 @@ def _update_column(Vi, kpi, kqi, sp, sq, w, c, gb, nb):
 
 
 @njit(**_OPTS)
+def _block_buffers(n_groups, m, B):
+    """Scratch for one block of ``B`` rows: dots and distances to both points, kernel values, exp work."""
+    return (
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((m, B)),
+        np.empty((m, B)),
+        np.empty(B),
+        np.empty(2 * B, np.int64),
+    )
+
+
+@njit(**_OPTS)
 def _superstep_range(
     start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, y, row_offset, V, row_sq, pm, qm,
     ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups,
@@ -360,14 +375,7 @@ def _superstep_range(
     """The fused superstep on local rows ``[start, stop)``; see :func:`superstep_features`."""
     m = kind.shape[0]
     single = n_groups == 1
-    dp = np.empty((n_groups, B))
-    dq = np.empty((n_groups, B))
-    d2p = np.empty((n_groups, B))
-    d2q = np.empty((n_groups, B))
-    kp = np.empty((m, B))
-    kq = np.empty((m, B))
-    xbuf = np.empty(B)
-    kbits = np.empty(2 * B, np.int64)
+    dp, dq, d2p, d2q, kp, kq, xbuf, kbits = _block_buffers(n_groups, m, B)
     sp = np.empty(B)
     sq = np.empty(B)
     gb = np.empty(B)
@@ -603,14 +611,7 @@ def _columns_impl(indptr, indices, data, row_sq, p, q, kind, pa, pb, grp, square
     colq = np.empty((n, m))
     pm, qm, ppp, ppq, _ = _prepare_points(p, q, feat_ptr, feat_groups, n_groups, np.zeros(1, np.int64))
     single = n_groups == 1
-    dp = np.empty((n_groups, B))
-    dq = np.empty((n_groups, B))
-    d2p = np.empty((n_groups, B))
-    d2q = np.empty((n_groups, B))
-    kp = np.empty((m, B))
-    kq = np.empty((m, B))
-    xbuf = np.empty(B)
-    kbits = np.empty(2 * B, np.int64)
+    dp, dq, d2p, d2q, kp, kq, xbuf, kbits = _block_buffers(n_groups, m, B)
     for j0 in range(0, n, B):
         nb = min(B, n - j0)
         _block_dots(indptr, indices, data, j0, nb, pm, qm, feat_ptr, feat_groups, single, dp, dq)
