@@ -259,14 +259,9 @@ def _best_per_class(y, g):
 
 
 @njit(cache=True)
-def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g):
-    """``V += (G[:, ip] + G[:, iq]) / 2``, ``g = V @ coef``, one ``exp`` per kernel and row.
-
-    ``VT`` is ``V`` kernel-major ``(m, n_rows)``; ``g`` (``n_rows``) is overwritten.
-    Returns ``(best_pos, g_pos, best_neg, g_neg)`` as in :func:`mwumkl_dist._columns.superstep_features`.
-    """
+def _step_setup(X, p, q, y, row_offset, ip, iq, ridge):
+    """Per-feature squared differences of every row to both points, and the rows' column factors."""
     n, d = X.shape
-    m, s = subsets.shape
     DP = np.empty((d, n))
     DQ = np.empty((d, n))
     _sq_diffs(X, p, DP)
@@ -275,6 +270,19 @@ def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, in
     sq_ = np.empty(n)
     dg = np.empty(n)
     _row_factors(y, row_offset, ip, iq, ridge, sp_, sq_, dg)
+    return DP, DQ, sp_, sq_, dg
+
+
+@njit(cache=True)
+def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g):
+    """``V += (G[:, ip] + G[:, iq]) / 2``, ``g = V @ coef``, one ``exp`` per kernel and row.
+
+    ``VT`` is ``V`` kernel-major ``(m, n_rows)``; ``g`` (``n_rows``) is overwritten.
+    Returns ``(best_pos, g_pos, best_neg, g_neg)`` as in :func:`mwumkl_dist._columns.superstep_features`.
+    """
+    n, d = X.shape
+    m, s = subsets.shape
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge)
     d2p = np.empty(n)
     d2q = np.empty(n)
     g[:] = 0.0
@@ -309,18 +317,11 @@ def bank_superstep_shared(
     ns = unique_subsets.shape[0]
     n_pairs = pair_gamma.shape[0]
     m = pair_of.shape[0]
-    DP = np.empty((d, n))
-    DQ = np.empty((d, n))
-    _sq_diffs(X, p, DP)
-    _sq_diffs(X, q, DQ)
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge)
     D2P = np.empty((ns, n))
     D2Q = np.empty((ns, n))
     _subset_sums(DP, unique_subsets, D2P)
     _subset_sums(DQ, unique_subsets, D2Q)
-    sp_ = np.empty(n)
-    sq_ = np.empty(n)
-    dg = np.empty(n)
-    _row_factors(y, row_offset, ip, iq, ridge, sp_, sq_, dg)
     # The same arithmetic as the direct loop: (sp * kp + sq * kq), then * inv_trace + diag.
     inc = np.empty((n_pairs, n))
     for u in range(n_pairs):
