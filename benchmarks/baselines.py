@@ -22,7 +22,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.kernel_approximation import Nystroem
 from sklearn.svm import SVC, LinearSVC
 
 from mwumkl_dist.kernels import GAUSSIAN, LINEAR, POLYNOMIAL, KernelSet
@@ -84,6 +83,29 @@ def nystroem_components(n_kernels: int, n_samples: int, requested: int = 150, me
     return max(1, min(requested, n_samples, fit))
 
 
+def _kernel(spec, A, B) -> np.ndarray:
+    """``K(A, B)`` of one kernel spec, dense, with scikit-learn's ``pairwise_kernels`` conventions.
+
+    The same values as ``pairwise_kernels(A, B, metric=..., **params)`` for the
+    parameters :func:`_sklearn_kernel` gives, without its per-call overhead
+    (the per-feature families call it thousands of times).
+    """
+    cols = None if spec.features is None else np.asarray(spec.features)
+    if cols is not None:
+        A, B = A[:, cols], B[:, cols]
+    A = A.toarray() if sp.issparse(A) else A
+    B = B.toarray() if sp.issparse(B) else B
+    dot = A @ B.T
+    if spec.kind == LINEAR:
+        return dot
+    if spec.kind == POLYNOMIAL:
+        return (dot + spec.coef0) ** spec.degree
+    if spec.kind == GAUSSIAN:
+        d2 = (A * A).sum(axis=1)[:, None] + (B * B).sum(axis=1)[None, :] - 2.0 * dot
+        return np.exp(-spec.gamma * np.maximum(d2, 0.0))
+    raise ValueError(f"no kernel formula for {spec}")
+
+
 def _sklearn_kernel(spec):
     """(kernel name, parameters) of scikit-learn's pairwise kernels for one spec."""
     if spec.kind == LINEAR:
@@ -108,39 +130,85 @@ class LibLinearPlus(ClassifierMixin, BaseEstimator):
     memory_bytes : float, default=4e9
         Budget for the training feature matrix.
     random_state : int, default=0
+    max_iter : int, default=1000
+        LIBLINEAR's iteration limit (scikit-learn's default).
     """
 
-    def __init__(self, kernels="paper", C=1.0, n_components=150, memory_bytes=4e9, random_state=0):
+    def __init__(self, kernels="paper", C=1.0, n_components=150, memory_bytes=4e9, random_state=0, max_iter=1000):
         self.kernels = kernels
+        self.max_iter = max_iter
         self.C = C
         self.n_components = n_components
         self.memory_bytes = memory_bytes
         self.random_state = random_state
 
     def transform_fit(self, X):
-        """Fit the Nystroem maps on ``X`` and return its features (independent of ``C``)."""
+        """Fit the Nystroem maps on ``X`` and return its features (independent of ``C``).
+
+        The maps are scikit-learn's ``Nystroem`` (components drawn with
+        ``random_state + i`` for kernel ``i``, normalisation ``U S^-1/2 V'``
+        of the basis kernel's SVD, ``S`` clipped at 1e-12), evaluated with
+        :func:`_kernel` instead of ``pairwise_kernels`` (much less overhead per
+        kernel; ``tests/test_benchmarks.py`` checks the features are equal).
+        """
         X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         ks = KernelSet(self.kernels, X.shape[1])
-        self.n_components_ = nystroem_components(len(ks), X.shape[0], self.n_components, self.memory_bytes)
+        n = X.shape[0]
+        self.n_components_ = nystroem_components(len(ks), n, self.n_components, self.memory_bytes)
         self.maps_ = []
         for i, spec in enumerate(ks.specs):
-            name, params = _sklearn_kernel(spec)
-            cols = None if spec.features is None else np.asarray(spec.features)
-            ny = Nystroem(kernel=name, n_components=self.n_components_, random_state=self.random_state + i, **params)
-            ny.fit(X if cols is None else X[:, cols])
-            self.maps_.append((cols, ny))
+            rows = np.random.RandomState(self.random_state + i).permutation(n)[: self.n_components_]
+            basis = X[rows]
+            U, S, V = np.linalg.svd(_kernel(spec, basis, basis))
+            self.maps_.append((spec, basis, (U / np.sqrt(np.clip(S, 1e-12, None))) @ V))
         return self.transform(X)
 
     def transform(self, X):
         X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        parts = [ny.transform(X if cols is None else X[:, cols]) for cols, ny in self.maps_]
-        return np.hstack(parts)
+        c = self.n_components_
+        F = np.empty((X.shape[0], c * len(self.maps_)))
+        for i, (spec, basis, norm) in enumerate(self.maps_):
+            F[:, i * c : (i + 1) * c] = _kernel(spec, X, basis) @ norm.T
+        return F
 
     def fit_features(self, F, y):
-        """Fit the linear SVM on features from :meth:`transform_fit` (for cross-validating ``C``)."""
-        self.classes_ = np.unique(y)
-        self.svm_ = LinearSVC(C=float(self.C), dual="auto", max_iter=5000).fit(F, y)
+        """Fit the linear SVM on features from :meth:`transform_fit`.
+
+        With more features than points the SVM is fitted on the reduced
+        coordinates of :meth:`fit_gram` (the same Gram matrix, hence the same
+        LIBLINEAR steps and decision function, at ``n / n_features`` of the cost
+        per step); ``basis_`` maps new feature rows onto them.
+        """
+        if F.shape[1] <= F.shape[0]:
+            self.classes_ = np.unique(y)
+            self.basis_ = None
+            self.svm_ = LinearSVC(C=float(self.C), dual="auto", max_iter=self.max_iter).fit(F, y)
+            return self
+        self.fit_gram(F @ F.T, y)
+        self.basis_ = F.T @ self.gram_map_
         return self
+
+    def fit_gram(self, G, y):
+        """Fit on the Gram matrix ``G = F F'`` of the training features alone.
+
+        ``F F' = V S V'`` gives coordinates ``V S^1/2`` with the same inner
+        products as the rows of ``F``; a new row ``f`` maps to ``(F f)' V S^-1/2``
+        (``gram_map_``), see :meth:`decision_from_gram`.  LIBLINEAR's dual
+        coordinate descent (what ``dual="auto"`` picks for more features than
+        points) only uses inner products, so it takes the same steps.
+        """
+        self.classes_ = np.unique(y)
+        self.basis_ = None
+        evals, evecs = np.linalg.eigh(np.asarray(G, dtype=np.float64))
+        keep = evals > max(evals.max(), 0.0) * 1e-12
+        self.gram_map_ = evecs[:, keep] / np.sqrt(evals[keep])
+        coords = evecs[:, keep] * np.sqrt(evals[keep])
+        self.svm_ = LinearSVC(C=float(self.C), dual=True, max_iter=self.max_iter).fit(coords, y)
+        return self
+
+    def decision_from_gram(self, G_new):
+        """The decision function from ``F_new F'`` (rows: new points, columns: training points)."""
+        return self.svm_.decision_function(np.asarray(G_new) @ self.gram_map_)
 
     def fit(self, X, y):
         start = time.perf_counter()
@@ -150,7 +218,11 @@ class LibLinearPlus(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X):
-        return self.svm_.decision_function(self.transform(X))
+        return self.decision_from_features(self.transform(X))
+
+    def decision_from_features(self, F):
+        """The decision function on features from :meth:`transform`."""
+        return self.svm_.decision_function(F if self.basis_ is None else F @ self.basis_)
 
     def predict(self, X):
         return self.classes_[(self.decision_function(X) > 0).astype(int)]

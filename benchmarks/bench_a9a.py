@@ -180,6 +180,7 @@ def fit_timed(X, y, n_threads: int, **params) -> dict:
     record: list = []
     if "polish" in MWUMKLClassifier().get_params():
         params.setdefault("polish", False)  # time the MWU algorithm alone
+    params.setdefault("C", 100.0)  # the default until C="auto" became it: no cross-validation inside the timing
     clf = MWUMKLClassifier(**params)
     with threads(n_threads), timed_solver(record), Timer() as fit:
         clf.fit(X, y)

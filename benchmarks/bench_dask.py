@@ -93,7 +93,7 @@ def a9a_speedup(n_iter: int | None, subsample: int | None, kernels: str = "paper
     if subsample:
         idx = np.random.default_rng(0).choice(X.shape[0], subsample, replace=False)
         X, y = X[idx], y[idx]
-    params = dict(kernels=kernels, epsilon=0.1, max_iter=n_iter)
+    params = dict(kernels=kernels, epsilon=0.1, C=100.0, polish=False, max_iter=n_iter)
     out = {"n": X.shape[0], "kernels": kernels}
     try:
         import numba

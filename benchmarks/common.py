@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Context", "machine_info", "median_ci", "write_outputs", "Progress", "REPO"]
+__all__ = ["Context", "machine_info", "median_ci", "write_outputs", "Progress", "RowJournal", "REPO"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,6 +63,7 @@ def machine_info() -> dict:
     import sklearn
 
     import mwumkl_dist
+    import mwumkl_dist._columns
 
     cpu = platform.processor() or "unknown"
     try:
@@ -86,9 +87,17 @@ def machine_info() -> dict:
         "scikit-learn": sklearn.__version__,
         "numba": numba.__version__,
         "numba_threads": numba.get_num_threads(),
+        "blas_threads": _blas_threads(),
+        "mwumkl_threads": mwumkl_dist._columns.get_num_threads(),
         "mwumkl_dist": mwumkl_dist.__version__,
         "git_commit": _git_commit(),
     }
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max((p.get("num_threads", 0) for p in threadpool_info() if p.get("user_api") == "blas"), default=None)
 
 
 def run_info() -> dict:
@@ -147,6 +156,7 @@ def write_outputs(
     settings: dict,
     figures: list[str],
     started: float,
+    resumed: int = 0,
 ) -> Path:
     """``{key}.csv`` (one line per measurement) and ``{key}.json`` (everything, with machine and command)."""
     ctx.out.mkdir(parents=True, exist_ok=True)
@@ -167,6 +177,8 @@ def write_outputs(
         "machine": machine_info(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 2),
+        # Measurements taken over from an interrupted earlier run of the same settings (see RowJournal).
+        "resumed_measurements": resumed,
         "settings": settings,
         "summary": summary,
         "figures": figures,
@@ -201,3 +213,53 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class RowJournal:
+    """Result rows appended to ``{key}.partial.jsonl`` as they are measured, so a run can resume.
+
+    An interrupted experiment keeps every finished measurement: the next run
+    with the same ``settings`` skips them (a journal written with other
+    settings is set aside, never mixed in).  :meth:`finish` removes the journal
+    once the experiment's outputs are written.
+    """
+
+    def __init__(self, ctx: Context, key: str, settings: dict):
+        self.path = ctx.out / f"{key}.partial.jsonl"
+        self.header = json.dumps(_jsonable({"settings": settings, "quick": ctx.quick}), sort_keys=True)
+        self.rows: dict[str, dict] = {}
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():
+            with open(self.path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+            if lines and lines[0] == self.header:
+                good = [lines[0]]
+                for line in lines[1:]:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:  # a line cut by the interruption
+                        continue
+                    self.rows[entry["id"]] = entry["row"]
+                    good.append(line)
+                if len(good) < len(lines):  # rewrite without the cut line, so appends stay line-aligned
+                    with open(self.path, "w", encoding="utf-8") as fh:
+                        fh.write("\n".join(good) + "\n")
+                if self.rows:
+                    ctx.log(f"resuming {key}: {len(self.rows)} measurements from {self.path.name}")
+            else:
+                self.path.replace(self.path.with_suffix(".stale"))
+        if not self.path.is_file():
+            with open(self.path, "w", encoding="utf-8") as fh:
+                fh.write(self.header + "\n")
+        self.resumed = len(self.rows)
+
+    def get(self, ident: str) -> dict | None:
+        return self.rows.get(ident)
+
+    def add(self, ident: str, row: dict) -> None:
+        self.rows[ident] = row
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(_jsonable({"id": ident, "row": row})) + "\n")
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -94,7 +94,12 @@ def main(argv=None) -> int:
     t0 = time.time()
     try:
         if names != ["report"]:
-            experiments.run([n for n in names if n != "report"], ctx)
+            from threadpoolctl import threadpool_limits
+
+            # One BLAS thread, like the solver's default numba thread: every method gets the same
+            # single core, and parallel cross-validation jobs do not oversubscribe the machine.
+            with threadpool_limits(1, user_api="blas"):
+                experiments.run([n for n in names if n != "report"], ctx)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

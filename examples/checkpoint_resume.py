@@ -40,7 +40,7 @@ def main(argv):
     engine = dict(engine="dask", n_shards=2) if "--dask" in argv[1:] else dict(engine="local")
     X, y = load_breast_cancer(return_X_y=True)
     X = MinMaxScaler().fit_transform(X)
-    params = dict(kernels="paper", epsilon=0.1, **engine)  # epsilon 0.1: about 1300 iterations
+    params = dict(kernels="paper", epsilon=0.1, C=100.0, **engine)  # epsilon 0.1: about 1300 iterations
 
     reference = MWUMKLClassifier(**params).fit(X, y)
     print(f"uninterrupted fit ({params['engine']} engine): {reference.n_iter_} iterations")

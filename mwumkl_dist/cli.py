@@ -22,7 +22,7 @@ import numpy as np
 from . import __version__, mwu
 from ._bank import bank_of
 from ._progress import ProgressBar, format_rate
-from .estimator import MWUMKLClassifier
+from .estimator import AUTO_C_GRID, AUTO_C_POINTS, MWUMKLClassifier
 from .io import SUPPORTED_EXTENSIONS, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
 from .mwu import FitInterrupted
@@ -73,10 +73,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _margin_C(text: str) -> float:
+def _epsilon(text: str):
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _positive_float(text)
+
+
+def _margin_C(text: str):
+    if text.strip().lower() == "auto":
+        return "auto"
     value = _number(text)
     if math.isnan(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number or 'inf' (hard margin), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be 'auto', a positive number or 'inf' (hard margin), got {text!r}")
     return value
 
 
@@ -123,19 +131,21 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--kernels", type=_kernel_spec, default="paper", metavar="SPEC", help=KERNEL_SPEC_HELP)
     group.add_argument(
         "--epsilon",
-        type=_positive_float,
-        default=0.2,
+        type=_epsilon,
+        default="auto",
         metavar="E",
-        help="approximation error; sets T = ceil(8 rho^2 / E^2 ln n) iterations (default 0.2)",
+        help="approximation error; sets T = ceil(8 rho^2 / E^2 ln n) iterations "
+        "(default auto: 0.2 when the fit ends with the exact polish, else 0.1)",
     )
     group.add_argument(
         "--C",
         "-C",
         dest="C",
         type=_margin_C,
-        default=100.0,
+        default="auto",
         metavar="C",
-        help="2-norm soft-margin constant, 'inf' for the hard margin (default 100)",
+        help="2-norm soft-margin constant, 'inf' for the hard margin, or 'auto' (default): "
+        "chosen by 3-fold cross-validation on at most 4000 training points",
     )
     group.add_argument(
         "--rho",
@@ -146,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--max-iter", type=_positive_int, default=None, metavar="N", help="run N iterations instead of T"
+    )
+    group.add_argument(
+        "--polish",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="re-solve the SVM exactly with the learned weights: auto (default) up to 3000 points",
     )
     group.add_argument(
         "--no-scale-C",
@@ -274,7 +290,7 @@ def _add_evaluate(sub, parents):
 
 
 def _check_model_args(args) -> None:
-    if not args.epsilon < 2.0 * args.rho:
+    if args.epsilon != "auto" and not args.epsilon < 2.0 * args.rho:
         raise UsageError(f"--epsilon must be below 2 * rho = {2.0 * args.rho:g}, got {args.epsilon:g}")
 
 
@@ -286,6 +302,7 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
         rho=args.rho,
         max_iter=args.max_iter,
         scale_C=args.scale_C,
+        polish={"auto": "auto", "yes": True, "no": False}[args.polish],
         **extra,
     )
 
@@ -300,10 +317,16 @@ def _count_kernels(spec: str, n_features: int, X=None) -> int:
     return len(KernelSet(spec, n_features))
 
 
-def _describe_C(args) -> str:
-    if math.isinf(args.C):
-        return "C inf (hard margin)"
-    return f"C {args.C:g}" + (" (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)")
+def _describe_params(args, clf) -> str:
+    """The fitted model's epsilon, C and rho, saying which were chosen automatically."""
+    eps = f"epsilon {clf.epsilon_:g}" + (" (auto)" if args.epsilon == "auto" else "")
+    if math.isinf(clf.C_):
+        C = "C inf (hard margin)"
+    else:
+        C = f"C {clf.C_:g}" + (" (cross-validated)" if args.C == "auto" else "")
+        C += " (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)"
+    polish = ", exact polish" if clf.polished_ else ""
+    return f"{eps}, {C}, rho {args.rho:g}{polish}"
 
 
 def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
@@ -363,14 +386,18 @@ def cmd_demo(args) -> int:
         f"split 80/20 (seed {args.seed}): {len(y_train)} train, {len(y_test)} test; "
         "features min-max scaled on the training part"
     )
-    print(f"kernels {args.kernels} ({n_kernels}), epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
+    print(f"kernels {args.kernels} ({n_kernels})" + (", choosing C by cross-validation" if args.C == "auto" else ""))
     start = time.perf_counter()
     clf.fit(X_train, y_train)
     elapsed = time.perf_counter() - start
+    print(f"parameters {_describe_params(args, clf)}")
     errors = int(np.sum(clf.predict(X_test) != y_test))
     rate = format_rate(clf.n_iter_ / max(elapsed, 1e-9))
     print()
-    print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, {rate} it/s)")
+    if args.C == "auto":
+        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations; the choice of C included)")
+    else:
+        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, {rate} it/s)")
     print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})")
     print(f"support vectors  {len(clf.support_)} of {len(y_train)}")
     print(f"bias             {clf.intercept_[0]:.6g}")
@@ -402,9 +429,19 @@ def cmd_fit(args) -> int:
             f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
     n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
-    n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(args.epsilon, args.rho, n)
+    eps = args.epsilon
+    if eps == "auto":  # resolved as the estimator will (it depends on whether the fit ends with the polish)
+        C = None if args.C == "auto" else args.C
+        eps = _estimator(args)._auto_epsilon(n, n_kernels, X if args.store is not None else None, C)
+    n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(eps, args.rho, n)
     n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
 
+    if args.C == "auto" and args.store is None and not args.quiet:
+        print(
+            f"choosing C: {len(AUTO_C_GRID)} candidates x 3-fold cross-validation on "
+            f"{min(n, AUTO_C_POINTS)} points (pass --C to skip)",
+            file=sys.stderr,
+        )
     bar = None if args.quiet else ProgressBar(n_iter * n_problems, stream=sys.stderr)
     seen = {"problem": 0, "last": 0, "base": None}
 
@@ -472,7 +509,7 @@ def cmd_fit(args) -> int:
         print(f"model saved to   {args.model}")
         print(f"data             {source}: {n} points, {d} features, {len(classes)} classes ({labels})")
         print(f"kernels          {args.kernels} ({n_kernels})")
-        print(f"parameters       epsilon {args.epsilon:g}, {_describe_C(args)}, rho {args.rho:g}")
+        print(f"parameters       {_describe_params(args, clf)}")
         print(
             f"iterations       {total} ({how}, T = {n_iter}) in {elapsed:.2f} s "
             f"({format_rate(total / max(elapsed, 1e-9))} it/s)"

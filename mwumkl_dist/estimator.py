@@ -27,12 +27,38 @@ __all__ = ["MWUMKLClassifier"]
 
 logger = logging.getLogger("mwumkl_dist")
 
+#: ``epsilon="auto"`` when the exact polish follows (the MWU then only has to find the weights) ...
+AUTO_EPS_POLISHED = 0.2
+#: ... and when the MWU solution is the model (large data): at most 0.1 (2-6x more accurate than 0.2 on a9a /
+#: cod-rna), and small enough for T >= AUTO_T_FRACTION * n iterations (see ``_auto_epsilon``).
+AUTO_EPS = 0.1
+AUTO_T_FRACTION = 0.2
+#: ``C="auto"`` chooses the size-relative ``C`` from these ...
+AUTO_C_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+#: ... by cross-validation on a stratified subsample of at most this many training rows.
+AUTO_C_POINTS = 4000
+#: ``C="auto"`` for a fit from a store (no rows in memory): suits large noisy data (a9a, cod-rna).
+AUTO_C_STORE = 1.0
+
 _FORMAT = "mwumkl_dist-model"
 _FORMAT_VERSION = 1
 
 
 def _bank_meta(bank: RandomGaussianBank) -> dict:
     return {"n_kernels": bank.n_kernels, "subset_size": bank.subset_size, "seed": bank.seed, "sigmas": bank.sigmas}
+
+
+def _stratified_rows(y, size: int, seed: int) -> np.ndarray:
+    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
+    if len(y) <= size:
+        return np.arange(len(y))
+    from sklearn.model_selection import train_test_split
+
+    try:
+        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
+    except ValueError:  # a class with a single member cannot be stratified
+        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
+    return np.sort(rows)
 
 
 class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
@@ -51,22 +77,30 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``"linear,poly:2,gaussian:2@0-4"`` or ``"random:1000:size=2:seed=0"``;
         kernel objects from :mod:`mwumkl_dist.kernels`; or ``"precomputed"``,
         where ``X`` is an ``(m, n_samples, n_train)`` array of kernel values.
-    epsilon : float, default=0.2
+    epsilon : float or "auto", default="auto"
         Approximation error; sets the iteration count
         ``T = ceil(8 rho^2 / epsilon^2 * ln n)``.  Must lie in ``(0, 2 rho)``.
-        0.2 is the paper's small-set value; on 10000 points of a9a / cod-rna
-        (12 kernels, C=1) it gives 34 % / 25 % test error, 0.1 gives 15.5 % / 4 %.
-    C : float or "auto", default=100.0
+        ``"auto"`` is 0.2 (the paper's small-set value) when the fit ends with
+        the exact polish, which re-solves the SVM so that the MWU only has to
+        find the weights; otherwise at most 0.1 (on 10000 points of a9a /
+        cod-rna, 12 kernels, C=1, 0.2 gives 34 % / 25 % test error and 0.1
+        15.5 % / 4 %), and small enough for ``T >= n / 5`` iterations: the
+        unpolished MWU needs that many on noisy data (Adult, 39073 points:
+        ``T = n / 20`` gives 34 % error, ``n / 5`` 14.6 %), at ``O(n)``
+        iterations.  ``epsilon_`` records the value used.
+    C : float or "auto", default="auto"
         2-norm soft-margin constant; ``np.inf`` is the hard margin.  The
         solver adds ``I / C_eff`` to each trace-normalised kernel, with
         ``C_eff = C * n_samples`` when ``scale_C`` (entries of a
         trace-normalised kernel are about ``1 / n``, so ``C`` then means the
         same at every data size) and ``C_eff = C`` otherwise (the paper).
-        ``"auto"`` picks the size-relative ``C`` from 1, 10, 100, 1000 by
-        3-fold cross-validation of the exact 2-norm SVM with uniform weights
-        on at most 1000 training points (:func:`mwumkl_dist.polish.select_C`;
-        the best value differs by orders of magnitude between data sets:
-        100-1000 for per-feature kernels on small sets, 1 on a9a and cod-rna).
+        ``"auto"`` picks the size-relative ``C`` from 0.1, 1, ..., 10000 by
+        stratified 3-fold cross-validation of this estimator on at most 4000
+        training points, polished or not as the final fit will be (about
+        18 extra fits of that size; ``C_path_`` holds the cross-validated errors).
+        The best value differs by orders of magnitude between data sets:
+        10-1000 for per-feature kernels on small sets, about 1 on a9a and
+        cod-rna.  A fit from a store uses 1 (no rows in memory to validate on).
     rho : float, default=0.5
         Width parameter.  The paper's bound is 3/2; the authors' code uses
         1/2, which needs 9x fewer iterations.
@@ -74,7 +108,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Run exactly this many iterations instead of ``T`` from ``epsilon``.
     scale_C : bool, default=True
         Whether ``C`` is relative to the training size (see ``C``).
-    polish : {"auto", True, False}, default=False
+    polish : {"auto", True, False}, default="auto"
         After the MWU iterations, re-solve the 2-norm soft-margin SVM exactly
         on all training points with the learned kernel weights (LIBSVM on the
         combined Gram matrix, see :mod:`mwumkl_dist.polish`): the same model,
@@ -132,8 +166,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Iterations run (per class for one-vs-rest).
     interrupted_ : bool
         Whether a fit stopped early (callback or Ctrl-C) and kept a partial model.
+    epsilon_ : float
+        The ``epsilon`` used (the automatic one with ``epsilon="auto"``).
     C_ : float
         The ``C`` used (the chosen one with ``C="auto"``, in the units ``scale_C`` gives it).
+    C_path_ : dict
+        Only with ``C="auto"``: the cross-validated error of each candidate ``C``.
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
@@ -161,8 +199,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     def __init__(
         self,
         kernels="paper",
-        epsilon=0.2,
-        C=100.0,
+        epsilon="auto",
+        C="auto",
         rho=0.5,
         max_iter=None,
         scale_C=True,
@@ -176,7 +214,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         callback=None,
         callback_every=100,
         verbose=0,
-        polish=False,
+        polish="auto",
     ):
         self.kernels = kernels
         self.epsilon = epsilon
@@ -212,21 +250,25 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         return isinstance(self.kernels, str) and self.kernels.strip().lower() == "precomputed"
 
     def _check_params(self):
-        def real(name, value):
+        def real(name, value, alternative=""):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+                raise TypeError(f"{name} must be a real number{alternative}, got {value!r}")
             return float(value)
 
         rho = real("rho", self.rho)
         if not (np.isfinite(rho) and rho > 0):
             raise ValueError(f"rho must be positive and finite, got {self.rho!r}")
-        eps = real("epsilon", self.epsilon)
-        mwu.eps_prime(eps, rho)  # validates 0 < eps < 2 rho
+        if isinstance(self.epsilon, str) and self.epsilon == "auto":
+            eps = None  # resolved in fit, once the polish regime is known
+        else:
+            eps = real("epsilon", self.epsilon, ' or "auto"')
+            mwu.eps_prime(eps, rho)  # validates 0 < eps < 2 rho
         if isinstance(self.C, str) and self.C == "auto":
-            return eps, None, rho
-        C = real("C", self.C)
-        if not C > 0:
-            raise ValueError(f"C must be positive (np.inf for the hard margin), got {self.C!r}")
+            C = None
+        else:
+            C = real("C", self.C, ' or "auto"')
+            if not C > 0:
+                raise ValueError(f"C must be positive (np.inf for the hard margin), got {self.C!r}")
         if self.max_iter is not None and (
             isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1
         ):
@@ -243,6 +285,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             raise TypeError("callback must be callable or None")
         if not (self.polish is True or self.polish is False or self.polish == "auto"):
             raise ValueError(f"polish must be 'auto', True or False, got {self.polish!r}")
+        if self.polish is True and C is not None and np.isinf(C):
+            raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
         return eps, C, rho
 
     def _validate_X_precomputed(self, X, reset: bool):
@@ -268,9 +312,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     def _validate_X(self, X, reset: bool):
         if self._precomputed():
             return self._validate_X_precomputed(X, reset)
-        return validate_data(
-            self, X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, reset=reset
-        )
+        return validate_data(self, X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, reset=reset)
 
     # ------------------------------------------------------------------ fit
 
@@ -301,6 +343,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             delattr(self, name)
         store = as_store(X)
         if store is not None:
+            if self.polish is True:
+                raise ValueError("polish=True is not available for a fit from a store (the data are not in memory)")
             y = self._validate_store(store, y)
         elif self._precomputed():
             K = self._validate_X(X, reset=True)
@@ -338,14 +382,29 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             Xc = as_csr(X)
             traces = None
             make_problem = lambda y_pm: FeatureProblem(Xc, y_pm, kernel_set)  # noqa: E731
+        if eps is None:
+            eps = self._auto_epsilon(n, len(self.kernel_names_), store, C)
+            mwu.eps_prime(eps, rho)  # e.g. rho < 0.1 leaves no room for the automatic value
+        self.epsilon_ = eps
         n_iter = self.max_iter if self.max_iter is not None else mwu.iteration_count(eps, rho, n)
-        if C is None:  # C="auto": chosen on the training data (see mwumkl_dist.polish.select_C)
-            C = self._auto_C(X, y, store)
-            self.C_ = C if self.scale_C else C * n
-            ridge = 1.0 / (C * n)
-        else:
-            self.C_ = C
-            ridge = 0.0 if np.isinf(C) else 1.0 / (C * n if self.scale_C else C)
+        # Reach the cluster first: an unreachable scheduler fails fast, before any cross-validation.
+        client, owns_client = None, False
+        if self.engine == "dask":
+            from .engines.dask import connect_client
+
+            client, owns_client = connect_client(self.client, timeout=self.scheduler_timeout)
+        try:
+            if C is None:  # C="auto": chosen by cross-validation on the training data (see _auto_C)
+                C = self._auto_C(X, y, store)
+                self.C_ = C if self.scale_C else C * n
+                ridge = 1.0 / (C * n)
+            else:
+                self.C_ = C
+                ridge = 0.0 if np.isinf(C) else 1.0 / (C * n if self.scale_C else C)
+        except BaseException:
+            if owns_client:
+                client.close()
+            raise
 
         binary = len(self.classes_) == 2
         targets = [self.classes_[1]] if binary else list(self.classes_)
@@ -357,17 +416,18 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 store.content_id() if store is not None else K if self._precomputed() else X,
                 y,
                 self.kernel_names_,
-                {"eps": eps, "rho": rho, "ridge": ridge, "n_iter": n_iter, "classes": self.classes_.tolist()},
+                {
+                    "eps": eps,
+                    "rho": rho,
+                    "ridge": ridge,
+                    "n_iter": n_iter,
+                    "classes": self.classes_.tolist(),
+                },
             )
         if resume is not None:
             resumed = load_checkpoint(resume, fp)
             results = list(resumed["finished"])
-        client, owns_client = None, False
         cache_stats: list[dict] = []
-        if self.engine == "dask":
-            from .engines.dask import connect_client
-
-            client, owns_client = connect_client(self.client, timeout=self.scheduler_timeout)
         try:
             for k in range(len(results), len(targets)):
                 y_pm = np.where(y == targets[k], 1.0, -1.0)
@@ -425,32 +485,112 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self._polish(X, y, targets, ridge, store)
         return self
 
-    def _auto_C(self, X, y, store):
-        """``C="auto"``: cross-validate the exact 2-norm SVM on at most 1000 points (size-relative C)."""
+    def _will_polish(self, n: int, m: int, store, C) -> bool:
+        """Whether the fit ends with the exact polish (see ``polish``)."""
         from . import polish as _polish
 
+        if self.polish is False or store is not None or (C is not None and np.isinf(C)):
+            return False
+        return self.polish is True or _polish.polish_budget_ok(n, m)
+
+    def _auto_epsilon(self, n: int, m: int, store, C) -> float:
+        """``epsilon="auto"``: :data:`AUTO_EPS_POLISHED` when the polish re-solves the SVM; else the largest
+        ``epsilon <= AUTO_EPS`` that gives ``T >= AUTO_T_FRACTION * n`` iterations.
+
+        Without the polish the MWU dual is the model, and on noisy data it is only
+        good once the iterations have placed weight on a good part of the points:
+        on Adult (39073 points, 3 kernels, C=1) ``T = 0.05 n`` gives 34 % test error,
+        ``0.11 n`` 21 % and ``0.22 n`` 14.6 %, while a fixed ``epsilon`` gives
+        ``T ~ ln n``.  The rule costs ``O(n)`` iterations (``O(m n^2)`` time);
+        pass an ``epsilon`` for a faster, rougher fit.
+        """
+        rho = float(self.rho)
+        if self._will_polish(n, m, store, C):
+            return min(AUTO_EPS_POLISHED, rho)
+        # T = 8 rho^2 / eps^2 ln n >= f n  <=>  eps <= sqrt(8 rho^2 ln n / (f n)).
+        by_size = np.sqrt(8.0 * rho**2 * np.log(max(n, 2)) / (AUTO_T_FRACTION * max(n, 2)))
+        return float(min(AUTO_EPS, by_size, rho))
+
+    def _auto_C(self, X, y, store):
+        """``C="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` with the best cross-validated error.
+
+        Each candidate is scored by stratified 3-fold cross-validation of this
+        very estimator (same kernels, ``epsilon`` and ``rho``) on the
+        training rows, at most :data:`AUTO_C_POINTS` of them, with the polish
+        on or off as the final fit will have it: the candidates are judged in
+        the regime they will be used in.  Ties go to the smaller ``C``.
+        """
         if store is not None:
-            return 1.0  # no in-memory rows to cross-validate on: the value that suits large noisy data
-        y_pm = np.where(y == self.classes_[-1], 1.0, -1.0)
+            self.C_path_ = {}
+            return AUTO_C_STORE  # no in-memory rows to cross-validate on (see the ``C`` docstring)
+        n = len(y)
+        m = len(self.kernel_names_)
+        polished = self._will_polish(n, m, store, None)
+        rows = _stratified_rows(y, AUTO_C_POINTS, seed=0)
+        ys = y[rows]
+        n_folds = int(min(3, np.unique(ys, return_counts=True)[1].min()))
+        if n_folds < 2:
+            self.C_path_ = {}
+            return AUTO_C_GRID[len(AUTO_C_GRID) // 2]
+        from sklearn.model_selection import StratifiedKFold
+
+        folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=0).split(rows, ys))
+        params = {
+            **self.get_params(),
+            "polish": polished,
+            "scale_C": True,
+            "engine": "local",
+            "n_shards": 1,
+            "n_kernel_shards": 1,
+            "checkpoint": None,
+            "callback": None,
+            "verbose": 0,
+        }
+        # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
+        # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
+        self._kernels_with_trace(X, np.arange(n), check=True)  # a kernel zero on all the data: say so now
+        fold_kernels = [self._kernels_with_trace(X, rows[a]) for a, _ in folds]
+        errors = np.zeros(len(AUTO_C_GRID))
+        for c, C in enumerate(AUTO_C_GRID):
+            for (a, b), kept in zip(folds, fold_kernels):
+                train, test = rows[a], rows[b]
+                if self._precomputed():
+                    fold = type(self)(**{**params, "C": C})
+                    fold.fit(X[kept][:, train][:, :, train], y[train])
+                    pred = fold.predict(X[kept][:, test][:, :, train])
+                else:
+                    fold = type(self)(**{**params, "C": C, "kernels": kept})
+                    fold.fit(X[train], y[train])
+                    pred = fold.predict(X[test])
+                if fold.interrupted_:  # Ctrl-C inside a fold: a half-run fold must not score a candidate
+                    raise mwu.FitInterrupted("interrupted while choosing C by cross-validation; nothing was fitted")
+                errors[c] += np.mean(pred != y[test]) / len(folds)
+            if self.verbose:
+                logger.info("C=auto: C=%g cross-validated error %.4f", C, errors[c])
+        self.C_path_ = dict(zip(AUTO_C_GRID, errors.tolist()))
+        return float(AUTO_C_GRID[int(np.flatnonzero(errors <= errors.min() + 1e-12)[0])])
+
+    def _kernels_with_trace(self, X, rows, check: bool = False):
+        """The kernels (as ``kernels`` accepts them; indices for precomputed ones) not all zero on ``rows``.
+
+        ``check``: raise the fit's own error instead when a kernel has a zero trace there.
+        """
         if self._precomputed():
-            K = np.asarray(X, dtype=np.float64)
+            traces = np.diagonal(X[:, rows][:, :, rows], axis1=1, axis2=2).sum(axis=1)
+            if check:
+                self._check_traces(traces)
+            return np.flatnonzero(traces > 0)
+        if bank_of(self.kernels) is not None:
+            return self.kernels  # Gaussians: K(x, x) = 1, never a zero trace
+        from .polish import kernel_traces
 
-            def gram(rows):
-                Ks = K[:, rows][:, :, rows]
-                r = np.einsum("inn->i", Ks)
-                return np.einsum("i,ijk->jk", 1.0 / (len(r) * r), Ks)
-        else:
-            kernel_set = KernelSet(self.kernels, X.shape[1])
-            Xc = as_csr(X)
-
-            def gram(rows):
-                Xr = Xc[rows]
-                r = _polish.kernel_traces(kernel_set, Xr)
-                return _polish.combined_kernel(kernel_set, Xr, Xr, 1.0 / (len(r) * r))
-
-        C, errors = _polish.select_C(gram, y_pm)
-        self.C_path_ = dict(zip(_polish.AUTO_C_GRID, errors.tolist()))
-        return C
+        kernel_set = KernelSet(self.kernels, X.shape[1])
+        traces = kernel_traces(kernel_set, X[rows])
+        if check:
+            self._check_traces(traces)
+        if np.all(traces > 0):
+            return self.kernels
+        return [spec for spec, r in zip(kernel_set.specs, traces) if r > 0]
 
     def _polish(self, X, y, targets, ridge, store):
         """Re-solve each binary problem exactly on all points with the learned weights (see ``polish``).
@@ -662,7 +802,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         if not isinstance(params["kernels"], str):
             params["kernels"] = str(bank) if bank is not None else ",".join(self.kernel_names_)
         for k in ("C", "epsilon", "rho"):
-            if not (k == "C" and params[k] == "auto"):
+            if params[k] != "auto":
                 params[k] = float(params[k])
         meta = {
             "format": _FORMAT,
@@ -676,6 +816,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             "n_iter": np.asarray(self.n_iter_).tolist(),
             "interrupted": bool(self.interrupted_),
             "polished": bool(getattr(self, "polished_", False)),
+            "C_": None if np.isinf(self.C_) else float(self.C_),
+            "epsilon_": float(self.epsilon_),
             "feature_names_in": list(map(str, getattr(self, "feature_names_in_", []))) or None,
         }
         arrays = {}
@@ -737,6 +879,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             est.n_iter_ = n_iter if isinstance(n_iter, int) else np.asarray(n_iter)
             est.interrupted_ = meta["interrupted"]
             est.polished_ = bool(meta.get("polished", False))
+            if "epsilon_" in meta:
+                est.C_ = np.inf if meta["C_"] is None else float(meta["C_"])
+                est.epsilon_ = float(meta["epsilon_"])
             if meta.get("feature_names_in"):
                 est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
             if "sv_sparse" not in meta:

@@ -374,8 +374,7 @@ class KernelSet:
         for spec in self.specs:
             if spec.features is not None and spec.features[-1] >= self.n_features:
                 raise ValueError(
-                    f"kernel {spec} uses feature {spec.features[-1]} but the data has "
-                    f"{self.n_features} features"
+                    f"kernel {spec} uses feature {spec.features[-1]} but the data has {self.n_features} features"
                 )
         self.plan = self._compile()
 

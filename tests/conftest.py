@@ -30,3 +30,14 @@ def explicit_kernel(spec, X, Z=None):
 def explicit_kernels(specs, X, Z=None):
     """``(m, n_X, n_Z)`` stack of :func:`explicit_kernel`."""
     return np.stack([explicit_kernel(s, X, Z) for s in specs])
+
+
+#: The MWU algorithm alone, at the estimator's former defaults: no cross-validated ``C``, no exact polish.
+#: Tests of the solver (brute-force reference, identities, invariances, sharding, stores) pass these
+#: explicitly, so they test the algorithm and not ``C="auto"`` / ``polish="auto"`` (19 extra fits each).
+LITERAL = {"C": 100.0, "epsilon": 0.2, "polish": False}
+
+
+def literal(**params):
+    """:data:`LITERAL` with ``params`` on top, for ``MWUMKLClassifier(**literal(epsilon=0.3))``."""
+    return {**LITERAL, **params}

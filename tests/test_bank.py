@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import explicit_kernel, explicit_kernels
+from conftest import explicit_kernel, explicit_kernels, literal
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist import _bank as bankmod
@@ -33,7 +33,7 @@ def _data(n=90, d=6, seed=0):
 @pytest.fixture(scope="module")
 def reference():
     X, y = _data()
-    return X, y, MWUMKLClassifier(kernels=SPEC, epsilon=0.3, polish=False).fit(X, y)
+    return X, y, MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3)).fit(X, y)
 
 
 def test_bank_of():
@@ -110,7 +110,7 @@ def test_exact_weighted_row_sums_equal_exact_column_sums():
 def test_bank_fit_close_to_expanded_gaussian_specs(reference):
     X, y, ref = reference
     specs = RandomGaussianBank(2000, 2, 5).specs(X.shape[1])
-    expanded = MWUMKLClassifier(kernels=specs, epsilon=0.3, polish=False).fit(X, y)
+    expanded = MWUMKLClassifier(kernels=specs, **literal(epsilon=0.3)).fit(X, y)
     # Same algorithm; only the rounding of |x - z|^2 differs (sum of squares vs expanded norms).
     np.testing.assert_array_equal(ref.support_, expanded.support_)
     np.testing.assert_allclose(ref.dual_coef_, expanded.dual_coef_, rtol=1e-8)
@@ -125,7 +125,7 @@ def test_kernel_sharded_dask_equals_local_engine(reference):
     with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as client:
         for n_shards, n_kernel_shards in [(1, 2), (1, 3), (2, 2)]:
             clf = MWUMKLClassifier(
-                kernels=SPEC, epsilon=0.3, polish=False, engine="dask", client=client,
+                kernels=SPEC, **literal(epsilon=0.3), engine="dask", client=client,
                 n_shards=n_shards, n_kernel_shards=n_kernel_shards,
             ).fit(X, y)  # fmt: skip
             np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
@@ -135,7 +135,7 @@ def test_kernel_sharded_dask_equals_local_engine(reference):
 
 def test_local_row_shards_equal_one_shard(reference):
     X, y, ref = reference
-    clf = MWUMKLClassifier(kernels=SPEC, epsilon=0.3, polish=False, n_shards=4).fit(X, y)
+    clf = MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3), n_shards=4).fit(X, y)
     np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
     np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
 
@@ -165,7 +165,7 @@ def test_bank_from_data_store_equals_in_memory(reference, tmp_path):
 
     X, y, ref = reference
     store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=32)
-    clf = MWUMKLClassifier(kernels=SPEC, epsilon=0.3, polish=False, n_shards=2).fit(store)
+    clf = MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3), n_shards=2).fit(store)
     np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
     np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
 

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks import datasets as D  # noqa: E402
-from benchmarks.common import median_ci  # noqa: E402
+from benchmarks.common import Context, RowJournal, median_ci  # noqa: E402
 
 # ----------------------------------------------------------------------------- download path
 
@@ -158,6 +158,66 @@ def test_median_ci_order_statistics():
     small = median_ci([3.0, 1.0])
     assert (small["lo"], small["hi"]) == (1.0, 3.0) and small["coverage"] < 0.95
     assert math.isnan(median_ci([])["median"])
+
+
+# ----------------------------------------------------------------------------- baselines
+
+
+def test_liblinear_features_equal_scikit_learn_nystroem():
+    """LibLinear+'s own Nystroem evaluation gives scikit-learn's features, kernel by kernel."""
+    from sklearn.kernel_approximation import Nystroem
+
+    from benchmarks.baselines import LibLinearPlus, _sklearn_kernel
+    from mwumkl_dist.kernels import KernelSet
+
+    rng = np.random.default_rng(0)
+    X, Z = rng.random((60, 4)), rng.random((9, 4))
+    spec = "paper@1+3,linear,poly:2@0"
+    est = LibLinearPlus(spec, n_components=20, random_state=3)
+    est.transform_fit(X)
+    F = est.transform(Z)
+    for i, k in enumerate(KernelSet(spec, 4).specs):
+        name, params = _sklearn_kernel(k)
+        cols = slice(None) if k.features is None else list(k.features)
+        ny = Nystroem(kernel=name, n_components=20, random_state=3 + i, **params).fit(X[:, cols])
+        np.testing.assert_allclose(F[:, 20 * i : 20 * (i + 1)], ny.transform(Z[:, cols]), rtol=1e-7, atol=1e-9)
+
+
+def test_liblinear_gram_path_matches_plain_linearsvc():
+    """More features than points: fitting on the Gram matrix gives LinearSVC's decision function."""
+    from sklearn.svm import LinearSVC
+
+    from benchmarks.baselines import LibLinearPlus
+
+    rng = np.random.default_rng(1)
+    F = rng.normal(size=(40, 300))
+    y = np.where(F[:, :5].sum(axis=1) > 0, 1, -1)
+    F_new = rng.normal(size=(15, 300))
+    plain = LinearSVC(C=0.05, dual=True, max_iter=100000, tol=1e-10).fit(F, y)
+    est = LibLinearPlus(C=0.05, max_iter=100000)
+    est.fit_features(F, y)
+    assert est.basis_ is not None  # the reduced path was taken
+    np.testing.assert_allclose(est.decision_from_features(F_new), plain.decision_function(F_new), atol=1e-5)
+    gram = LibLinearPlus(C=0.05, max_iter=100000).fit_gram(F @ F.T, y)
+    np.testing.assert_allclose(gram.decision_from_gram(F_new @ F.T), plain.decision_function(F_new), atol=1e-5)
+
+
+def test_row_journal_resumes_and_sets_aside_other_settings(tmp_path):
+    ctx = Context(out=tmp_path, log_stream=open(tmp_path / "log.txt", "w"))
+    journal = RowJournal(ctx, "E9", {"splits": 3})
+    journal.add("a/0/MWUMKL", {"error": 0.25})
+    with open(journal.path, "a") as fh:
+        fh.write('{"id": "a/1/MWU')  # a line cut by an interruption
+    again = RowJournal(ctx, "E9", {"splits": 3})
+    assert again.get("a/0/MWUMKL") == {"error": 0.25} and again.get("a/1/MWUMKL") is None
+    assert again.resumed == 1
+    again.add("a/1/MWUMKL", {"error": 0.5})  # appended on a clean line
+    assert RowJournal(ctx, "E9", {"splits": 3}).get("a/1/MWUMKL") == {"error": 0.5}
+    other = RowJournal(ctx, "E9", {"splits": 4})  # different settings: never mixed in
+    assert other.get("a/0/MWUMKL") is None
+    assert (tmp_path / "E9.partial.stale").is_file()
+    other.finish()
+    assert not other.path.exists()
 
 
 # ----------------------------------------------------------------------------- quick run

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -160,13 +161,16 @@ def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
     max_iter = 10**7  # hours: only Ctrl-C ends this fit within the test's timeout
     cmd = [sys.executable, "-m", "mwumkl_dist", "fit", "--data", str(data), "--model", str(model)]
     proc = subprocess.Popen(
-        [*cmd, "--max-iter", str(max_iter)],
+        # an explicit C: with --C auto the cross-validation would run 10^7 iterations per fold, silently
+        [*cmd, "--max-iter", str(max_iter), "--C", "100"],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    watchdog = threading.Timer(120, proc.kill)  # readline() blocks: a silent fit must fail the test, not hang it
+    watchdog.start()
     try:
         deadline = time.monotonic() + 60
         line = ""
@@ -176,6 +180,7 @@ def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
@@ -264,7 +269,11 @@ def files(tmp_path_factory, binary_files):
         (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "abc"], 2, r"--epsilon: 'abc' is not a number"),
         (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "-1"], 2, r"positive finite number"),
         (["fit", "--data", "{train}", "--model", "m.npz", "--epsilon", "1.2"], 2, r"below 2 \* rho = 1"),
-        (["fit", "--data", "{train}", "--model", "m.npz", "--C", "nan"], 2, r"--C/-C: must be a positive number"),
+        (
+            ["fit", "--data", "{train}", "--model", "m.npz", "--C", "nan"],
+            2,
+            r"--C/-C: must be 'auto', a positive number or 'inf'",
+        ),
         (["fit", "--data", "{train}", "--model", "m.npz", "--max-iter", "0"], 2, r"--max-iter: must be a positive"),
         (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "poly"], 2, r"expected 'poly:DEGREE"),
         (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "precomputed"], 2, r"precomputed needs --store"),

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import literal
 
 from mwumkl_dist import MWUMKLClassifier, _columns
 
@@ -39,7 +40,7 @@ def _data(sparse: bool):
 @pytest.mark.parametrize("sparse", [False, True])
 def test_threads_do_not_change_the_model(monkeypatch, sparse):
     X, y = _data(sparse)
-    params = dict(kernels="linear,poly:2,gaussian:1,gaussian:2@0-5", epsilon=0.3)
+    params = dict(kernels="linear,poly:2,gaussian:1,gaussian:2@0-5", **literal(epsilon=0.3))
     before = _columns.get_num_threads()
     try:
         _columns.set_num_threads(1)

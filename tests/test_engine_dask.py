@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import literal
 
 distributed = pytest.importorskip("distributed")
 
@@ -42,7 +43,7 @@ def threaded_client():
 @pytest.fixture(scope="module")
 def reference():
     X, y = _data()
-    params = dict(kernels="paper-per-feature", epsilon=0.3)
+    params = dict(kernels="paper-per-feature", **literal(epsilon=0.3))
     return X, y, params, MWUMKLClassifier(**params).fit(X, y)
 
 
@@ -68,11 +69,11 @@ def test_precomputed_kernels_on_dask(threaded_client):
 
     shard = FeatureShard(X, np.ones(len(X)), 0, ks.plan)
     K = np.stack([shard.raw_columns(x, x)[0].T for x in X], axis=2)  # (m, n, n): K[i, :, j] = column j
-    ref = MWUMKLClassifier(kernels="precomputed", epsilon=0.3).fit(K, y)
+    ref = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(K, y)
     for layout in [(3, 1), (1, 3), (2, 2)]:
         clf = MWUMKLClassifier(
             kernels="precomputed",
-            epsilon=0.3,
+            **literal(epsilon=0.3),
             engine="dask",
             client=threaded_client,
             n_shards=layout[0],
@@ -84,16 +85,16 @@ def test_precomputed_kernels_on_dask(threaded_client):
 
 def test_local_threaded_mode_without_client():
     X, y = _data(n=80)
-    ref = MWUMKLClassifier(epsilon=0.4).fit(X, y)
-    clf = MWUMKLClassifier(epsilon=0.4, engine="dask", n_shards=2).fit(X, y)
+    ref = MWUMKLClassifier(**literal(epsilon=0.4)).fit(X, y)
+    clf = MWUMKLClassifier(**literal(epsilon=0.4), engine="dask", n_shards=2).fit(X, y)
     _assert_same_model(clf, ref, X)
 
 
 def test_multiclass_on_dask(threaded_client):
     X, _ = _data(n=120)
     y = np.digitize(X[:, 0] + X[:, 2], [0.7, 1.3])
-    ref = MWUMKLClassifier(epsilon=0.4).fit(X, y)
-    clf = MWUMKLClassifier(epsilon=0.4, engine="dask", client=threaded_client, n_shards=3).fit(X, y)
+    ref = MWUMKLClassifier(**literal(epsilon=0.4)).fit(X, y)
+    clf = MWUMKLClassifier(**literal(epsilon=0.4), engine="dask", client=threaded_client, n_shards=3).fit(X, y)
     _assert_same_model(clf, ref, X)
 
 
@@ -116,7 +117,8 @@ def test_checkpoint_resume_gives_the_same_model(tmp_path, threaded_client, engin
     X, y = _data(n=150, seed=3)
     y[:25] = "maybe"  # three classes: the checkpoint also carries finished one-vs-rest problems
     extra = dict(engine="dask", client=threaded_client, n_shards=3) if engine == "dask" else {}
-    ref = MWUMKLClassifier(epsilon=0.3, **extra).fit(X, y)
+    params = literal(epsilon=0.3, **extra)
+    ref = MWUMKLClassifier(**params).fit(X, y)
     ckpt = tmp_path / "fit.ckpt.npz"
 
     class Crash(Exception):
@@ -130,11 +132,9 @@ def test_checkpoint_resume_gives_the_same_model(tmp_path, threaded_client, engin
             raise Crash
 
     with pytest.raises(Crash):
-        MWUMKLClassifier(
-            epsilon=0.3, checkpoint=ckpt, checkpoint_every=7, callback=crash, callback_every=30, **extra
-        ).fit(X, y)
+        MWUMKLClassifier(**params, checkpoint=ckpt, checkpoint_every=7, callback=crash, callback_every=30).fit(X, y)
     assert ckpt.exists()
-    resumed = MWUMKLClassifier(epsilon=0.3, checkpoint=ckpt, checkpoint_every=7, **extra).fit(X, y, resume=ckpt)
+    resumed = MWUMKLClassifier(**params, checkpoint=ckpt, checkpoint_every=7).fit(X, y, resume=ckpt)
     np.testing.assert_array_equal(resumed.dual_coef_, ref.dual_coef_)
     np.testing.assert_array_equal(resumed.kernel_weights_, ref.kernel_weights_)
     np.testing.assert_array_equal(resumed.intercept_, ref.intercept_)
@@ -143,17 +143,17 @@ def test_checkpoint_resume_gives_the_same_model(tmp_path, threaded_client, engin
 def test_resume_refuses_a_checkpoint_of_another_fit(tmp_path):
     X, y = _data(n=100)
     ckpt = tmp_path / "c.npz"
-    MWUMKLClassifier(epsilon=0.4, checkpoint=ckpt, checkpoint_every=5).fit(X, y)
+    MWUMKLClassifier(**literal(epsilon=0.4), checkpoint=ckpt, checkpoint_every=5).fit(X, y)
     with pytest.raises(ValueError, match="different data"):
-        MWUMKLClassifier(epsilon=0.4).fit(X[::-1], y[::-1], resume=ckpt)
+        MWUMKLClassifier(**literal(epsilon=0.4)).fit(X[::-1], y[::-1], resume=ckpt)
     with pytest.raises(ValueError, match="different data"):
-        MWUMKLClassifier(epsilon=0.3).fit(X, y, resume=ckpt)
+        MWUMKLClassifier(**literal(epsilon=0.3)).fit(X, y, resume=ckpt)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="not a readable"):
-        MWUMKLClassifier(epsilon=0.4).fit(X, y, resume=bad)
+        MWUMKLClassifier(**literal(epsilon=0.4)).fit(X, y, resume=bad)
     with pytest.raises(FileNotFoundError):
-        MWUMKLClassifier(epsilon=0.4).fit(X, y, resume=tmp_path / "missing.npz")
+        MWUMKLClassifier(**literal(epsilon=0.4)).fit(X, y, resume=tmp_path / "missing.npz")
 
 
 def test_unreachable_scheduler_fails_fast_with_a_clear_error():
@@ -165,14 +165,20 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_error():
         connect_client("no-port-here", timeout=1.0)
     X, y = _data(n=40)
     with pytest.raises(ConnectionError):
+        MWUMKLClassifier(**literal(), engine="dask", client="tcp://127.0.0.1:9", scheduler_timeout=1.0).fit(X, y)
+    # With C="auto" the cluster is reached before the cross-validation runs: the error is as fast.
+    X, y = _data(n=600)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError):
         MWUMKLClassifier(engine="dask", client="tcp://127.0.0.1:9", scheduler_timeout=1.0).fit(X, y)
+    assert time.monotonic() - start < 5
     with pytest.raises(TypeError, match="client"):
         connect_client(42)
 
 
 def test_killed_worker_is_recovered_with_the_same_model():
     X, y = _data(n=300, d=5, seed=7)
-    ref = MWUMKLClassifier(epsilon=0.3).fit(X, y)
+    ref = MWUMKLClassifier(**literal(epsilon=0.3)).fit(X, y)
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
         distributed.Client(cluster) as client,
@@ -186,7 +192,7 @@ def test_killed_worker_is_recovered_with_the_same_model():
                 killed.append(info.iteration)
 
         clf = MWUMKLClassifier(
-            epsilon=0.3, engine="dask", client=client, n_shards=4, callback=kill_once, callback_every=20
+            **literal(epsilon=0.3), engine="dask", client=client, n_shards=4, callback=kill_once, callback_every=20
         ).fit(X, y)
     assert killed, "the worker was never killed"
     np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)

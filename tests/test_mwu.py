@@ -124,7 +124,9 @@ def test_library_matches_brute_force(case):
     if case == "quash-overflow":
         assert ref["max_x"] > 710.0
 
-    clf = MWUMKLClassifier(kernels=specs, epsilon=eps, C=C, rho=rho, max_iter=max_iter, scale_C=False).fit(X, y)
+    clf = MWUMKLClassifier(
+        kernels=specs, epsilon=eps, C=C, rho=rho, max_iter=max_iter, scale_C=False, polish=False
+    ).fit(X, y)
     assert clf.n_iter_ == ref["T"]
     if max_iter is None:
         assert ref["T"] == math.ceil(8 * rho**2 / eps**2 * math.log(n))
@@ -138,7 +140,7 @@ def test_library_matches_brute_force(case):
 def test_iterations_are_counted_from_n_not_features():
     # T depends on the training size only: 8 rho^2 / eps^2 ln n.
     X, y = random_problem(1, 37, 2)
-    clf = MWUMKLClassifier(kernels="linear", epsilon=0.3, rho=0.5).fit(X, y)
+    clf = MWUMKLClassifier(kernels="linear", epsilon=0.3, C=100.0, rho=0.5, polish=False).fit(X, y)
     assert clf.n_iter_ == math.ceil(8 * 0.25 / 0.09 * math.log(37))
 
 
@@ -287,7 +289,7 @@ def test_identities_after_fit(C, n_shards):
         assert f == pytest.approx(target, abs=1e-9)
 
     # The estimator's decision function (numba kernel sums over support vectors) equals the dense one.
-    clf = MWUMKLClassifier(specs, epsilon=0.3, C=C, rho=0.5, scale_C=False, n_shards=n_shards).fit(X, y)
+    clf = MWUMKLClassifier(specs, epsilon=0.3, C=C, rho=0.5, scale_C=False, polish=False, n_shards=n_shards).fit(X, y)
     np.testing.assert_allclose(library_alpha(clf, y), a, rtol=1e-12, atol=0)
     Kmu = np.einsum("i,ijk->jk", mu / r, K)
     Xt = np.random.default_rng(3).uniform(size=(15, 5))
@@ -304,7 +306,7 @@ def test_hard_margin_overlap_warns_not_crashes():
     y = np.array([1, -1, 1, -1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = MWUMKLClassifier("linear", C=np.inf, max_iter=20).fit(X, y)
+        clf = MWUMKLClassifier("linear", C=np.inf, epsilon=0.2, polish=False, max_iter=20).fit(X, y)
     assert np.all(np.isfinite(clf.decision_function(X)))
 
 
@@ -314,7 +316,7 @@ INV_SPECS = [Polynomial(2), Gaussian(1.0), Gaussian(0.5, features=(1, 2))]
 
 
 def _fit(X, y, **kw):
-    params = dict(kernels=INV_SPECS, epsilon=0.3, C=10.0, rho=0.5)
+    params = dict(kernels=INV_SPECS, epsilon=0.3, C=10.0, rho=0.5, polish=False)
     params.update(kw)
     return MWUMKLClassifier(**params).fit(X, y)
 

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import literal
 
 zarr = pytest.importorskip("zarr")
 
@@ -73,7 +74,7 @@ def kernel_case(tmp_path_factory):
     X, y = _data(n=100)
     path = str(tmp_path_factory.mktemp("k") / "k.zarr")
     write_kernel_store(path, y, X=X, kernels=KERNELS, chunk_rows=32)
-    ref = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False).fit(_kernels_in_memory(X), y)
+    ref = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(_kernels_in_memory(X), y)
     return path, X, y, ref
 
 
@@ -129,10 +130,10 @@ def test_fit_from_data_store_equals_in_memory(tmp_path, sparse, threaded_client)
     if sparse:
         X = sp.csr_matrix(np.where(X > 0.4, X, 0.0))
     store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=32)
-    ref = MWUMKLClassifier(kernels="paper", epsilon=0.3, polish=False).fit(X, y)
+    ref = MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3)).fit(X, y)
     for clf in (
-        MWUMKLClassifier(kernels="paper", epsilon=0.3, polish=False, n_shards=3),
-        MWUMKLClassifier(kernels="paper", epsilon=0.3, polish=False, engine="dask", client=threaded_client, n_shards=2),
+        MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3), n_shards=3),
+        MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3), engine="dask", client=threaded_client, n_shards=2),
     ):
         clf.fit(DataStore(store.path))
         _same_model(clf, ref)
@@ -177,7 +178,7 @@ def test_fit_from_kernel_store_equals_in_memory(kernel_case, threaded_client):
     layouts = [dict(n_shards=1), dict(n_shards=3), dict(engine="dask", client=threaded_client, n_shards=2)]
     layouts.append(dict(engine="dask", client=threaded_client, n_shards=2, n_kernel_shards=3))
     for extra in layouts:
-        clf = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False, **extra).fit(
+        clf = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), **extra).fit(
             KernelStore(path, cache_bytes=4096)
         )
         _same_model(clf, ref)
@@ -192,8 +193,8 @@ def test_fit_from_kernel_store_equals_in_memory(kernel_case, threaded_client):
 
 def test_column_cache_hits_when_large_enough(kernel_case):
     path, *_ = kernel_case
-    big = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False).fit(KernelStore(path, cache_bytes=2**24))
-    small = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False).fit(KernelStore(path, cache_bytes=0))
+    big = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(KernelStore(path, cache_bytes=2**24))
+    small = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(KernelStore(path, cache_bytes=0))
     # The solver keeps returning to a few support vectors: a cache of all columns only misses once per column.
     assert big.cache_info_["misses"] == len(np.unique(big.support_))
     assert big.cache_info_["hit_rate"] > 0.5 and big.cache_info_["evictions"] == 0
@@ -229,8 +230,8 @@ def test_kernel_store_from_npy_files(tmp_path):
         np.save(tmp_path / f"k{i}.npy", k)
     mats = [np.load(tmp_path / f"k{i}.npy", mmap_mode="r") for i in range(2)]
     store = write_kernel_store(tmp_path / "k.zarr", y, K=mats, chunk_rows=16, kernel_names=["lin", "rbf"])
-    ref = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False).fit(np.stack([K0, K1]), y)
-    clf = MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False, n_shards=2).fit(store)
+    ref = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(np.stack([K0, K1]), y)
+    clf = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), n_shards=2).fit(store)
     _same_model(clf, ref)
     assert clf.kernel_names_ == ["lin", "rbf"]
 
@@ -327,7 +328,7 @@ def test_corrupt_kernel_chunk_fails_when_read(small_stores):
     msg = _raises("cannot read column 3", store.read_columns, 3, (0, 16), (0, 3))
     assert msg.startswith(kern) and "K/c/0/3/0" in msg and "checksum" in msg
     with pytest.raises(StoreError, match="K/c/0/3/0"):  # also from a fit that needs the column
-        MWUMKLClassifier(kernels="precomputed", epsilon=0.3, polish=False, max_iter=40).fit(store)
+        MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), max_iter=40).fit(store)
 
 
 def test_truncated_data_chunk_fails_before_solving(small_stores):
@@ -337,9 +338,7 @@ def test_truncated_data_chunk_fails_before_solving(small_stores):
         fh.truncate(30)
     store = DataStore(data)  # compressed chunks vary in size: found when the shard reads its rows
     calls = []
-    clf = MWUMKLClassifier(
-        kernels="paper", epsilon=0.3, polish=False, n_shards=2, callback=calls.append, callback_every=1
-    )
+    clf = MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3), n_shards=2, callback=calls.append, callback_every=1)
     with pytest.raises(StoreError, match=r"cannot read rows 16\.\.39 .*chunk X/c/1/0") as info:
         clf.fit(store)
     assert str(info.value).startswith(data)
