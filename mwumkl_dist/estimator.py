@@ -556,8 +556,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 train, test = rows[a], rows[b]
                 if self._precomputed():
                     fold = type(self)(**{**params, "C": C})
-                    fold.fit(X[kept][:, train][:, :, train], y[train])
-                    pred = fold.predict(X[kept][:, test][:, :, train])
+                    fold.fit(X[np.ix_(kept, train, train)], y[train])
+                    pred = fold.predict(X[np.ix_(kept, test, train)])
                 else:
                     fold = type(self)(**{**params, "C": C, "kernels": kept})
                     fold.fit(X[train], y[train])
@@ -576,7 +576,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``check``: raise the fit's own error instead when a kernel has a zero trace there.
         """
         if self._precomputed():
-            traces = np.diagonal(X[:, rows][:, :, rows], axis1=1, axis2=2).sum(axis=1)
+            traces = np.diagonal(X, axis1=1, axis2=2)[:, rows].sum(axis=1)  # a view: no (m, n, n) copy
             if check:
                 self._check_traces(traces)
             return np.flatnonzero(traces > 0)

@@ -233,6 +233,29 @@ def test_npy_hard_margin_quiet_and_evaluate(tmp_path, capsys):
     assert f"error     {(60 - correct) / 60:.4f}" in out
 
 
+def test_auto_C_epsilon_and_polish_options(tmp_path, capsys):
+    """The defaults choose C and epsilon and say so; --C/--epsilon/--polish override them."""
+    X, y = blobs(80, 3, 2, seed=5)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    assert main(["fit", "--data", str(data), "--model", str(model)]) == 0
+    out, err = capsys.readouterr()
+    fitted = MWUMKLClassifier.load(model)
+    assert fitted.C == "auto" and fitted.C_ in (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+    assert fitted.polished_ and fitted.epsilon_ == 0.2
+    assert f"C {fitted.C_:g} (cross-validated)" in out and "epsilon 0.2 (auto)" in out and "exact polish" in out
+    assert "choosing C: 6 candidates x 3-fold cross-validation on 80 points" in err
+    argv = ["fit", "--data", str(data), "--model", str(model), "--C", "10", "--polish", "no", "-q"]
+    assert main(argv) == 0
+    fitted = MWUMKLClassifier.load(model)
+    assert (fitted.C_, fitted.polished_, fitted.epsilon_) == (10.0, False, 0.1)
+    assert main([*argv[:-1], "--epsilon", "0.3", "--polish", "yes", "-q"]) == 0
+    fitted = MWUMKLClassifier.load(model)
+    assert (fitted.polished_, fitted.epsilon_) == (True, 0.3)
+    assert main(["fit", "--data", str(data), "--model", str(model), "--C", "inf", "--polish", "yes", "-q"]) == 1
+    assert "polish=True is not available for the hard margin" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, binary_files):
     """A fitted model plus assorted good and bad files."""
