@@ -73,6 +73,10 @@ class UniformMKL(ClassifierMixin, BaseEstimator):
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
+#: The weight vector of a one-kernel set.
+_ONE = np.ones(1)
+
+
 def nystroem_components(n_kernels: int, n_samples: int, requested: int = 150, memory_bytes: float = 4e9) -> int:
     """Components per kernel: ``requested``, at most ``n_samples``, cut to fit ``memory_bytes``.
 
@@ -81,29 +85,6 @@ def nystroem_components(n_kernels: int, n_samples: int, requested: int = 150, me
     """
     fit = int(memory_bytes // (8.0 * n_kernels * max(n_samples, 1)))
     return max(1, min(requested, n_samples, fit))
-
-
-def _kernel(spec, A, B) -> np.ndarray:
-    """``K(A, B)`` of one kernel spec, dense, with scikit-learn's ``pairwise_kernels`` conventions.
-
-    The same values as ``pairwise_kernels(A, B, metric=..., **params)`` for the
-    parameters :func:`_sklearn_kernel` gives, without its per-call overhead
-    (the per-feature families call it thousands of times).
-    """
-    cols = None if spec.features is None else np.asarray(spec.features)
-    if cols is not None:
-        A, B = A[:, cols], B[:, cols]
-    A = A.toarray() if sp.issparse(A) else A
-    B = B.toarray() if sp.issparse(B) else B
-    dot = A @ B.T
-    if spec.kind == LINEAR:
-        return dot
-    if spec.kind == POLYNOMIAL:
-        return (dot + spec.coef0) ** spec.degree
-    if spec.kind == GAUSSIAN:
-        d2 = (A * A).sum(axis=1)[:, None] + (B * B).sum(axis=1)[None, :] - 2.0 * dot
-        return np.exp(-spec.gamma * np.maximum(d2, 0.0))
-    raise ValueError(f"no kernel formula for {spec}")
 
 
 def _sklearn_kernel(spec):
@@ -148,8 +129,9 @@ class LibLinearPlus(ClassifierMixin, BaseEstimator):
         The maps are scikit-learn's ``Nystroem`` (components drawn with
         ``random_state + i`` for kernel ``i``, normalisation ``U S^-1/2 V'``
         of the basis kernel's SVD, ``S`` clipped at 1e-12), evaluated with
-        :func:`_kernel` instead of ``pairwise_kernels`` (much less overhead per
-        kernel; ``tests/test_benchmarks.py`` checks the features are equal).
+        the library's :func:`~mwumkl_dist.polish.combined_kernel` instead of
+        ``pairwise_kernels`` (much less overhead per kernel;
+        ``tests/test_benchmarks.py`` checks the features are equal).
         """
         X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         ks = KernelSet(self.kernels, X.shape[1])
@@ -159,16 +141,17 @@ class LibLinearPlus(ClassifierMixin, BaseEstimator):
         for i, spec in enumerate(ks.specs):
             rows = np.random.RandomState(self.random_state + i).permutation(n)[: self.n_components_]
             basis = X[rows]
-            U, S, V = np.linalg.svd(_kernel(spec, basis, basis))
-            self.maps_.append((spec, basis, (U / np.sqrt(np.clip(S, 1e-12, None))) @ V))
+            single = KernelSet([spec], X.shape[1])
+            U, S, V = np.linalg.svd(combined_kernel(single, basis, basis, _ONE))
+            self.maps_.append((single, basis, (U / np.sqrt(np.clip(S, 1e-12, None))) @ V))
         return self.transform(X)
 
     def transform(self, X):
         X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         c = self.n_components_
         F = np.empty((X.shape[0], c * len(self.maps_)))
-        for i, (spec, basis, norm) in enumerate(self.maps_):
-            F[:, i * c : (i + 1) * c] = _kernel(spec, X, basis) @ norm.T
+        for i, (single, basis, norm) in enumerate(self.maps_):
+            F[:, i * c : (i + 1) * c] = combined_kernel(single, X, basis, _ONE) @ norm.T
         return F
 
     def fit_features(self, F, y):
