@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -41,3 +43,10 @@ LITERAL = {"C": 100.0, "epsilon": 0.2, "polish": False}
 def literal(**params):
     """:data:`LITERAL` with ``params`` on top, for ``MWUMKLClassifier(**literal(epsilon=0.3))``."""
     return {**LITERAL, **params}
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released): connections are refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -17,6 +17,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from conftest import closed_port
 
 pytest.importorskip("matplotlib")
 
@@ -113,7 +114,7 @@ def test_uci_csv_conversion(http_root, tmp_path):
 
 
 def test_unreachable_source_and_no_download(tmp_path):
-    manifest = _manifest("http://127.0.0.1:9/nothing", np.zeros((1, 3)), np.array([1.0]))
+    manifest = _manifest(f"http://127.0.0.1:{closed_port()}/nothing", np.zeros((1, 3)), np.array([1.0]))
     with pytest.raises(D.DatasetUnavailableError, match="downloading is off"):
         D.load_dataset("tiny", tmp_path, manifest=manifest, cache=tmp_path / "c", download=False)
     with pytest.raises(D.DatasetUnavailableError, match="cannot download"):
@@ -125,7 +126,7 @@ def test_shared_file_checksum(tmp_path):
     data = gzip.compress(SVM_TEXT)
     (tmp_path / "tiny.svm.gz").write_bytes(data)
     X = np.array([[0.5, 0, 1], [0, 0.25, -2], [1, 0, 0], [0, 1, 0.125]])
-    manifest = _manifest("http://127.0.0.1:9/x", X, np.array([-1.0, 1.0, -1.0, 1.0]))
+    manifest = _manifest(f"http://127.0.0.1:{closed_port()}/x", X, np.array([-1.0, 1.0, -1.0, 1.0]))
     with pytest.raises(D.ChecksumError, match="does not match the manifest"):
         D.load_dataset("tiny", tmp_path, manifest=manifest, cache=tmp_path / "c", download=False)
     manifest["tiny"]["files"][0]["sha256"] = hashlib.sha256(data).hexdigest()

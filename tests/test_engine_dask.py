@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import numpy as np
 import pytest
-from conftest import literal
+from conftest import closed_port, literal
 
 distributed = pytest.importorskip("distributed")
 
@@ -157,23 +158,46 @@ def test_resume_refuses_a_checkpoint_of_another_fit(tmp_path):
 
 
 def test_unreachable_scheduler_fails_fast_with_a_clear_error():
+    nobody = f"tcp://127.0.0.1:{closed_port()}"
     start = time.monotonic()
     with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
-        connect_client("tcp://127.0.0.1:9", timeout=1.0)
-    assert time.monotonic() - start < 30
+        connect_client(nobody, timeout=1.0)
+    assert time.monotonic() - start < 5
     with pytest.raises(ValueError, match="address"):
         connect_client("no-port-here", timeout=1.0)
     X, y = _data(n=40)
     with pytest.raises(ConnectionError):
-        MWUMKLClassifier(**literal(), engine="dask", client="tcp://127.0.0.1:9", scheduler_timeout=1.0).fit(X, y)
+        MWUMKLClassifier(**literal(), engine="dask", client=nobody, scheduler_timeout=1.0).fit(X, y)
     # With C="auto" the cluster is reached before the cross-validation runs: the error is as fast.
     X, y = _data(n=600)
     start = time.monotonic()
     with pytest.raises(ConnectionError):
-        MWUMKLClassifier(engine="dask", client="tcp://127.0.0.1:9", scheduler_timeout=1.0).fit(X, y)
+        MWUMKLClassifier(engine="dask", client=nobody, scheduler_timeout=1.0).fit(X, y)
     assert time.monotonic() - start < 5
     with pytest.raises(TypeError, match="client"):
         connect_client(42)
+
+
+def test_silent_listener_is_not_a_scheduler():
+    # Something accepts the connection but never speaks Dask's protocol: a timeout, not a hang.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
+            connect_client(address, timeout=1.0)
+        assert time.monotonic() - start < 30
+    # A worker's address is refused by name; the scheduler's works (nothing left deadlocked).
+    with distributed.LocalCluster(
+        processes=False, protocol="tcp://", n_workers=1, threads_per_worker=1, dashboard_address=":0"
+    ) as cluster:
+        worker = next(iter(cluster.workers.values())).address
+        with pytest.raises(ValueError, match="Worker address, not a scheduler"):
+            connect_client(worker, timeout=5.0)
+        client, owned = connect_client(cluster.scheduler_address, timeout=5.0)
+        with client:
+            assert owned and client.submit(sum, [1, 2]).result(timeout=30) == 3
 
 
 def test_killed_worker_is_recovered_with_the_same_model():

@@ -24,6 +24,8 @@ ends with the same model.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import gc
 import logging
 import secrets
@@ -60,18 +62,63 @@ def connect_client(client=None, timeout: float = 10.0):
     if isinstance(client, Client):
         return client, False
     if isinstance(client, str):
+        # A plain socket probe first: an address nobody listens on fails here, fast, without
+        # building a Client whose half-started event loop could outlive the error.
+        _probe_scheduler(client, timeout)
         try:
             return Client(client, timeout=f"{timeout}s"), True
         except ValueError as exc:
             raise ValueError(f"bad Dask scheduler address {client!r}: {exc}") from None
-        except Exception as exc:  # timeouts, refused connections, something else answering
-            # Collect the half-built Client now: collected later, inside another Client's
-            # construction, its loop shutdown can deadlock (distributed's LoopRunner lock).
-            gc.collect()
-            raise ConnectionError(
-                f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s ({type(exc).__name__}: {exc})"
-            ) from None
+        except Exception as exc:  # timeouts, something else answering
+            reason = f"{type(exc).__name__}: {exc}"
+        # Collect the half-built Client now, outside the except block (its traceback holds the
+        # Client): collected later, inside another Client's construction, its loop shutdown can
+        # deadlock (distributed's LoopRunner lock).
+        gc.collect()
+        raise ConnectionError(f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s ({reason})")
     raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}")
+
+
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Ask ``address`` who it is, within ``timeout`` seconds, on a private event loop.
+
+    ``Client(address, timeout=...)`` bounds the TCP connect but not the handshake: a peer that
+    accepts and stays silent hangs it forever. ``ValueError`` for a malformed address or a
+    peer that is not a scheduler, ``ConnectionError`` if nothing answers in time.
+    """
+    from distributed.comm import connect
+    from distributed.comm.addressing import parse_address
+    from distributed.security import Security
+
+    try:
+        scheme, _ = parse_address(address)
+    except ValueError as exc:
+        raise ValueError(f"bad Dask scheduler address {address!r}: {exc}") from None
+    if scheme == "inproc":
+        return  # same process: nothing to wait for
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            await comm.close()
+
+    # A thread of its own, so a caller already inside an event loop (Jupyter) can probe too.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            reply = pool.submit(asyncio.run, asyncio.wait_for(identity(), timeout)).result()
+        except ValueError as exc:
+            raise ValueError(f"bad Dask scheduler address {address!r}: {exc}") from None
+        except Exception as exc:  # refused, timed out, reset, not Dask's protocol
+            kind = "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            raise ConnectionError(
+                f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({kind})"
+            ) from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise ValueError(f"{address!r} is a Dask {kind or 'peer'} address, not a scheduler's")
 
 
 def _listen_host(worker_address: str) -> str:
