@@ -175,9 +175,11 @@ class FeatureShard(_ShardBase):
         self._row_sq = _columns.group_sqnorms(
             X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
         )
-        # A column copy lets a superstep visit only the columns where the two points are non-zero.
+        # One group: a dense transposed copy (dense data) or a column copy (sparse data, to visit
+        # only the columns where the two points are non-zero) makes the dot products cheaper.
         self._csc = None
-        if plan.n_groups == 1:
+        self._dense_t = _columns.dense_copy(X) if plan.n_groups == 1 else None
+        if plan.n_groups == 1 and self._dense_t is None:
             C = X.tocsc()
             C.sort_indices()
             self._csc = (C.indptr, C.indices, C.data)
@@ -215,6 +217,7 @@ class FeatureShard(_ShardBase):
             *self._plan_args,
             row_sq=self._row_sq,
             csc=self._csc,
+            dense_t=self._dense_t,
         )
 
     def raw_columns(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

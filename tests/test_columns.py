@@ -56,28 +56,45 @@ def test_threads_do_not_change_the_model(monkeypatch, sparse):
     np.testing.assert_array_equal(one.decision_function(X), two.decision_function(X))
 
 
-def test_column_and_row_paths_give_identical_bits():
+def test_dense_column_and_row_paths_give_identical_bits():
     from mwumkl_dist.kernels import KernelSet
     from mwumkl_dist.shard import FeatureShard
 
-    X, y = _data(True)
+    X, y = _data(True)  # 40 % non-zero: dense enough for the dense copy, zeros on every path
     plan = KernelSet("linear,poly:3,gaussian:1,gaussian:2", X.shape[1]).plan
+    by_dense = FeatureShard(X, y, 0, plan)
     by_columns = FeatureShard(X, y, 0, plan)
     by_rows = FeatureShard(X, y, 0, plan)
-    assert by_columns._csc is not None  # one feature group: the column pass serves it
-    by_rows._csc = None  # force the row pass
-    inv_trace = 1.0 / by_columns.diagonal().sum(axis=0)
+    assert by_dense._dense_t is not None and by_dense._csc is None  # one group, dense data
+    C = X.tocsc()
+    C.sort_indices()
+    by_columns._dense_t, by_columns._csc = None, (C.indptr, C.indices, C.data)  # force the column pass
+    by_rows._dense_t = None  # force the row pass
+    shards = (by_dense, by_columns, by_rows)
+    inv_trace = 1.0 / by_dense.diagonal().sum(axis=0)
     coef = np.array([-0.5, -1.0, -2.0, -0.25])
     rng = np.random.default_rng(2)
     pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
-    for shard in (by_columns, by_rows):
+    for shard in shards:
         shard.configure(inv_trace, 1e-3)
     for _ in range(20):
         ip, iq = int(rng.choice(pos)), int(rng.choice(neg))
-        a = by_columns.superstep(ip, iq, by_columns.point(ip), by_columns.point(iq), coef)
-        b = by_rows.superstep(ip, iq, by_rows.point(ip), by_rows.point(iq), coef)
-        assert (a[0].index, a[0].g, a[1].index, a[1].g) == (b[0].index, b[0].g, b[1].index, b[1].g)
-    np.testing.assert_array_equal(by_columns.V, by_rows.V)
+        got = [s.superstep(ip, iq, s.point(ip), s.point(iq), coef) for s in shards]
+        picks = [(a.index, a.g, b.index, b.g) for a, b in got]
+        assert picks[0] == picks[1] == picks[2]
+    np.testing.assert_array_equal(by_dense.V, by_columns.V)
+    np.testing.assert_array_equal(by_dense.V, by_rows.V)
+
+
+def test_dense_copy_only_for_dense_enough_data():
+    rng = np.random.default_rng(3)
+    dense = sp.csr_matrix(rng.random((50, 6)))
+    copy = _columns.dense_copy(dense)
+    assert copy.shape == (6, 50) and copy.flags.c_contiguous
+    np.testing.assert_array_equal(copy, dense.toarray().T)
+    sparse = sp.csr_matrix(rng.random((50, 60)) * (rng.random((50, 60)) < 0.1))
+    assert _columns.dense_copy(sparse) is None
+    assert _columns.dense_copy(sp.csr_matrix((0, 4))) is None
 
 
 def test_bad_thread_count_in_environment_is_a_clear_error():
