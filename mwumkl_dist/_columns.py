@@ -49,6 +49,7 @@ __all__ = [
     "superstep_features",
     "superstep_columns",
     "dense_copy",
+    "superstep_workspace",
     "group_sqnorms",
     "weighted_kernel_sums",
     "point_kernels",
@@ -398,21 +399,39 @@ def _block_buffers(n_groups, m, B):
 
 
 @njit(**_OPTS)
+def _workspace(n_groups, m, B, n_rows):
+    """All scratch of a superstep: :func:`_block_buffers`, per-row factors and scores, column-pass dots."""
+    dp, dq, d2p, d2q, kp, kq, xbuf, kbits = _block_buffers(n_groups, m, B)
+    return (dp, dq, d2p, d2q, kp, kq, xbuf, kbits, np.empty(B), np.empty(B), np.empty(B), np.empty(n_rows),
+            np.empty(n_rows))  # fmt: skip
+
+
+def superstep_workspace(n_rows: int, n_kernels: int, n_groups: int):
+    """Scratch for :func:`superstep_features` on ``n_rows`` rows, to pass to every superstep.
+
+    Reusing it matters: with many kernels the blocks of kernel values take
+    megabytes, and allocating them every superstep let the C allocator give
+    the pages back and fault them in again each time (on sonar with 720
+    kernels most of the fit went to the kernel's page-fault handling).
+    """
+    B = min(_block_size(n_kernels), max(8, -(-int(n_rows) // 8) * 8))
+    return _workspace(int(n_groups), int(n_kernels), B, int(n_rows))
+
+
+@njit(**_OPTS)
 def _superstep_range(
     start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V,
     row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr,
-    feat_groups, n_groups, B,
+    feat_groups, n_groups, B, work,
 ):  # fmt: skip
-    """The fused superstep on local rows ``[start, stop)``; see :func:`superstep_features`."""
+    """The fused superstep on local rows ``[start, stop)``; see :func:`superstep_features`.
+
+    ``work`` is a :func:`_workspace` for blocks of ``B`` rows and at least ``stop - start`` rows.
+    """
     m = kind.shape[0]
     single = n_groups == 1
-    dp, dq, d2p, d2q, kp, kq, xbuf, kbits = _block_buffers(n_groups, m, B)
-    sp = np.empty(B)
-    sq = np.empty(B)
-    gb = np.empty(B)
+    dp, dq, d2p, d2q, kp, kq, xbuf, kbits, sp, sq, gb, all_p, all_q = work
     if use_csc:
-        all_p = np.empty(stop - start)
-        all_q = np.empty(stop - start)
         _csc_dots(start, stop, y.shape[0], csc_ptr, csc_rows, csc_vals, pm, qm, all_p, all_q)
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
@@ -474,7 +493,7 @@ def _superstep_setup(p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, den
 @njit(**_OPTS)
 def _superstep_serial(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B,
+    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
 ):  # fmt: skip
     pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
         p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
@@ -482,14 +501,14 @@ def _superstep_serial(
     return _superstep_range(
         0, y.shape[0], indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
         row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp,
-        square_of, order, feat_ptr, feat_groups, n_groups, B,
+        square_of, order, feat_ptr, feat_groups, n_groups, B, work,
     )  # fmt: skip
 
 
 @njit(parallel=True, **_OPTS)
 def _superstep_parallel(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, n_chunks,
+    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work, n_chunks,
 ):  # fmt: skip
     pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
         p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
@@ -500,10 +519,13 @@ def _superstep_parallel(
     gp = np.empty(n_chunks)
     gn = np.empty(n_chunks)
     for c in prange(n_chunks):
+        start, stop = (n * c) // n_chunks, (n * (c + 1)) // n_chunks
+        # Chunk 0 uses the caller's scratch; the others their own (a parallel call has >= 4096 rows per chunk).
+        chunk_work = work if c == 0 else _workspace(n_groups, kind.shape[0], B, stop - start)
         bp[c], gp[c], bn[c], gn[c] = _superstep_range(
-            (n * c) // n_chunks, (n * (c + 1)) // n_chunks, indptr, indices, data, csc_ptr, csc_rows, csc_vals,
-            use_csc, dense_t, use_dense, y, row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace,
-            ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B,
+            start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
+            row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp,
+            square_of, order, feat_ptr, feat_groups, n_groups, B, chunk_work,
         )  # fmt: skip
     return _reduce_chunks(bp, gp, bn, gn)
 
@@ -572,6 +594,7 @@ def superstep_features(
     row_sq=None,
     csc=None,
     dense_t=None,
+    workspace=None,
 ):
     """One fused pass: ``V += (G[:, ip] + G[:, iq]) / 2`` then ``g = V @ coef`` and per-class argmax.
 
@@ -596,6 +619,9 @@ def superstep_features(
         With one feature group the dot products then come from contiguous,
         vectorised loops over rows (identical numbers; on dense low-dimensional
         data such as cod-rna the dots cost about a tenth of a CSR pass).
+    workspace : tuple, optional
+        :func:`superstep_workspace` for these rows, kept by the caller across
+        supersteps (allocated here, for this call only, when ``None``).
 
     Returns
     -------
@@ -609,10 +635,12 @@ def superstep_features(
         row_sq = group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups)
     csc_ptr, csc_rows, csc_vals = _NO_CSC if csc is None else csc
     dense_t = _NO_DENSE if dense_t is None else dense_t
+    if workspace is None:
+        workspace = superstep_workspace(len(y), len(kind), n_groups)
     args = (
         indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, int(row_offset), V, row_sq, _as_f64(p),
         _as_f64(q), int(ip), int(iq), float(yp), float(yq), inv_trace, float(ridge), coef, kind, pa, pb, grp,
-        square_of, order, feat_ptr, feat_groups, n_groups, _block_size(len(kind)),
+        square_of, order, feat_ptr, feat_groups, n_groups, workspace[4].shape[1], workspace,
     )  # fmt: skip
     n_threads = parallel_threads(len(y))
     if n_threads > 1 and _PARALLEL_LOCK.acquire(blocking=False):

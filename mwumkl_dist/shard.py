@@ -183,6 +183,7 @@ class FeatureShard(_ShardBase):
             C = X.tocsc()
             C.sort_indices()
             self._csc = (C.indptr, C.indices, C.data)
+        self._workspace = _columns.superstep_workspace(X.shape[0], plan.n_kernels, plan.n_groups)
 
     def point(self, local: int) -> np.ndarray:
         X = self.X
@@ -218,6 +219,7 @@ class FeatureShard(_ShardBase):
             row_sq=self._row_sq,
             csc=self._csc,
             dense_t=self._dense_t,
+            workspace=self._workspace,
         )
 
     def raw_columns(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
