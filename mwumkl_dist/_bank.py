@@ -259,32 +259,50 @@ def _best_per_class(y, g):
 
 
 @njit(cache=True)
-def _step_setup(X, p, q, y, row_offset, ip, iq, ridge):
+def _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work):
     """Per-feature squared differences of every row to both points, and the rows' column factors."""
-    n, d = X.shape
-    DP = np.empty((d, n))
-    DQ = np.empty((d, n))
+    DP, DQ, sp_, sq_, dg = work[0], work[1], work[2], work[3], work[4]
     _sq_diffs(X, p, DP)
     _sq_diffs(X, q, DQ)
-    sp_ = np.empty(n)
-    sq_ = np.empty(n)
-    dg = np.empty(n)
     _row_factors(y, row_offset, ip, iq, ridge, sp_, sq_, dg)
     return DP, DQ, sp_, sq_, dg
 
 
+def bank_workspace(n_rows: int, n_features: int, n_subsets: int = 0, n_pairs: int = 0):
+    """Scratch of the bank supersteps, kept by a shard and reused every superstep.
+
+    ``(DP, DQ, sp, sq, diag, d2p, d2q, D2P, D2Q, inc)``; the last three are
+    for :func:`bank_superstep_shared` (``n_subsets`` / ``n_pairs`` rows).
+    Allocating them every superstep (``inc`` alone is ``n_pairs * n_rows``)
+    made the C allocator return the pages and fault them in again each time.
+    """
+    n, d = int(n_rows), int(n_features)
+    return (
+        np.empty((d, n)),
+        np.empty((d, n)),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty((int(n_subsets), n)),
+        np.empty((int(n_subsets), n)),
+        np.empty((int(n_pairs), n)),
+    )
+
+
 @njit(cache=True)
-def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g):
+def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g, work):
     """``V += (G[:, ip] + G[:, iq]) / 2``, ``g = V @ coef``, one ``exp`` per kernel and row.
 
-    ``VT`` is ``V`` kernel-major ``(m, n_rows)``; ``g`` (``n_rows``) is overwritten.
+    ``VT`` is ``V`` kernel-major ``(m, n_rows)``; ``g`` (``n_rows``) is overwritten;
+    ``work`` is a :func:`bank_workspace`.
     Returns ``(best_pos, g_pos, best_neg, g_neg)`` as in :func:`mwumkl_dist._columns.superstep_features`.
     """
     n, d = X.shape
     m, s = subsets.shape
-    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge)
-    d2p = np.empty(n)
-    d2q = np.empty(n)
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work)
+    d2p, d2q = work[5], work[6]
     g[:] = 0.0
     for i in range(m):
         f0 = subsets[i, 0]
@@ -310,20 +328,18 @@ def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, in
 
 @njit(cache=True)
 def bank_superstep_shared(
-    X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g
+    X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g,
+    work,
 ):
     """As :func:`bank_superstep_direct`, with one ``exp`` per distinct (subset, gamma) pair and row."""
     n, d = X.shape
-    ns = unique_subsets.shape[0]
     n_pairs = pair_gamma.shape[0]
     m = pair_of.shape[0]
-    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge)
-    D2P = np.empty((ns, n))
-    D2Q = np.empty((ns, n))
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work)
+    D2P, D2Q, inc = work[7], work[8], work[9]
     _subset_sums(DP, unique_subsets, D2P)
     _subset_sums(DQ, unique_subsets, D2Q)
     # The same arithmetic as the direct loop: (sp * kp + sq * kq), then * inv_trace + diag.
-    inc = np.empty((n_pairs, n))
     for u in range(n_pairs):
         gam = pair_gamma[u]
         k = pair_subset[u]
@@ -495,6 +511,11 @@ class BankShard(_ShardBase):
         self._VT = np.zeros((self.n_kernels, self.n_rows))
         self.V = self._VT.T
         self._g = np.zeros(self.n_rows)
+        if self.shared:
+            _, _, pair_gamma, unique_subsets = self.tables.pairs
+            self._work = bank_workspace(self.n_rows, X.shape[1], unique_subsets.shape[0], pair_gamma.shape[0])
+        else:
+            self._work = bank_workspace(self.n_rows, X.shape[1])
 
     def point(self, local: int) -> np.ndarray:
         return self.X[local].copy()
@@ -514,11 +535,11 @@ class BankShard(_ShardBase):
             pair_of, pair_subset, pair_gamma, unique_subsets = t.pairs
             return bank_superstep_shared(
                 self.X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, self._VT, self.y, self.row_offset,
-                ip, iq, self.inv_trace, self.ridge, coef, self._g,
+                ip, iq, self.inv_trace, self.ridge, coef, self._g, self._work,
             )  # fmt: skip
         return bank_superstep_direct(
             self.X, p, q, t.subsets, t.gamma, self._VT, self.y, self.row_offset,
-            ip, iq, self.inv_trace, self.ridge, coef, self._g,
+            ip, iq, self.inv_trace, self.ridge, coef, self._g, self._work,
         )  # fmt: skip
 
     def superstep_scores(self, ip, iq, p, q, coef) -> np.ndarray:
