@@ -330,7 +330,7 @@ def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, in
 def bank_superstep_shared(
     X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g,
     work,
-):
+):  # fmt: skip
     """As :func:`bank_superstep_direct`, with one ``exp`` per distinct (subset, gamma) pair and row."""
     n, d = X.shape
     n_pairs = pair_gamma.shape[0]

@@ -16,8 +16,15 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   columns where a point is non-zero (a CSC copy of the shard's rows) when
   that touches fewer entries than a pass over the rows; both passes add a
   row's terms in increasing feature order, so they give identical numbers;
+* on dense data (one feature group) a transposed dense copy of the rows
+  (:func:`dense_copy`) gives the same dot products in straight loops over
+  rows: on cod-rna (8 features, 12 kernels) a 10^4-point fit went from 0.60 s
+  to 0.47 s;
 * rows are then processed in blocks of ``B`` rows, kernel by kernel inside a
   block, so every inner loop is a straight, vectorisable loop over rows;
+* the blocks' scratch (:func:`superstep_workspace`) is kept by the shard:
+  allocated per superstep, megabytes of it with many kernels went back to the
+  system and were faulted in again every iteration;
 * ``exp`` is :func:`_exp_into`, a branch-free fdlibm-style ``exp`` (error
   below 1 ulp) that the compiler vectorises; the scalar libm call it replaces
   took half of the time; a Gaussian squaring chain still costs one ``exp``;
