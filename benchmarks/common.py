@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -34,11 +35,15 @@ class Context:
     splits: int | None = None
     log_stream: object = field(default=None, repr=False)
 
+    def __post_init__(self):
+        _git_commit()  # recorded now: the results describe the code this run loaded, not a later checkout
+
     def log(self, message: str) -> None:
         stream = self.log_stream if self.log_stream is not None else sys.stderr
         print(message, file=stream, flush=True)
 
 
+@functools.cache
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(

@@ -62,8 +62,8 @@ def connect_client(client=None, timeout: float = 10.0):
     if isinstance(client, Client):
         return client, False
     if isinstance(client, str):
-        # A plain socket probe first: an address nobody listens on fails here, fast, without
-        # building a Client whose half-started event loop could outlive the error.
+        # Dask's identity call first, under a hard timeout: an address nobody (or no scheduler)
+        # answers on fails here, fast, without a Client whose half-started loop outlives the error.
         _probe_scheduler(client, timeout)
         try:
             return Client(client, timeout=f"{timeout}s"), True
