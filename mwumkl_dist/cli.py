@@ -23,7 +23,7 @@ from . import __version__, mwu
 from ._bank import bank_of
 from ._progress import ProgressBar, format_rate
 from .estimator import AUTO_C_GRID, AUTO_C_POINTS, MWUMKLClassifier
-from .io import SUPPORTED_EXTENSIONS, format_label, load_data
+from .io import SUPPORTED_EXTENSIONS, ZERO_BASED, add_zero_based_argument, format_label, load_data
 from .kernels import KERNEL_SPEC_HELP, KernelSet, parse_kernels
 from .mwu import FitInterrupted
 from .stores import KernelStore, add_store_commands, open_store
@@ -228,6 +228,7 @@ def _add_fit(sub, parents):
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
+    add_zero_based_argument(p)
     source.add_argument(
         "--store",
         metavar="DIR.zarr",
@@ -270,6 +271,7 @@ def _add_predict(sub, parents):
     )
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     p.add_argument("--data", required=True, metavar="FILE", help="the points to predict")
+    add_zero_based_argument(p)
     p.add_argument("--output", "-o", metavar="OUT", help="write the labels to OUT instead of stdout")
     p.set_defaults(func=cmd_predict)
 
@@ -283,6 +285,7 @@ def _add_evaluate(sub, parents):
     )
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     p.add_argument("--data", required=True, metavar="FILE", help="labelled test data")
+    add_zero_based_argument(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -422,7 +425,7 @@ def cmd_fit(args) -> int:
     else:
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store")
-        X, y = load_data(args.data)
+        X, y = load_data(args.data, zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
@@ -528,7 +531,7 @@ def cmd_predict(args) -> int:
     model = _load_model(args.model)
     if args.output is not None:
         _check_writable(args.output, "predictions")
-    X, _ = load_data(args.data, n_features=model.n_features_in_, labels="auto")
+    X, _ = load_data(args.data, n_features=model.n_features_in_, labels="auto", zero_based=ZERO_BASED[args.zero_based])
     text = "".join(format_label(v) + "\n" for v in model.predict(X))
     if args.output is None:
         sys.stdout.write(text)
@@ -542,7 +545,7 @@ def cmd_predict(args) -> int:
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
     model = _load_model(args.model)
-    X, y = load_data(args.data, n_features=model.n_features_in_)
+    X, y = load_data(args.data, n_features=model.n_features_in_, zero_based=ZERO_BASED[args.zero_based])
     labels = np.unique(y).tolist()
     known = set(model.classes_.tolist())
     unknown = [v for v in labels if v not in known]

@@ -56,6 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._exact import exact_column_sums, exact_to_float
+from .io import ZERO_BASED, add_zero_based_argument, load_data
 from .kernels import KernelSet, RandomGaussianBank
 from .problem import chain_safe_ranges
 from .shard import FeatureShard, PrecomputedShard, _ShardBase, as_csr, point_kernel_block, split_rows
@@ -1191,6 +1192,7 @@ def add_store_commands(subparsers, parents=()) -> argparse.ArgumentParser:
         description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows.",
     )
     d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
+    add_zero_based_argument(d)
     d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
     d.add_argument("--chunk-rows", type=_positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
     d.add_argument("--overwrite", action="store_true", help="replace an existing store")
@@ -1208,6 +1210,7 @@ def add_store_commands(subparsers, parents=()) -> argparse.ArgumentParser:
     src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
     src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
     k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
+    add_zero_based_argument(k)
     k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
     k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
     k.add_argument("--chunk-rows", type=_positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
@@ -1232,9 +1235,8 @@ def _store_usage(args) -> int:
 
 def cmd_store_data(args) -> int:
     """``store data``: load a data file and write it to a data store."""
-    from .io import load_data
 
-    X, y = load_data(args.input)
+    X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
     store = write_data_store(
         args.output, X, y, chunk_rows=args.chunk_rows, source=args.input, overwrite=args.overwrite,
         compress=args.compress,
@@ -1275,9 +1277,7 @@ def cmd_store_kernels(args) -> int:
             raise ValueError("--labels goes with --npy; --input files carry their labels")
         if not args.kernels:
             raise ValueError("--input needs --kernels (e.g. --kernels paper)")
-        from .io import load_data
-
-        X, y = load_data(args.input)
+        X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
         store = write_kernel_store(
             args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows, chunk_kernels=args.chunk_kernels,
             source=args.input, overwrite=args.overwrite, progress=progress,

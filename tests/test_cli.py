@@ -25,6 +25,7 @@ from mwumkl_dist import MWUMKLClassifier, mwu
 from mwumkl_dist.cli import main
 from mwumkl_dist.io import format_label, load_data
 from mwumkl_dist.kernels import paper_family
+from mwumkl_dist.stores import open_store
 
 REPO = Path(__file__).resolve().parents[1]
 ERROR = re.compile(r"^mwumkl-dist: error: \S")
@@ -124,6 +125,39 @@ def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
     assert f"points    {len(y_test)}" in proc.stdout
     assert f"accuracy  {correct / len(y_test):.4f} ({correct} of {len(y_test)})" in proc.stdout
     assert correct / len(y_test) >= 0.9  # separated clusters
+
+
+def test_zero_based_svmlight_files(tmp_path, capsys):
+    """A 0-based test file that never uses index 0 needs --zero-based yes (auto reads it shifted)."""
+    X, y = blobs(100, 4, 2, seed=3)
+    y = np.where(y == 1, 1.0, -1.0)
+    X[:, 0] = np.where(np.arange(100) % 2 == 0, X[:, 0], 0.0)  # index 0 used in training ...
+    X_test = X[60:].copy()
+    X_test[:, 0] = 0.0  # ... but never in the test file
+    train, test, model = tmp_path / "train.svm", tmp_path / "test.svm", tmp_path / "model.npz"
+    dump_svmlight_file(X[:60], y[:60], str(train), zero_based=True)
+    dump_svmlight_file(X_test, y[60:], str(test), zero_based=True)
+    args = ["--kernels", "linear,gaussian:1", "--C", "10", "--epsilon", "0.3", "--polish", "no", "--quiet"]
+    assert main(["fit", "--data", str(train), "--zero-based", "yes", "--model", str(model), *args]) == 0
+    fitted = MWUMKLClassifier.load(model)
+    assert fitted.n_features_in_ == 4
+    expected = [format_label(v) for v in fitted.predict(X_test)]
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(test), "--zero-based", "yes"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    # "auto" sees no index 0 and reads the file as 1-based: every feature moves one column left.
+    shifted, _ = load_data(test, n_features=4)
+    np.testing.assert_allclose(shifted.toarray()[:, :3], X_test[:, 1:], rtol=1e-12)
+    assert main(["evaluate", "--model", str(model), "--data", str(test), "--zero-based", "yes"]) == 0
+    correct = sum(a == format_label(b) for a, b in zip(expected, y[60:]))
+    assert f"({correct} of 40)" in capsys.readouterr().out
+    # The store command reads the same way.
+    store = tmp_path / "test.zarr"
+    assert main(["store", "data", "--input", str(test), "--zero-based", "yes", "--output", str(store)]) == 0
+    np.testing.assert_allclose(open_store(store).read_rows(0, 40).toarray(), X_test, rtol=1e-12)
+    # 'no' on a file that uses index 0 is LIBSVM's format error, named.
+    assert main(["fit", "--data", str(train), "--zero-based", "no", "--model", str(model), *args]) != 0
+    assert "train.svm" in capsys.readouterr().err
 
 
 def test_csv_string_labels_multiclass_predict_to_file(tmp_path):
