@@ -434,19 +434,41 @@ def test_auto_C_with_a_class_too_small_to_cross_validate():
     assert clf.C_ == 100.0 and clf.C_path_ == {}  # the middle of the grid
 
 
-def test_auto_C_from_a_store_is_one(tmp_path):
-    from mwumkl_dist.stores import write_data_store
+def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path):
+    from mwumkl_dist.stores import write_data_store, write_kernel_store
 
     X, y = _toy(3)
     store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=16)
     clf = MWUMKLClassifier("paper").fit(store)
-    # No rows in memory to cross-validate on, no polish (the Gram matrix needs them): epsilon 0.1.
-    assert (clf.C_, clf.C_path_, clf.epsilon_, clf.polished_) == (1.0, {}, 0.1, False)
-    ref = MWUMKLClassifier("paper", C=1.0, epsilon=0.1, polish=False).fit(X, y)
-    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
-    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+    # A small store is read whole, in row order: the same cross-validation as from memory, unpolished
+    # like the final fit (the polish needs the Gram matrix in memory), so epsilon 0.1.
+    mem = MWUMKLClassifier("paper", polish=False).fit(X, y)
+    assert tuple(clf.C_path_) == C_GRID and clf.C_path_ == mem.C_path_
+    assert (clf.C_, clf.epsilon_, clf.polished_) == (mem.C_, 0.1, False)
+    np.testing.assert_array_equal(clf.dual_coef_, mem.dual_coef_)
+    np.testing.assert_array_equal(clf.intercept_, mem.intercept_)
     with pytest.raises(ValueError, match="polish=True is not available for a fit from a store"):
         MWUMKLClassifier("paper", C=1.0, polish=True, max_iter=3).fit(store)
+    # A kernel store is not sampled: C = 1.
+    kstore = write_kernel_store(tmp_path / "k.zarr", y, X=X, kernels="linear,gaussian:1", chunk_rows=16)
+    kclf = MWUMKLClassifier("precomputed", epsilon=0.3).fit(kstore)
+    assert (kclf.C_, kclf.C_path_) == (1.0, {})
+
+
+def test_store_sample_reads_whole_chunks_of_both_classes(tmp_path):
+    from mwumkl_dist.estimator import _store_sample
+    from mwumkl_dist.stores import write_data_store
+
+    X = np.arange(200.0).reshape(100, 2)
+    y = np.where(np.arange(100) < 50, -1, 1)  # sorted by label: a prefix would hold one class only
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=10)
+    Xs, ys = _store_sample(store, y, 20, seed=0)
+    assert len(ys) == 40 and set(ys.tolist()) == {-1, 1}  # 4 chunks: 2 * 20 rows
+    starts = Xs[::10, 0] / 2
+    assert np.all(starts % 10 == 0) and np.all(np.diff(starts) > 0)  # whole chunks, in row order
+    for k, start in enumerate(starts.astype(int)):
+        np.testing.assert_array_equal(Xs[10 * k : 10 * k + 10], X[start : start + 10])
+        np.testing.assert_array_equal(ys[10 * k : 10 * k + 10], y[start : start + 10])
 
 
 def test_auto_C_with_a_feature_seen_in_one_row():
