@@ -326,7 +326,9 @@ def _describe_params(args, clf) -> str:
     if math.isinf(clf.C_):
         C = "C inf (hard margin)"
     else:
-        C = f"C {clf.C_:g}" + (" (cross-validated)" if args.C == "auto" else "")
+        # C="auto" without a cross-validation (a kernel store, a class too small to split): the default.
+        auto = (" (cross-validated)" if clf.C_path_ else " (auto)") if args.C == "auto" else ""
+        C = f"C {clf.C_:g}{auto}"
         C += " (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)"
     polish = ", exact polish" if clf.polished_ else ""
     return f"{eps}, {C}, rho {args.rho:g}{polish}"
@@ -439,10 +441,11 @@ def cmd_fit(args) -> int:
     n_iter = args.max_iter if args.max_iter is not None else mwu.iteration_count(eps, args.rho, n)
     n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
 
-    if args.C == "auto" and args.store is None and not args.quiet:
+    if args.C == "auto" and not isinstance(X, KernelStore) and not args.quiet:  # a kernel store: C = 1
+        where = "" if args.store is None else " read from the store"
         print(
             f"choosing C: {len(AUTO_C_GRID)} candidates x 3-fold cross-validation on "
-            f"{min(n, AUTO_C_POINTS)} points (pass --C to skip)",
+            f"{min(n, AUTO_C_POINTS)} points{where} (pass --C to skip)",
             file=sys.stderr,
         )
     bar = None if args.quiet else ProgressBar(n_iter * n_problems, stream=sys.stderr)

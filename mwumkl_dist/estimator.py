@@ -573,7 +573,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         }
         # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
         # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
-        self._kernels_with_trace(X, np.arange(n), check=True)  # a kernel zero on all the data: say so now
+        self._kernels_with_trace(X, np.arange(len(y)), check=True)  # a kernel zero on all the data: say so now
         fold_kernels = [self._kernels_with_trace(X, rows[a]) for a, _ in folds]
         errors = np.zeros(len(AUTO_C_GRID))
         for c, C in enumerate(AUTO_C_GRID):

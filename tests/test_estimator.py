@@ -434,7 +434,7 @@ def test_auto_C_with_a_class_too_small_to_cross_validate():
     assert clf.C_ == 100.0 and clf.C_path_ == {}  # the middle of the grid
 
 
-def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path):
+def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path, monkeypatch):
     from mwumkl_dist.stores import write_data_store, write_kernel_store
 
     X, y = _toy(3)
@@ -449,6 +449,16 @@ def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path):
     np.testing.assert_array_equal(clf.intercept_, mem.intercept_)
     with pytest.raises(ValueError, match="polish=True is not available for a fit from a store"):
         MWUMKLClassifier("paper", C=1.0, polish=True, max_iter=3).fit(store)
+    # A store larger than the sample: cross-validated on the sampled chunks only.
+    import mwumkl_dist.estimator as estimator_module
+
+    monkeypatch.setattr(estimator_module, "AUTO_C_POINTS", 20)
+    sampled = MWUMKLClassifier("paper").fit(store)
+    Xs, ys = estimator_module._store_sample(store, y, 20, seed=0)
+    assert len(ys) < len(y)
+    ref = MWUMKLClassifier("paper", polish=False, epsilon=sampled.epsilon_).fit(Xs, ys)
+    assert tuple(sampled.C_path_) == C_GRID and sampled.C_path_ == ref.C_path_
+    monkeypatch.undo()
     # A kernel store is not sampled: C = 1.
     kstore = write_kernel_store(tmp_path / "k.zarr", y, X=X, kernels="linear,gaussian:1", chunk_rows=16)
     kclf = MWUMKLClassifier("precomputed", epsilon=0.3).fit(kstore)
