@@ -12,8 +12,10 @@ Cases (``benchmarks/README.md`` explains each and records the figures)::
        10,000-point subsample: fit times and their ratio
     d) a literal numpy loop (dense X, numpy kernel columns every iteration)
        against the numba path: ms per iteration and the speed ratio
-    e) where a superstep's time goes (column pass, kernel values, V/g update,
-       Python overhead per iteration)
+    e) where a superstep's time goes, through the public kernel functions:
+       the two kernel columns (dot products and kernel values, materialised),
+       the V/g update with argmax from those columns, the fused superstep,
+       and the Python overhead per iteration
 
 Every figure is wall-clock time.  The numba path runs on one thread unless
 stated (``--threads N`` adds N-thread figures; the library's default is one
@@ -45,7 +47,6 @@ import numba
 import numpy as np
 import scipy
 import sklearn
-from numba import njit
 from sklearn.datasets import load_svmlight_file
 from sklearn.metrics.pairwise import polynomial_kernel, rbf_kernel
 from sklearn.svm import SVC
@@ -55,7 +56,7 @@ import mwumkl_dist
 from mwumkl_dist import MWUMKLClassifier, _columns, mwu
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import KernelSet
-from mwumkl_dist.problem import FeatureProblem
+from mwumkl_dist.problems import FeatureProblem
 from mwumkl_dist.shard import as_csr, plan_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def threads(n: int):
             raise RuntimeError("this mwumkl_dist has no thread setting; run with --threads 1")
         yield
         return
-    before = _columns._num_threads
+    before = _columns.get_num_threads()
     _columns.set_num_threads(n)
     try:
         yield
@@ -389,80 +390,18 @@ def case_d(X, y, numba_ms, numba_ms_cpu, quick) -> dict:
     return out
 
 
-# -- e) breakdown: the superstep's pieces, driven from small numba loops over the private kernels
+# -- e) breakdown: the superstep's pieces through the library's public kernel functions
 
 
-@njit(cache=False, error_model="numpy")
-def _run_columns_pass(n, cptr, rows, vals, pm, qm, reps):
-    dp = np.empty(n)
-    dq = np.empty(n)
+def _kernel_columns(X, p, q, pa, row_sq, reps):
     for _ in range(reps):
-        _columns._csc_dots(0, n, n, cptr, rows, vals, pm, qm, dp, dq)
-    return dp[0] + dq[0]
+        cols = _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *pa, row_sq=row_sq)
+    return cols
 
 
-@njit(cache=False, error_model="numpy")
-def _run_rows_pass(indptr, indices, data, pm, qm, feat_ptr, feat_groups, B, reps):
-    n = indptr.shape[0] - 1
-    dp = np.empty((1, B))
-    dq = np.empty((1, B))
-    s = 0.0
+def _column_updates(y, V, cols, ip, iq, inv, coef, reps):
     for _ in range(reps):
-        for j0 in range(0, n, B):
-            nb = min(B, n - j0)
-            _columns._block_dots(indptr, indices, data, j0, nb, pm, qm, feat_ptr, feat_groups, True, dp, dq)
-            s += dp[0, 0]
-    return s
-
-
-@njit(cache=False, error_model="numpy")
-def _run_values(row_sq, dots_p, dots_q, ppp, ppq, kind, pa, pb, grp, square_of, order, B, reps):
-    n = row_sq.shape[0]
-    m = kind.shape[0]
-    dp = np.empty((1, B))
-    dq = np.empty((1, B))
-    d2 = np.empty((1, B))
-    kp = np.empty((m, B))
-    xbuf = np.empty(B)
-    kbits = np.empty(2 * B, np.int64)
-    s = 0.0
-    for _ in range(reps):
-        for j0 in range(0, n, B):
-            nb = min(B, n - j0)
-            dp[0, :nb] = dots_p[j0 : j0 + nb]
-            dq[0, :nb] = dots_q[j0 : j0 + nb]
-            _columns._block_dist2(row_sq, j0, nb, ppp, dp, d2)
-            _columns._block_values(nb, dp, d2, kind, pa, pb, grp, square_of, order, kp, xbuf, kbits)
-            _columns._block_dist2(row_sq, j0, nb, ppq, dq, d2)
-            _columns._block_values(nb, dq, d2, kind, pa, pb, grp, square_of, order, kp, xbuf, kbits)
-            s += kp[0, 0]
-    return s
-
-
-@njit(cache=False, error_model="numpy")
-def _run_update(V, y, inv, coef, B, reps):
-    n, m = V.shape
-    kp = np.full((m, B), 0.5)
-    kq = np.full((m, B), 0.25)
-    sp = np.empty(B)
-    sq = np.empty(B)
-    gb = np.empty(B)
-    best = -1
-    for _ in range(reps):
-        g_best = -np.inf
-        for j0 in range(0, n, B):
-            nb = min(B, n - j0)
-            for b in range(nb):
-                sp[b] = 0.5 * y[j0 + b]
-                sq[b] = -0.5 * y[j0 + b]
-                gb[b] = 0.0
-            for i in range(m):
-                _columns._update_column(V[j0 : j0 + nb, i], kp[i], kq[i], sp, sq, inv[i], coef[i], gb, nb)
-            for b in range(nb):
-                if gb[b] > g_best:
-                    g_best = gb[b]
-                    best = j0 + b
-    return best
+        _columns.superstep_columns(y, 0, V, cols[0], cols[1], ip, iq, 1.0, -1.0, inv, 1e-6, 1e-6, coef)
 
 
 def _best_of(fn, reps, rounds=5):
@@ -491,26 +430,22 @@ def case_e(X, y, solver_ms: dict, quick) -> dict:
         plan = KernelSet(spec, X.shape[1]).plan
         pa = plan_args(plan)
         m = plan.n_kernels
-        B = _columns._block_size(m)
         row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, 1)
         csc = (C.indptr, C.indices, C.data)
-        res = {"column_pass_ms": [], "row_pass_ms": [], "kernel_values_ms": [], "superstep_ms": []}
+        res = {"kernel_columns_ms": [], "v_update_g_argmax_ms": [], "superstep_ms": []}
         V = np.zeros((n, m), order="F")
         coef, inv = -np.ones(m), np.full(m, 1e-4)
         for ip, iq in pairs:
             p = X[ip].toarray().ravel()
             q = X[iq].toarray().ravel()
-            pm, qm, ppp, ppq, _ = _columns._prepare_points(p, q, plan.feat_ptr, plan.feat_groups, 1, C.indptr)
-            res["column_pass_ms"].append(_best_of(partial(_run_columns_pass, n, *csc, pm, qm), reps))
-            rows = partial(_run_rows_pass, X.indptr, X.indices, X.data, pm, qm, plan.feat_ptr, plan.feat_groups, B)
-            res["row_pass_ms"].append(_best_of(rows, reps))
-            values = partial(_run_values, row_sq, X @ pm, X @ qm, ppp, ppq, *pa[:-3], B)
-            res["kernel_values_ms"].append(_best_of(values, reps))
+            res["kernel_columns_ms"].append(_best_of(partial(_kernel_columns, X, p, q, pa, row_sq), reps))
+            cols = _kernel_columns(X, p, q, pa, row_sq, 1)
+            update = partial(_column_updates, y_pm, V, cols, ip, iq, inv, coef)
+            res["v_update_g_argmax_ms"].append(_best_of(update, reps))
             step = partial(_supersteps, X, y_pm, V, p, q, ip, iq, inv, coef, pa, {"row_sq": row_sq, "csc": csc})
             with threads(1):
                 res["superstep_ms"].append(_best_of(step, max(reps // 5, 5)))
         res = {k: float(np.mean(v)) for k, v in res.items()}
-        res["v_update_g_argmax_ms"] = _best_of(partial(_run_update, V, y_pm, np.ones(m), np.ones(m), B), reps)
         if spec in solver_ms:
             res["solver_ms_per_iter"] = solver_ms[spec]
             res["python_and_driver_ms_per_iter"] = solver_ms[spec] - res["superstep_ms"]
@@ -634,9 +569,7 @@ def _print_d(d):
 def _print_e(e):
     print(f"\ne) one superstep by piece, ms of cpu on 1 thread ({e['note']})")
     keys = [
-        ("column_pass_ms", "column pass"),
-        ("row_pass_ms", "(row pass)"),
-        ("kernel_values_ms", "kernel values"),
+        ("kernel_columns_ms", "kernel columns (dots + values, materialised)"),
         ("v_update_g_argmax_ms", "V/g/argmax"),
         ("superstep_ms", "superstep"),
         ("solver_ms_per_iter", "solver/iter"),
@@ -709,7 +642,7 @@ def main(argv=None) -> int:
             solver_ms["paper"] = res["b"]["threads_1"]["ms_per_iter_cpu"]
         try:
             res["e"] = case_e(X, y, solver_ms, args.quick)
-        except Exception as exc:  # the breakdown drives private kernels; keep the other figures if they changed
+        except Exception as exc:  # the breakdown drives the kernel functions directly: keep the other figures
             res["e"] = {"note": "", "error": f"{type(exc).__name__}: {exc}"}
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
 

@@ -46,7 +46,7 @@ def overhead(n_iter: int) -> dict:
     from mwumkl_dist.engines.dask import DaskEngine
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problem import FeatureProblem
+    from mwumkl_dist.problems import FeatureProblem
 
     rng = np.random.default_rng(0)
     X = rng.random((8, 2))

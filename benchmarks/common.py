@@ -199,21 +199,18 @@ class Progress:
     """A progress bar over an experiment's units of work (quiet when disabled)."""
 
     def __init__(self, ctx: Context, total: int, label: str):
-        from mwumkl_dist._progress import ProgressBar
+        from mwumkl_dist.cli.progress import progress_bar
 
         self.enabled = ctx.progress and total > 0
         self.done = 0
         self.label = label
-        self.start = time.perf_counter()
-        self.bar = (
-            ProgressBar(max(total, 1), stream=ctx.log_stream or sys.stderr, unit="runs") if self.enabled else None
-        )
+        self.bar = progress_bar(max(total, 1), file=ctx.log_stream or sys.stderr, unit="runs") if self.enabled else None
 
     def step(self, what: str = "") -> None:
         self.done += 1
         if self.bar is not None:
-            rate = self.done / max(time.perf_counter() - self.start, 1e-9)
-            self.bar.update(self.done, rate=rate, prefix=f"{self.label} {what} ".replace("  ", " "))
+            self.bar.set_description_str(f"{self.label} {what}".strip().replace("  ", " "), refresh=False)
+            self.bar.update(1)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -6,7 +6,7 @@ Where the data come from, in order:
    when it exists): the gzipped svmlight files named in ``MANIFEST.json``,
    each checked against the manifest's file ``sha256``.
 2. The download cache (``$MWUMKL_DIST_CACHE``, else ``~/.cache/mwumkl_dist``):
-   files fetched once from the public LIBSVM / UCI addresses in
+   files fetched once (with pooch) from the public LIBSVM / UCI addresses in
    ``benchmarks/MANIFEST.json``, parsed, checked against the manifest's
    ``data_sha256`` (a checksum of the parsed values, see :func:`data_sha256`)
    and stored as ``.npz``.  Every later load checks the same checksum again.
@@ -42,9 +42,9 @@ import json
 import lzma
 import os
 import shutil
+import sys
 import tempfile
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -269,8 +269,28 @@ def _load_cached(cache: Path, entry: dict) -> tuple[np.ndarray, np.ndarray] | No
     return X, y
 
 
+def _download(url: str, entry: dict, cache: Path, timeout: float) -> Path:
+    """The file at ``url``, fetched once with pooch into ``cache / "downloads"`` (kept until verified)."""
+    import pooch
+    import requests
+
+    pooch.get_logger().setLevel("WARNING")  # no "Downloading ..." / "SHA256 of ..." notes on every fetch
+    name = os.path.basename(urllib.parse.urlparse(url).path) or entry["file"]
+    downloader = pooch.HTTPDownloader(timeout=timeout, progressbar=sys.stderr.isatty())
+    try:
+        # No known_hash: the values are checked after parsing (data_sha256), not the file's bytes.
+        return Path(pooch.retrieve(url, known_hash=None, fname=name, path=cache / "downloads", downloader=downloader))
+    except (requests.exceptions.RequestException, OSError) as exc:
+        raise DatasetUnavailableError(f"cannot download {entry['file']} from {url}: {exc}") from None
+
+
 def fetch(entry: dict, cache: Path, timeout: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
     """Download one manifest file, verify its values and store them in ``cache``.
+
+    The download goes through pooch (``cache / "downloads"``); the parsed values
+    are stored as ``.npz`` once they match the manifest's ``data_sha256``, and the
+    raw download is removed either way (a download that fails verification is
+    fetched again next time, never reused).
 
     Raises :class:`ChecksumError` when the parsed values do not match the
     manifest's ``data_sha256`` (nothing is stored then) and
@@ -279,11 +299,11 @@ def fetch(entry: dict, cache: Path, timeout: float = 60.0) -> tuple[np.ndarray, 
     url = entry.get("source", {}).get("url")
     if not url:
         raise DatasetUnavailableError(f"{entry['file']}: the manifest gives no download address")
+    raw_path = _download(url, entry, cache, timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed manifest URLs)
-            raw = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise DatasetUnavailableError(f"cannot download {entry['file']} from {url}: {exc}") from None
+        raw = raw_path.read_bytes()
+    finally:
+        raw_path.unlink(missing_ok=True)
     try:
         X, y = _parse(raw, entry)
     except ValueError as exc:

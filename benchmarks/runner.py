@@ -1,6 +1,7 @@
 """``python -m benchmarks EXPERIMENT [--quick] [--out DIR] [--datasets-dir DIR]``: run experiments, write the report.
 
-``mwumkl-dist bench ...`` calls :func:`main` with the same arguments.
+A source-checkout tool: the installed package has no ``bench`` command (it ships
+``mwumkl_dist`` only, not this folder).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class DriverError(Exception):
 
 # ----------------------------------------------------------------------------- arguments
 
-from mwumkl_dist.cli import _positive_float, _positive_int  # noqa: E402  (the CLI's argument checks)
+from mwumkl_dist.cli.args import C_or_auto, epsilon_or_auto, positive_float, positive_int  # noqa: E402
 
 
 def _fraction(text: str) -> float:
@@ -79,18 +79,29 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
 
     model = parser.add_argument_group("model")
     model.add_argument("--kernels", default="paper", metavar="SPEC", help="kernel family (default 'paper')")
-    model.add_argument("--epsilon", type=_positive_float, default=0.2, help="approximation error (default 0.2)")
-    model.add_argument("--C", type=_positive_float, default=100.0, help="soft-margin constant (default 100)")
-    model.add_argument("--max-iter", type=_positive_int, metavar="T", help="run exactly T iterations")
+    model.add_argument(
+        "--epsilon",
+        type=epsilon_or_auto,
+        default="auto",
+        help="approximation error (default 'auto', the estimator's default)",
+    )
+    model.add_argument(
+        "--C",
+        type=C_or_auto,
+        default="auto",
+        help="soft-margin constant, 'inf' for the hard margin (default 'auto': cross-validated, "
+        "the estimator's default)",
+    )
+    model.add_argument("--max-iter", type=positive_int, metavar="T", help="run exactly T iterations")
 
     dist = parser.add_argument_group("distribution")
     dist.add_argument(
-        "--shards", type=_positive_int, metavar="N", help="row shards (default: the number of workers waited for)"
+        "--shards", type=positive_int, metavar="N", help="row shards (default: the number of workers waited for)"
     )
-    dist.add_argument("--kernel-shards", type=_positive_int, default=1, metavar="K", help="kernel shards (default 1)")
+    dist.add_argument("--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards (default 1)")
     dist.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=60.0,
         metavar="S",
         help="seconds to wait for the scheduler and for the workers (default 60)",
@@ -100,7 +111,7 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--model", metavar="OUT", help="save the fitted model here (.npz)")
     out.add_argument("--checkpoint", metavar="PATH", help="write the driver state here every --checkpoint-every")
     out.add_argument(
-        "--checkpoint-every", type=_positive_int, default=100, metavar="K", help="iterations between checkpoints"
+        "--checkpoint-every", type=positive_int, default=100, metavar="K", help="iterations between checkpoints"
     )
     out.add_argument(
         "--resume",
@@ -127,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--scheduler-file", metavar="FILE", help="file written by 'dask scheduler --scheduler-file'")
     cluster.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="W",
         help="wait until W workers are connected before fitting (default: --shards, or 1)",
@@ -278,6 +289,7 @@ def fit_and_report(client, args, data=None, out=None) -> dict:
     elapsed = time.perf_counter() - start
     n_iter = int(np.sum(clf.n_iter_))
     print(f"fit time         {elapsed:.2f} s ({n_iter} iterations)", file=out)
+    print(f"parameters       epsilon {clf.epsilon_:g}, C {clf.C_:g}, polished {bool(clf.polished_)}", file=out)
     if clf.interrupted_:
         print("interrupted      the model is built from the iterations done", file=out)
     summary = {
@@ -287,6 +299,8 @@ def fit_and_report(client, args, data=None, out=None) -> dict:
         "n_kernel_shards": args.kernel_shards,
         "n_train": int(X_train.shape[0]),
         "n_iter": n_iter,
+        "epsilon": float(clf.epsilon_),
+        "C": float(clf.C_),
         "fit_seconds": elapsed,
         "resumed": bool(resume),
         "interrupted": bool(clf.interrupted_),

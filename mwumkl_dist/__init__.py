@@ -7,6 +7,7 @@ try:
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.1.0"
 
+from .auto import FewIterationsWarning
 from .estimator import MWUMKLClassifier
 from .kernels import (
     Gaussian,
@@ -35,6 +36,7 @@ __all__ = [
     "parse_kernels",
     "ProgressInfo",
     "ConvergenceWarning",
+    "FewIterationsWarning",
     "DataStore",
     "KernelStore",
     "StoreError",

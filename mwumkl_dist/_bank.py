@@ -36,7 +36,7 @@ from numba import njit, prange
 from ._exact import SHIFT
 from .kernels import Gaussian, RandomGaussianBank, parse_kernels
 from .mwu import Candidate
-from .shard import _ShardBase, split_rows
+from .shard import ShardBase, split_rows
 
 __all__ = [
     "bank_of",
@@ -234,13 +234,13 @@ def _subset_sums(D, subsets, out):
 
 
 @njit(cache=True)
-def _row_factors(y, row_offset, ip, iq, ridge, sp_, sq_, dg):
+def _row_factors(y, row_offset, ip, iq, ridge_p, ridge_q, sp_, sq_, dg):
     n = y.shape[0]
     for j in range(n):
         sp_[j] = 0.5 * y[j] * 1.0
         sq_[j] = 0.5 * y[j] * -1.0
         gj = row_offset + j
-        dg[j] = 0.5 * ridge if (gj == ip or gj == iq) else 0.0
+        dg[j] = 0.5 * ridge_p if gj == ip else (0.5 * ridge_q if gj == iq else 0.0)
 
 
 @njit(cache=True)
@@ -259,12 +259,12 @@ def _best_per_class(y, g):
 
 
 @njit(cache=True)
-def _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work):
+def _step_setup(X, p, q, y, row_offset, ip, iq, ridge_p, ridge_q, work):
     """Per-feature squared differences of every row to both points, and the rows' column factors."""
     DP, DQ, sp_, sq_, dg = work[0], work[1], work[2], work[3], work[4]
     _sq_diffs(X, p, DP)
     _sq_diffs(X, q, DQ)
-    _row_factors(y, row_offset, ip, iq, ridge, sp_, sq_, dg)
+    _row_factors(y, row_offset, ip, iq, ridge_p, ridge_q, sp_, sq_, dg)
     return DP, DQ, sp_, sq_, dg
 
 
@@ -292,16 +292,19 @@ def bank_workspace(n_rows: int, n_features: int, n_subsets: int = 0, n_pairs: in
 
 
 @njit(cache=True)
-def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g, work):
+def bank_superstep_direct(
+    X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, inv_trace, ridge_p, ridge_q, coef, g, work
+):  # fmt: skip
     """``V += (G[:, ip] + G[:, iq]) / 2``, ``g = V @ coef``, one ``exp`` per kernel and row.
 
     ``VT`` is ``V`` kernel-major ``(m, n_rows)``; ``g`` (``n_rows``) is overwritten;
-    ``work`` is a :func:`bank_workspace`.
+    ``work`` is a :func:`bank_workspace`; ``ridge_p`` / ``ridge_q`` are the
+    ridges of the picked rows ``ip`` / ``iq``.
     Returns ``(best_pos, g_pos, best_neg, g_neg)`` as in :func:`mwumkl_dist._columns.superstep_features`.
     """
     n, d = X.shape
     m, s = subsets.shape
-    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work)
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge_p, ridge_q, work)
     d2p, d2q = work[5], work[6]
     g[:] = 0.0
     for i in range(m):
@@ -328,14 +331,14 @@ def bank_superstep_direct(X, p, q, subsets, gamma, VT, y, row_offset, ip, iq, in
 
 @njit(cache=True)
 def bank_superstep_shared(
-    X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, VT, y, row_offset, ip, iq, inv_trace, ridge, coef, g,
-    work,
+    X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, VT, y, row_offset, ip, iq, inv_trace, ridge_p, ridge_q,
+    coef, g, work,
 ):  # fmt: skip
     """As :func:`bank_superstep_direct`, with one ``exp`` per distinct (subset, gamma) pair and row."""
     n, d = X.shape
     n_pairs = pair_gamma.shape[0]
     m = pair_of.shape[0]
-    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge, work)
+    DP, DQ, sp_, sq_, dg = _step_setup(X, p, q, y, row_offset, ip, iq, ridge_p, ridge_q, work)
     D2P, D2Q, inc = work[7], work[8], work[9]
     _subset_sums(DP, unique_subsets, D2P)
     _subset_sums(DQ, unique_subsets, D2Q)
@@ -486,7 +489,7 @@ def _dense(X) -> np.ndarray:
 # ----------------------------------------------------------------------------- shard and problem
 
 
-class BankShard(_ShardBase):
+class BankShard(ShardBase):
     """Rows ``X`` (dense) for kernels ``[k0, k1)`` of a bank.
 
     The kernel tables are generated here from ``(seed, i)``; ``V`` is kept
@@ -531,15 +534,16 @@ class BankShard(_ShardBase):
         p = np.ascontiguousarray(p, dtype=np.float64)
         q = np.ascontiguousarray(q, dtype=np.float64)
         t = self.tables
+        ridge_p, ridge_q = self.picked_ridge(ip, iq)
         if self.shared:
             pair_of, pair_subset, pair_gamma, unique_subsets = t.pairs
             return bank_superstep_shared(
                 self.X, p, q, unique_subsets, pair_subset, pair_gamma, pair_of, self._VT, self.y, self.row_offset,
-                ip, iq, self.inv_trace, self.ridge, coef, self._g, self._work,
+                ip, iq, self.inv_trace, ridge_p, ridge_q, coef, self._g, self._work,
             )  # fmt: skip
         return bank_superstep_direct(
             self.X, p, q, t.subsets, t.gamma, self._VT, self.y, self.row_offset,
-            ip, iq, self.inv_trace, self.ridge, coef, self._g, self._work,
+            ip, iq, self.inv_trace, ridge_p, ridge_q, coef, self._g, self._work,
         )  # fmt: skip
 
     def superstep_scores(self, ip, iq, p, q, coef) -> np.ndarray:
@@ -571,6 +575,8 @@ def bank_kernel_block(bank: RandomGaussianBank, n_features: int, p, q):
 class BankProblem:
     """Feature rows ``X`` with a :class:`RandomGaussianBank`, evaluated by :class:`BankShard`.
 
+    A :class:`mwumkl_dist.problems.Problem`.
+
     ``X`` is kept dense (bank kernels read single features).  The driver's
     per-iteration ``kernel_block`` uses the whole bank's tables, built once
     (``O(m * subset_size)`` memory, never ``m`` Python objects).
@@ -594,6 +600,9 @@ class BankProblem:
         return functools.partial(
             BankShard, self.X[start:stop].copy(), self.y[start:stop].copy(), start, self.bank, kernels
         )
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return split_rows(self.n_samples, n_shards)
 
     def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
         return split_rows(self.n_kernels, n_blocks)

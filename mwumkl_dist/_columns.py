@@ -428,8 +428,8 @@ def superstep_workspace(n_rows: int, n_kernels: int, n_groups: int):
 @njit(**_OPTS)
 def _superstep_range(
     start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V,
-    row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr,
-    feat_groups, n_groups, B, work,
+    row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order,
+    feat_ptr, feat_groups, n_groups, B, work,
 ):  # fmt: skip
     """The fused superstep on local rows ``[start, stop)``; see :func:`superstep_features`.
 
@@ -444,7 +444,6 @@ def _superstep_range(
     g_pos, g_neg = -np.inf, -np.inf
     lp = ip - row_offset
     lq = iq - row_offset
-    diag = 0.5 * ridge
     for j0 in range(start, stop, B):
         nb = min(B, stop - j0)
         if use_dense:
@@ -466,15 +465,9 @@ def _superstep_range(
             gb[b] = 0.0
         for i in range(m):
             _update_column(V[j0 : j0 + nb, i], kp[i], kq[i], sp, sq, inv_trace[i], coef[i], gb, nb)
-        # The ridge I/C on the diagonal: row j gets it once per picked column j; its score is redone.
-        for lx in (lp, lq):
-            if j0 <= lx < j0 + nb:
-                g = 0.0
-                for i in range(m):
-                    v = V[lx, i] + diag
-                    V[lx, i] = v
-                    g += coef[i] * v
-                gb[lx - j0] = g
+        # The ridge on the diagonal: row j gets its own once per picked column j; its score is redone.
+        _add_ridge(V, lp, 0.5 * ridge_p, coef, gb, j0, nb)
+        _add_ridge(V, lq, 0.5 * ridge_q, coef, gb, j0, nb)
         for b in range(nb):
             g = gb[b]
             if y[j0 + b] > 0:
@@ -485,6 +478,18 @@ def _superstep_range(
                 g_neg = g
                 best_neg = j0 + b
     return best_pos, g_pos, best_neg, g_neg
+
+
+@njit(**_OPTS)
+def _add_ridge(V, lx, diag, coef, gb, j0, nb):
+    """``V[lx, :] += diag`` when local row ``lx`` lies in the block ``[j0, j0 + nb)``, and its score redone."""
+    if j0 <= lx < j0 + nb:
+        g = 0.0
+        for i in range(V.shape[1]):
+            v = V[lx, i] + diag
+            V[lx, i] = v
+            g += coef[i] * v
+        gb[lx - j0] = g
 
 
 @njit(**_OPTS)
@@ -500,14 +505,14 @@ def _superstep_setup(p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, den
 @njit(**_OPTS)
 def _superstep_serial(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
+    inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
 ):  # fmt: skip
     pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
         p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
     )
     return _superstep_range(
         0, y.shape[0], indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-        row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp,
+        row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp,
         square_of, order, feat_ptr, feat_groups, n_groups, B, work,
     )  # fmt: skip
 
@@ -515,7 +520,8 @@ def _superstep_serial(
 @njit(parallel=True, **_OPTS)
 def _superstep_parallel(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work, n_chunks,
+    inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
+    n_chunks,
 ):  # fmt: skip
     pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
         p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
@@ -531,8 +537,8 @@ def _superstep_parallel(
         chunk_work = work if c == 0 else _workspace(n_groups, kind.shape[0], B, stop - start)
         bp[c], gp[c], bn[c], gn[c] = _superstep_range(
             start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-            row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge, coef, kind, pa, pb, grp,
-            square_of, order, feat_ptr, feat_groups, n_groups, B, chunk_work,
+            row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb,
+            grp, square_of, order, feat_ptr, feat_groups, n_groups, B, chunk_work,
         )  # fmt: skip
     return _reduce_chunks(bp, gp, bn, gn)
 
@@ -605,7 +611,7 @@ def superstep_features(
 ):
     """One fused pass: ``V += (G[:, ip] + G[:, iq]) / 2`` then ``g = V @ coef`` and per-class argmax.
 
-    ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge * [j == k]`` with
+    ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge_j * [j == k]`` with
     global indices ``ip``/``iq`` (``row_offset`` is this block's first global
     row), ``p``/``q`` the two points' dense feature vectors with labels
     ``yp``/``yq``.  ``V`` (``(n_rows, m)``, updated in place) may have any
@@ -613,6 +619,10 @@ def superstep_features(
 
     Parameters
     ----------
+    ridge : float or tuple of two floats
+        The diagonal term: one value for every row, or ``(ridge_ip, ridge_iq)``,
+        the per-point ridges of the two picked rows (the only rows whose
+        diagonal a superstep touches).
     row_sq : ndarray of shape (n_rows, n_groups), optional
         :func:`group_sqnorms` of the rows; computed here when ``None`` (a
         shard passes its cached copy).
@@ -644,10 +654,11 @@ def superstep_features(
     dense_t = _NO_DENSE if dense_t is None else dense_t
     if workspace is None:
         workspace = superstep_workspace(len(y), len(kind), n_groups)
+    ridge_p, ridge_q = (ridge, ridge) if np.ndim(ridge) == 0 else ridge
     args = (
         indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, int(row_offset), V, row_sq, _as_f64(p),
-        _as_f64(q), int(ip), int(iq), float(yp), float(yq), inv_trace, float(ridge), coef, kind, pa, pb, grp,
-        square_of, order, feat_ptr, feat_groups, n_groups, workspace[4].shape[1], workspace,
+        _as_f64(q), int(ip), int(iq), float(yp), float(yq), inv_trace, float(ridge_p), float(ridge_q), coef, kind,
+        pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, workspace[4].shape[1], workspace,
     )  # fmt: skip
     n_threads = parallel_threads(len(y))
     if n_threads > 1 and _PARALLEL_LOCK.acquire(blocking=False):
@@ -661,15 +672,19 @@ def superstep_features(
 
 
 @njit(**_OPTS)
-def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge, coef):
-    """The same update as :func:`superstep_features` from materialised raw columns ``(n, m)``."""
+def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef):
+    """The same update as :func:`superstep_features` from materialised raw columns ``(n, m)``.
+
+    ``ridge_p`` and ``ridge_q`` are the ridges of the picked rows ``ip`` and ``iq``.
+    """
     n = V.shape[0]
     m = V.shape[1]
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
     lp = ip - row_offset
     lq = iq - row_offset
-    diag = 0.5 * ridge
+    diag_p = 0.5 * ridge_p
+    diag_q = 0.5 * ridge_q
     for j in range(n):
         sp = 0.5 * y[j] * yp
         sq = 0.5 * y[j] * yq
@@ -678,9 +693,9 @@ def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, r
             v = V[j, i] + (sp * colp[j, i] + sq * colq[j, i]) * inv_trace[i]
             # The ridge, as superstep_features adds it: once per picked column through row j.
             if j == lp:
-                v = v + diag
+                v = v + diag_p
             if j == lq:
-                v = v + diag
+                v = v + diag_q
             V[j, i] = v
             g += coef[i] * v
         if y[j] > 0:

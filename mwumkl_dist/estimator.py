@@ -1,85 +1,43 @@
-"""``MWUMKLClassifier``: the scikit-learn estimator (binary, and one-vs-rest inside)."""
+"""``MWUMKLClassifier``: the scikit-learn estimator (binary, and one-vs-rest inside).
+
+The estimator holds the parameters, validates them and delegates:
+:mod:`mwumkl_dist.problems` turns the input into a training input (and a
+fitted model into a predictor), :mod:`mwumkl_dist.fitting` runs the fit,
+:mod:`mwumkl_dist.auto` makes the automatic choices and
+:mod:`mwumkl_dist.persistence` saves and loads models.
+"""
 
 from __future__ import annotations
 
-import json
-import logging
 import numbers
-import os
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
 
-from . import _columns, mwu
-from ._bank import BankKernelNames, BankProblem, bank_decision_function, bank_of
-from ._exact import exact_column_sums, exact_to_float
-from .checkpoint import Checkpointer, fingerprint, load_checkpoint
-from .engines.local import LocalEngine
-from .kernels import KernelSet, RandomGaussianBank
-from .problem import FeatureProblem, PrecomputedProblem
-from .shard import as_csr, plan_args
-from .stores import KernelStore, as_store, merge_cache_stats
+from . import mwu
+from .auto import check_selectivity, random_seed
+from .calibration import platt_probabilities
+from .fitting import fit_model
+from .inspection import feature_weights, kernel_type_weights
+from .persistence import load_model, load_model_with_extra, save_model
+from .problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
 
-__all__ = ["MWUMKLClassifier"]
+__all__ = ["MWUMKLClassifier", "EXPECTED_FAILED_CHECKS"]
 
-logger = logging.getLogger("mwumkl_dist")
-
-#: ``epsilon="auto"`` when the exact polish follows (the MWU then only has to find the weights) ...
-AUTO_EPS_POLISHED = 0.2
-#: ... and when the MWU solution is the model (large data): at most 0.1 (2-6x more accurate than 0.2 on a9a /
-#: cod-rna), and small enough for T >= AUTO_T_FRACTION * n iterations (see ``_auto_epsilon``).
-AUTO_EPS = 0.1
-AUTO_T_FRACTION = 0.2
-#: ``C="auto"`` chooses the size-relative ``C`` from these ...
-AUTO_C_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
-#: ... by cross-validation on a stratified subsample of at most this many training rows.
-AUTO_C_POINTS = 4000
-#: ``C="auto"`` for a fit from a kernel store (its rows are not sampled): suits large noisy data (a9a, cod-rna).
-AUTO_C_STORE = 1.0
-
-_FORMAT = "mwumkl_dist-model"
-_FORMAT_VERSION = 1
-
-
-def _bank_meta(bank: RandomGaussianBank) -> dict:
-    return {"n_kernels": bank.n_kernels, "subset_size": bank.subset_size, "seed": bank.seed, "sigmas": bank.sigmas}
-
-
-def _stratified_rows(y, size: int, seed: int) -> np.ndarray:
-    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
-    if len(y) <= size:
-        return np.arange(len(y))
-    from sklearn.model_selection import train_test_split
-
-    try:
-        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
-    except ValueError:  # a class with a single member cannot be stratified
-        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
-    return np.sort(rows)
-
-
-def _store_sample(store, y, size: int, seed: int):
-    """About ``size`` rows of a data store and their labels, read whole chunks at a time.
-
-    Chunks are taken in a random order until they hold ``2 * size`` rows (all
-    of them for a small store), so a store sorted by label still gives both
-    classes; :func:`_stratified_rows` then thins the sample to ``size``.
-    """
-    ranges = store.row_ranges(-(-store.n_samples // store.chunk_rows))
-    order = np.random.default_rng(seed).permutation(len(ranges))
-    picked, total = [], 0
-    for i in order:
-        if total >= 2 * size:
-            break
-        picked.append(ranges[i])
-        total += ranges[i][1] - ranges[i][0]
-    picked.sort()
-    blocks = [store.read_rows(a, b) for a, b in picked]
-    X = sp.vstack(blocks, format="csr") if sp.issparse(blocks[0]) else np.concatenate(blocks)
-    return X, np.concatenate([y[a:b] for a, b in picked])
+_WEIGHTS_ARE_NOT_REPEATS = (
+    "sample_weight=k is C_j = k C for one point, which equals k copies of it in the exact 2-norm problem on a "
+    "fixed Gram matrix, but the MWU iterations, the trace normalisation and the size-relative C see the "
+    "copies as rows: the learned kernel weights differ (see mwumkl_dist.weights)"
+)
+#: scikit-learn estimator checks that this estimator fails by design, with the reason; pass it as
+#: ``parametrize_with_checks(..., expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)``.
+EXPECTED_FAILED_CHECKS = {
+    "check_sample_weight_equivalence_on_dense_data": _WEIGHTS_ARE_NOT_REPEATS,
+    "check_sample_weight_equivalence_on_sparse_data": _WEIGHTS_ARE_NOT_REPEATS,
+}
 
 
 class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
@@ -101,6 +59,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     epsilon : float or "auto", default="auto"
         Approximation error; sets the iteration count
         ``T = ceil(8 rho^2 / epsilon^2 * ln n)``.  Must lie in ``(0, 2 rho)``.
+        A given value (or ``max_iter``) that leaves an unpolished fit fewer than
+        ``n / 10`` iterations warns before fitting (:class:`~mwumkl_dist.auto.FewIterationsWarning`,
+        naming the automatic value) and the warning is kept in ``fit_warnings_``.
         ``"auto"`` is 0.2 (the paper's small-set value) when the fit ends with
         the exact polish, which re-solves the SVM so that the MWU only has to
         find the weights; otherwise at most 0.1 (on 10000 points of a9a /
@@ -127,6 +88,23 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     rho : float, default=0.5
         Width parameter.  The paper's bound is 3/2; the authors' code uses
         1/2, which needs 9x fewer iterations.
+    selectivity : float, "auto", "exact" or "paper", default="auto"
+        How sparse the kernel weights are, from uniform to the exact MKL
+        optimum.  The weights follow a soft maximum of the kernels' margins
+        ``sqrt(alpha' G_i alpha)`` taken *relative to the largest one*:
+        ``mu_i ~ sinh(beta u_i / max u) / u_i``, with ``beta`` this value.
+        0 gives uniform weights; a kernel whose margin is 1 % below the best
+        gets about ``exp(-beta / 100)`` of its weight, so ``beta = 100``
+        keeps a handful of kernels and ``"exact"`` (also ``np.inf``:
+        ``beta = 10 ln(m) / epsilon``) converges to the optimal weights of
+        the MKL problem itself as ``epsilon`` falls.  ``"auto"`` chooses from
+        0, 30, 100 and 300 by cross-validation together with ``C="auto"`` (see
+        :func:`mwumkl_dist.auto.choose_C`), so data where every kernel helps
+        keep near-uniform weights; with a given ``C`` it is 100 (nothing is
+        cross-validated).  ``"paper"`` is the published rule, whose
+        exponents ``eps' / (2 rho) sqrt(s_i)`` are on an absolute scale: after
+        trace normalisation they barely differ and its weights stay uniform
+        to about 2 %.  ``selectivity_`` records the value used.
     max_iter : int or None, default=None
         Run exactly this many iterations instead of ``T`` from ``epsilon``.
     scale_C : bool, default=True
@@ -164,6 +142,30 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Iterations between callback calls (and log lines when ``verbose``).
     verbose : int, default=0
         Log progress to the ``mwumkl_dist`` logger at INFO level.
+    random_state : int, RandomState instance or None, default=0
+        Seeds the random choices of ``C="auto"``: its subsample, its folds and,
+        from a data store, the chunks it reads; and ``probability``'s folds.
+        An int gives the same choices every fit (the default, 0, keeps fits
+        reproducible); a ``RandomState`` or None draws a seed per fit
+        (scikit-learn's convention).
+    class_weight : dict, "balanced" or None, default=None
+        Multiplies ``C`` per class, as in ``SVC``: a point of class ``c``
+        gets ``C_j = C_eff * class_weight[c]`` (times its ``sample_weight``),
+        i.e. the per-point ridge ``1 / C_j`` (:mod:`mwumkl_dist.weights`).
+        ``"balanced"`` uses ``n / (n_classes * n_c)``.  One-vs-rest follows
+        scikit-learn's convention for one-vs-rest models: a dict weighs every
+        point by its own label in every binary problem, ``"balanced"``
+        balances each binary problem (class ``k`` against the rest).  With
+        ``C="auto"`` the candidates are scored by the weighted error (the
+        balanced error for ``"balanced"``).
+    probability : bool, default=False
+        Fit Platt sigmoids (``probA_``, ``probB_``) for :meth:`predict_proba`,
+        as ``SVC(probability=True)``: on the decision values of stratified
+        5-fold cross-validation fits (on at most 4000 training points, like
+        ``C="auto"``: 5 more fits of that size); see :mod:`mwumkl_dist.calibration`.
+        More than two classes: one sigmoid per one-vs-rest problem,
+        normalised.  The probabilities may disagree with :meth:`predict` near
+        the decision boundary.
 
     Attributes
     ----------
@@ -194,7 +196,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     C_ : float
         The ``C`` used (the chosen one with ``C="auto"``, in the units ``scale_C`` gives it).
     C_path_ : dict
-        Only with ``C="auto"``: the cross-validated error of each candidate ``C``.
+        Only with ``C="auto"``: the cross-validated error of each candidate ``C``
+        (see :func:`mwumkl_dist.auto.choose_C`).
+    selectivity_ : float or str
+        The selectivity used (the chosen one with ``selectivity="auto"``; "exact" and "paper" as given).
+    selectivity_path_ : dict
+        Only with ``selectivity="auto"``: the cross-validated error of each candidate selectivity
+        (empty when nothing was cross-validated, e.g. from a kernel store).
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
@@ -203,6 +211,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         column caches added up: ``hits``, ``misses``, ``hit_rate``, ``evictions``,
         ``bytes_read`` (bytes read from the store), ``cache_peak_bytes`` and
         ``cache_max_bytes`` (largest of one shard), ``n_shards``.
+    fit_warnings_ : list of str
+        Warnings about the fit's settings (see ``epsilon``); saved with the model.
+    probA_, probB_ : ndarray of shape (n_problems,)
+        Only with ``probability=True``: Platt's sigmoid ``1 / (1 + exp(A f + B))``
+        of each binary problem's decision value ``f``.
     n_features_in_ : int
         Number of features seen in ``fit``.
     feature_names_in_ : ndarray of str
@@ -225,6 +238,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         epsilon="auto",
         C="auto",
         rho=0.5,
+        selectivity="auto",
         max_iter=None,
         scale_C=True,
         engine="local",
@@ -238,11 +252,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         callback_every=100,
         verbose=0,
         polish="auto",
+        random_state=0,
+        class_weight=None,
+        probability=False,
     ):
         self.kernels = kernels
         self.epsilon = epsilon
         self.C = C
         self.rho = rho
+        self.selectivity = selectivity
         self.max_iter = max_iter
         self.scale_C = scale_C
         self.engine = engine
@@ -256,29 +274,32 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.callback_every = callback_every
         self.verbose = verbose
         self.polish = polish
+        self.random_state = random_state
+        self.class_weight = class_weight
+        self.probability = probability
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # CSR input is supported (and never densified), except for precomputed kernels.
-        tags.input_tags.sparse = not self._precomputed()
+        tags.input_tags.sparse = not is_precomputed(self.kernels)
         return tags
 
     def __sklearn_is_fitted__(self):
-        # A fit that failed half-way (e.g. one class) leaves classes_ behind but no model.
+        # A fit that failed half-way (e.g. one class) may leave n_features_in_ behind but no model.
         return hasattr(self, "raw_kernel_weights_")
 
     # ------------------------------------------------------------------ validation
 
-    def _precomputed(self) -> bool:
-        return isinstance(self.kernels, str) and self.kernels.strip().lower() == "precomputed"
-
     def _check_params(self):
+        """The validated ``(epsilon, C, rho)`` (None for ``"auto"``); raises on any bad parameter."""
+
         def real(name, value, alternative=""):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"{name} must be a real number{alternative}, got {value!r}")
             return float(value)
 
         rho = real("rho", self.rho)
+        check_selectivity(self.selectivity)
         if not (np.isfinite(rho) and rho > 0):
             raise ValueError(f"rho must be positive and finite, got {self.rho!r}")
         if isinstance(self.epsilon, str) and self.epsilon == "auto":
@@ -310,36 +331,16 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"polish must be 'auto', True or False, got {self.polish!r}")
         if self.polish is True and C is not None and np.isinf(C):
             raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
+        if not isinstance(self.probability, (bool, np.bool_)):
+            raise ValueError(f"probability must be True or False, got {self.probability!r}")
+        cw = self.class_weight
+        if not (cw is None or (isinstance(cw, str) and cw == "balanced") or isinstance(cw, dict)):
+            raise ValueError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, got {cw!r}")
         return eps, C, rho
-
-    def _validate_X_precomputed(self, X, reset: bool):
-        if sp.issparse(X):
-            raise TypeError("precomputed kernels must be a dense (m, n_samples, n_train) array")
-        K = np.asarray(X, dtype=np.float64)
-        if K.ndim != 3:
-            raise ValueError(f"precomputed kernels must be a 3-d array (m, n_samples, n_train), got shape {K.shape}")
-        if not np.all(np.isfinite(K)):
-            raise ValueError("precomputed kernels contain NaN or infinity")
-        if reset:
-            if K.shape[1] != K.shape[2]:
-                raise ValueError(f"training kernels must be (m, n, n), got shape {K.shape}")
-            self.n_features_in_ = K.shape[2]
-        else:
-            if K.shape[0] != len(self.kernel_names_) or K.shape[2] != self.n_features_in_:
-                raise ValueError(
-                    f"precomputed kernels must have shape (m={len(self.kernel_names_)}, n_samples, "
-                    f"n_train={self.n_features_in_}), got {K.shape}"
-                )
-        return K
-
-    def _validate_X(self, X, reset: bool):
-        if self._precomputed():
-            return self._validate_X_precomputed(X, reset)
-        return validate_data(self, X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, reset=reset)
 
     # ------------------------------------------------------------------ fit
 
-    def fit(self, X, y=None, resume=None):
+    def fit(self, X, y=None, sample_weight=None, resume=None):
         """Fit the kernel weights and the classifier.
 
         Parameters
@@ -351,6 +352,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             whose shards read their own rows: the labels then come from the store.
         y : array-like of shape (n_samples,), or None for a store
             Labels: any two or more distinct values.
+        sample_weight : array-like of shape (n_samples,), optional
+            Per-point weights, as in ``SVC``: ``C_j = C_eff * sample_weight[j]``
+            (times the class weight), i.e. the per-point ridge ``1 / C_j`` of
+            the 2-norm soft margin.  Points of weight 0 are left out of the fit
+            (``support_`` still indexes all rows); negative weights are an error.
+            Integer weights equal repeated points for the exact 2-norm problem on
+            a fixed Gram matrix, not for the MWU iterations (see
+            :mod:`mwumkl_dist.weights`).  Not available for a fit from a store.
         resume : path or None
             A checkpoint written by an earlier fit on the same data with the same
             settings (see ``checkpoint``): the fit continues from it and ends with
@@ -361,390 +370,44 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self : MWUMKLClassifier
         """
         eps, C, rho = self._check_params()
+        seed = random_seed(self.random_state)
         # A failed refit must not leave the old model next to new classes_.
         for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
             delattr(self, name)
-        store = as_store(X)
-        if store is not None:
-            if self.polish is True:
-                raise ValueError("polish=True is not available for a fit from a store (the data are not in memory)")
-            y = self._validate_store(store, y)
-        elif self._precomputed():
-            K = self._validate_X(X, reset=True)
-            y = np.asarray(y)
-            if y.ndim != 1 or len(y) != K.shape[1]:
-                raise ValueError(f"y must be 1-d with {K.shape[1]} labels, got shape {y.shape}")
-        else:
-            X, y = validate_data(
-                self, X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False
-            )
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                f"the training labels hold one class only ({self.classes_[0]!r}); MWUMKL needs at least two"
-            )
-        n = len(y)
-
-        if store is not None:
-            self.kernel_names_, traces, make_problem = store.problem_setup(self.kernels)
-        elif self._precomputed():
-            self.kernel_names_ = [f"precomputed[{i}]" for i in range(K.shape[0])]
-            # Exactly rounded, as a kernel store's traces: the same model from memory or from a store.
-            traces = exact_to_float(exact_column_sums(np.diagonal(K, axis1=1, axis2=2).T))
-            make_problem = lambda y_pm: PrecomputedProblem(K, y_pm)  # noqa: E731
-        elif (bank := bank_of(self.kernels)) is not None and (not sp.issparse(X) or X.shape[0] * X.shape[1] <= 2**27):
-            # A bank alone: flat per-kernel tables instead of m Gaussian specs (see mwumkl_dist._bank);
-            # its shards hold dense rows, so very large sparse data keeps the generic path.
-            self.kernel_names_ = BankKernelNames(bank, X.shape[1])
-            traces = np.full(bank.n_kernels, float(X.shape[0]))  # K_i(x, x) = 1 exactly: every trace is n
-            make_problem = lambda y_pm: BankProblem(X, y_pm, bank)  # noqa: E731
-        else:
-            kernel_set = KernelSet(self.kernels, X.shape[1])
-            self.kernel_names_ = kernel_set.names()
-            Xc = as_csr(X)
-            traces = None
-            make_problem = lambda y_pm: FeatureProblem(Xc, y_pm, kernel_set)  # noqa: E731
-        if eps is None:
-            eps = self._auto_epsilon(n, len(self.kernel_names_), store, C)
-            mwu.eps_prime(eps, rho)  # e.g. rho < 0.1 leaves no room for the automatic value
-        self.epsilon_ = eps
-        n_iter = self.max_iter if self.max_iter is not None else mwu.iteration_count(eps, rho, n)
-        # Reach the cluster first: an unreachable scheduler fails fast, before any cross-validation.
-        client, owns_client = None, False
-        if self.engine == "dask":
-            from .engines.dask import connect_client
-
-            client, owns_client = connect_client(self.client, timeout=self.scheduler_timeout)
-        try:
-            if C is None:  # C="auto": chosen by cross-validation on the training data (see _auto_C)
-                C = self._auto_C(X, y, store)
-                self.C_ = C if self.scale_C else C * n
-                ridge = 1.0 / (C * n)
-            else:
-                self.C_ = C
-                ridge = 0.0 if np.isinf(C) else 1.0 / (C * n if self.scale_C else C)
-        except BaseException:
-            if owns_client:
-                client.close()
-            raise
-
-        binary = len(self.classes_) == 2
-        targets = [self.classes_[1]] if binary else list(self.classes_)
-        results: list[mwu.MWUResult] = []
-        resumed = None
-        fp = None
-        if self.checkpoint is not None or resume is not None:
-            fp = fingerprint(
-                store.content_id() if store is not None else K if self._precomputed() else X,
-                y,
-                self.kernel_names_,
-                {
-                    "eps": eps,
-                    "rho": rho,
-                    "ridge": ridge,
-                    "n_iter": n_iter,
-                    "classes": self.classes_.tolist(),
-                },
-            )
-        if resume is not None:
-            resumed = load_checkpoint(resume, fp)
-            results = list(resumed["finished"])
-        cache_stats: list[dict] = []
-        try:
-            for k in range(len(results), len(targets)):
-                y_pm = np.where(y == targets[k], 1.0, -1.0)
-                problem = make_problem(y_pm)
-                engine = self._make_engine(problem, client)
-                try:
-                    if traces is None:
-                        traces = engine.traces()
-                        self._check_traces(traces)
-                    inv_trace = 1.0 / traces
-                    engine.configure(inv_trace, ridge)
-                    state = None
-                    if resumed is not None and resumed["problem_index"] == k:
-                        state = self._resume_state(resumed, problem, engine)
-                    on_state = None
-                    if self.checkpoint is not None:
-                        on_state = Checkpointer(self.checkpoint, self.checkpoint_every, fp, k, results)
-                    result = mwu.solve(
-                        engine,
-                        inv_trace=inv_trace,
-                        ridge=ridge,
-                        epsilon=eps,
-                        rho=rho,
-                        n_iter=n_iter,
-                        callback=self._progress_callback(k, len(targets)),
-                        callback_every=self.callback_every,
-                        state=state,
-                        on_state=on_state,
-                    )
-                    if store is not None and hasattr(engine, "stats"):
-                        cache_stats.extend(engine.stats())
-                finally:
-                    if hasattr(engine, "close"):
-                        engine.close()
-                results.append(result)
-                if result.interrupted:
-                    break  # keep what was computed; the remaining classes are not fitted
-        finally:
-            if owns_client:
-                client.close()
-        if len(results) < len(targets):
-            how = (
-                f"resume it with fit(..., resume={self.checkpoint!r})"
-                if self.checkpoint is not None
-                else "refit with checkpoint=PATH to be able to resume"
-            )
-            raise mwu.FitInterrupted(
-                f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; {how}"
-            )
-        self.kernel_traces_ = np.asarray(traces, dtype=np.float64)
-        cache_info = merge_cache_stats(cache_stats)
-        if cache_info is not None:
-            self.cache_info_ = cache_info
-        self._set_model(results, y, targets, X)
-        self._polish(X, y, targets, ridge, store)
+        data = make_training_input(X, y, self.kernels, estimator=self)
+        fitted = fit_model(self, data, epsilon=eps, C=C, rho=rho, seed=seed, resume=resume, sample_weight=sample_weight)
+        for name, value in fitted.items():
+            setattr(self, name, value)
         return self
 
-    def _will_polish(self, n: int, m: int, store, C) -> bool:
-        """Whether the fit ends with the exact polish (see ``polish``)."""
-        from . import polish as _polish
+    # ------------------------------------------------------------------ what the weights say
 
-        if self.polish is False or store is not None or (C is not None and np.isinf(C)):
-            return False
-        return self.polish is True or _polish.polish_budget_ok(n, m)
+    def _weights_per(self, aggregate):
+        check_is_fitted(self)
+        if is_precomputed(self.kernels):
+            raise AttributeError("precomputed kernels have no features or kernel types to aggregate the weights by")
+        rows = np.atleast_2d(self.kernel_weights_)
+        out = [aggregate(self.kernel_names_, w, self.n_features_in_) for w in rows]
+        return out[0] if np.ndim(self.kernel_weights_) == 1 else out
 
-    def _auto_epsilon(self, n: int, m: int, store, C) -> float:
-        """``epsilon="auto"``: :data:`AUTO_EPS_POLISHED` when the polish re-solves the SVM; else the largest
-        ``epsilon <= AUTO_EPS`` that gives ``T >= AUTO_T_FRACTION * n`` iterations.
+    @property
+    def feature_weights_(self):
+        """Kernel weight per input feature, ndarray of shape (n_features,) or (n_classes, n_features).
 
-        Without the polish the MWU dual is the model, and on noisy data it is only
-        good once the iterations have placed weight on a good part of the points:
-        on Adult (39073 points, 3 kernels, C=1) ``T = 0.05 n`` gives 34 % test error,
-        ``0.11 n`` 21 % and ``0.22 n`` 14.6 %, while a fixed ``epsilon`` gives
-        ``T ~ ln n``.  The rule costs ``O(n)`` iterations (``O(m n^2)`` time);
-        pass an ``epsilon`` for a faster, rougher fit.
+        Each kernel's weight ``mu_i`` is shared equally by the features it reads
+        (:func:`mwumkl_dist.inspection.feature_weights`): with per-feature kernels
+        it is the weight the data put on each feature.
         """
-        rho = float(self.rho)
-        if self._will_polish(n, m, store, C):
-            return min(AUTO_EPS_POLISHED, rho)
-        # T = 8 rho^2 / eps^2 ln n >= f n  <=>  eps <= sqrt(8 rho^2 ln n / (f n)).
-        by_size = np.sqrt(8.0 * rho**2 * np.log(max(n, 2)) / (AUTO_T_FRACTION * max(n, 2)))
-        return float(min(AUTO_EPS, by_size, rho))
+        out = self._weights_per(feature_weights)
+        return out if isinstance(out, np.ndarray) else np.vstack(out)
 
-    def _auto_C(self, X, y, store):
-        """``C="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` with the best cross-validated error.
+    @property
+    def kernel_type_weights_(self):
+        """Kernel weight per kernel type (``"gaussian:2"``, ``"poly:1"``, ...) summed over features, largest first.
 
-        Each candidate is scored by stratified 3-fold cross-validation of this
-        very estimator (same kernels, ``epsilon`` and ``rho``) on the
-        training rows, at most :data:`AUTO_C_POINTS` of them, with the polish
-        on or off as the final fit will have it: the candidates are judged in
-        the regime they will be used in.  Ties go to the smaller ``C``.
+        A dict, or a list of dicts (one per one-vs-rest problem).
         """
-        n = len(y)
-        m = len(self.kernel_names_)
-        polished = self._will_polish(n, m, store, None)
-        if isinstance(store, KernelStore):
-            self.C_path_ = {}
-            return AUTO_C_STORE  # (m, r, r) blocks of scattered rows: not read (see the ``C`` docstring)
-        if store is not None:  # a data store: cross-validate on a sample of its rows, read into memory
-            X, y = _store_sample(store, y, AUTO_C_POINTS, seed=0)
-        rows = _stratified_rows(y, AUTO_C_POINTS, seed=0)
-        ys = y[rows]
-        n_folds = int(min(3, np.unique(ys, return_counts=True)[1].min()))
-        if n_folds < 2:
-            self.C_path_ = {}
-            return AUTO_C_GRID[len(AUTO_C_GRID) // 2]
-        from sklearn.model_selection import StratifiedKFold
-
-        folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=0).split(rows, ys))
-        params = {
-            **self.get_params(),
-            "polish": polished,
-            "scale_C": True,
-            "engine": "local",
-            "n_shards": 1,
-            "n_kernel_shards": 1,
-            "checkpoint": None,
-            "callback": None,
-            "verbose": 0,
-        }
-        # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
-        # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
-        self._kernels_with_trace(X, np.arange(len(y)), check=True)  # a kernel zero on all the data: say so now
-        fold_kernels = [self._kernels_with_trace(X, rows[a]) for a, _ in folds]
-        errors = np.zeros(len(AUTO_C_GRID))
-        for c, C in enumerate(AUTO_C_GRID):
-            for (a, b), kept in zip(folds, fold_kernels):
-                train, test = rows[a], rows[b]
-                if self._precomputed():
-                    fold = type(self)(**{**params, "C": C})
-                    fold.fit(X[np.ix_(kept, train, train)], y[train])
-                    pred = fold.predict(X[np.ix_(kept, test, train)])
-                else:
-                    fold = type(self)(**{**params, "C": C, "kernels": kept})
-                    fold.fit(X[train], y[train])
-                    pred = fold.predict(X[test])
-                if fold.interrupted_:  # Ctrl-C inside a fold: a half-run fold must not score a candidate
-                    raise mwu.FitInterrupted("interrupted while choosing C by cross-validation; nothing was fitted")
-                errors[c] += np.mean(pred != y[test]) / len(folds)
-            if self.verbose:
-                logger.info("C=auto: C=%g cross-validated error %.4f", C, errors[c])
-        self.C_path_ = dict(zip(AUTO_C_GRID, errors.tolist()))
-        return float(AUTO_C_GRID[int(np.flatnonzero(errors <= errors.min() + 1e-12)[0])])
-
-    def _kernels_with_trace(self, X, rows, check: bool = False):
-        """The kernels (as ``kernels`` accepts them; indices for precomputed ones) not all zero on ``rows``.
-
-        ``check``: raise the fit's own error instead when a kernel has a zero trace there.
-        """
-        if self._precomputed():
-            traces = np.diagonal(X, axis1=1, axis2=2)[:, rows].sum(axis=1)  # a view: no (m, n, n) copy
-            if check:
-                self._check_traces(traces)
-            return np.flatnonzero(traces > 0)
-        if bank_of(self.kernels) is not None:
-            return self.kernels  # Gaussians: K(x, x) = 1, never a zero trace
-        from .polish import kernel_traces
-
-        kernel_set = KernelSet(self.kernels, X.shape[1])
-        traces = kernel_traces(kernel_set, X[rows])
-        if check:
-            self._check_traces(traces)
-        if np.all(traces > 0):
-            return self.kernels
-        return [spec for spec, r in zip(kernel_set.specs, traces) if r > 0]
-
-    def _polish(self, X, y, targets, ridge, store):
-        """Re-solve each binary problem exactly on all points with the learned weights (see ``polish``).
-
-        The exact solution replaces ``dual_coef_``, ``intercept_`` and the support set.
-        """
-        from . import polish as _polish
-
-        self.polished_ = False
-        if self.polish is False or self.interrupted_:
-            return
-        blocker = None
-        if store is not None:
-            blocker = "a fit from a store (the data are not in memory)"
-        elif ridge == 0.0:
-            blocker = "the hard margin (C = inf): the hulls may intersect"
-        if blocker is not None:
-            if self.polish is True:
-                raise ValueError(f"polish=True is not available for {blocker}")
-            return
-        weights = np.atleast_2d(self.raw_kernel_weights_)
-        n, m = len(y), weights.shape[1]
-        # All points, never the MWU support set alone: on noisy data (cod-rna) the support set is the
-        # overlap of the classes, and the exact solution on it alone has a useless bias (62 % error).
-        if self.polish == "auto" and not _polish.polish_budget_ok(n, m):
-            return
-        rows_per_problem = [np.arange(n)] * len(targets)
-        if self._precomputed():
-            K = np.asarray(X, dtype=np.float64)
-
-            def gram(rows, w):
-                return np.einsum("i,ijk->jk", w, K[:, rows][:, :, rows])
-        else:
-            kernel_set = KernelSet(self.kernels, self.n_features_in_)
-            Xc = as_csr(X)
-
-            def gram(rows, w):
-                Xr = Xc[rows]
-                return _polish.combined_kernel(kernel_set, Xr, Xr, w)
-
-        coef = np.zeros((len(targets), n))
-        for k, rows in enumerate(rows_per_problem):
-            y_pm = np.where(y[rows] == targets[k], 1.0, -1.0)
-            alpha, b = _polish.solve_l2_svm(gram(rows, weights[k]), y_pm, ridge)
-            coef[k, rows] = alpha * y_pm
-            self.intercept_[k] = b
-        self.support_ = np.flatnonzero((coef != 0.0).any(axis=0))
-        self.dual_coef_ = coef[:, self.support_]
-        if not self._precomputed():
-            self.support_vectors_ = X[self.support_]
-        self.polished_ = True
-
-    def _validate_store(self, store, y):
-        """The labels of a store fit; checks that the store kind matches ``kernels``."""
-        if isinstance(store, KernelStore) and not self._precomputed():
-            raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
-        if self._precomputed() and not isinstance(store, KernelStore):
-            raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
-        y = store.training_labels(y)
-        self.n_features_in_ = store.n_samples if self._precomputed() else store.n_features
-        return y
-
-    def _make_engine(self, problem, client):
-        if self.engine == "local":
-            return LocalEngine(problem, n_shards=self.n_shards)
-        from .engines.dask import DaskEngine
-
-        return DaskEngine(problem, client, n_shards=self.n_shards, n_kernel_shards=self.n_kernel_shards)
-
-    @staticmethod
-    def _resume_state(resumed, problem, engine) -> mwu.SolverState:
-        engine.replay(resumed["picks"])
-        (pi, pg, pv), (ni, ng, nv) = resumed["pos"], resumed["neg"]
-        return mwu.SolverState(
-            resumed["iteration"],
-            resumed["s"],
-            mwu.Candidate(pi, pg, pv, problem.point(pi)),
-            mwu.Candidate(ni, ng, nv, problem.point(ni)),
-            resumed["picks"],
-        )
-
-    def _check_traces(self, traces):
-        bad = np.flatnonzero(~(np.isfinite(traces) & (traces > 0)))
-        if len(bad):
-            names = ", ".join(self.kernel_names_[i] for i in bad[:5])
-            raise ValueError(
-                f"kernel(s) {names} have zero or non-finite trace on the training data "
-                "(e.g. a linear kernel on all-zero features); drop them"
-            )
-
-    def _progress_callback(self, k, n_problems):
-        if self.callback is None and not self.verbose:
-            return None
-
-        def report(info):
-            if self.verbose:
-                logger.info(
-                    "problem %d/%d: iteration %d/%d, %.1f it/s",
-                    k + 1,
-                    n_problems,
-                    info.iteration,
-                    info.n_iter,
-                    info.iteration / max(info.elapsed, 1e-12),
-                )
-            if self.callback is not None:
-                return self.callback(info)
-            return None
-
-        return report
-
-    def _set_model(self, results, y, targets, X):
-        alphas = np.vstack([r.alpha for r in results])
-        self.support_ = np.flatnonzero((alphas > 0).any(axis=0))
-        signs = np.vstack([np.where(y == t, 1.0, -1.0) for t in targets])
-        self.dual_coef_ = (alphas * signs)[:, self.support_]
-        self.intercept_ = np.array([r.bias for r in results])
-        weights = np.vstack([r.kernel_weights for r in results])
-        n_iter = np.array([r.n_iter for r in results])
-        self.interrupted_ = any(r.interrupted for r in results)
-        if len(targets) == 1:
-            weights, n_iter = weights[0], int(n_iter[0])
-        self.kernel_weights_ = weights
-        self.raw_kernel_weights_ = weights / self.kernel_traces_
-        self.n_iter_ = n_iter
-        if self._precomputed():
-            self.support_vectors_ = None
-        else:
-            Xs = X.take_rows(self.support_) if hasattr(X, "take_rows") else X[self.support_]
-            self.support_vectors_ = Xs
+        return self._weights_per(kernel_type_weights)
 
     # ------------------------------------------------------------------ predict
 
@@ -758,41 +421,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
         check_is_fitted(self)
-        store = as_store(X)
-        if store is not None:
-            if isinstance(store, KernelStore):
-                raise TypeError(f"{store.path}: predict from precomputed test kernels (m, n_samples, n_train)")
-            blocks = store.row_ranges(-(-store.n_samples // store.chunk_rows))
-            return np.concatenate([self.decision_function(store.read_rows(a, b)) for a, b in blocks])
-        X = self._validate_X(X, reset=False)
+        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_)
         weights = np.atleast_2d(self.raw_kernel_weights_)
-        if self._precomputed():
-            Ksv = X[:, :, self.support_]  # (m, n_samples, n_SV)
-            out = np.einsum("ktj,oj,ok->to", Ksv, self.dual_coef_, weights, optimize=True)
-        elif isinstance(self.kernel_names_, BankKernelNames):
-            out = bank_decision_function(X, self.support_vectors_, self.dual_coef_, weights, self.kernel_names_.bank)
-        else:
-            ks = KernelSet(self.kernel_names_, self.n_features_in_)
-            plan = ks.plan
-            Xq = as_csr(X)
-            sv = as_csr(self.support_vectors_)
-            sv_sq = _columns.group_sqnorms(
-                sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
+        parts = [
+            predictor.decision_values(
+                predictor.check_input(self, block), self.support_, self.support_vectors_, self.dual_coef_, weights
             )
-            out = _columns.weighted_kernel_sums(
-                Xq.indptr,
-                Xq.indices,
-                Xq.data,
-                self.n_features_in_,
-                sv.indptr,
-                sv.indices,
-                sv.data,
-                sv_sq,
-                np.ascontiguousarray(self.dual_coef_),
-                np.ascontiguousarray(weights),
-                *plan_args(plan),
-            )
-        out = out + self.intercept_[None, :]
+            for block in prediction_blocks(X)
+        ]
+        out = np.concatenate(parts) + self.intercept_[None, :]
         return out[:, 0] if out.shape[1] == 1 else out
 
     def predict(self, X):
@@ -802,120 +439,51 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
 
-    # ------------------------------------------------------------------ portable save/load
+    def _check_proba(self):
+        if not self.probability:
+            raise AttributeError("predict_proba is not available when probability=False")
+        return True
 
-    _ARRAYS = (
-        "classes_",
-        "kernel_weights_",
-        "raw_kernel_weights_",
-        "kernel_traces_",
-        "support_",
-        "dual_coef_",
-        "intercept_",
-    )
+    @available_if(_check_proba)
+    def predict_proba(self, X):
+        """Class probabilities for ``X`` (Platt scaling of the decision values; needs ``probability=True``).
 
-    def save(self, path) -> None:
-        """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
-
-        Callables (``callback``) are not saved.
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``; each row sums to 1.
         """
         check_is_fitted(self)
-        from . import __version__
+        if not hasattr(self, "probA_"):
+            raise NotFittedError("predict_proba needs a model fitted with probability=True; refit it")
+        return platt_probabilities(self.decision_function(X), self.probA_, self.probB_)
 
-        params = {k: v for k, v in self.get_params().items() if k not in ("callback", "client")}
-        bank = self.kernel_names_.bank if isinstance(self.kernel_names_, BankKernelNames) else None
-        if not isinstance(params["kernels"], str):
-            params["kernels"] = str(bank) if bank is not None else ",".join(self.kernel_names_)
-        for k in ("C", "epsilon", "rho"):
-            if params[k] != "auto":
-                params[k] = float(params[k])
-        meta = {
-            "format": _FORMAT,
-            "format_version": _FORMAT_VERSION,
-            "package_version": __version__,
-            "params": {k: (None if (isinstance(v, float) and np.isinf(v)) else v) for k, v in params.items()},
-            "C_is_inf": self.C != "auto" and bool(np.isinf(float(self.C))),
-            "kernel_names": None if bank is not None else self.kernel_names_,
-            "kernel_bank": None if bank is None else _bank_meta(bank),
-            "n_features_in": int(self.n_features_in_),
-            "n_iter": np.asarray(self.n_iter_).tolist(),
-            "interrupted": bool(self.interrupted_),
-            "polished": bool(getattr(self, "polished_", False)),
-            "C_": None if np.isinf(self.C_) else float(self.C_),
-            "epsilon_": float(self.epsilon_),
-            "feature_names_in": list(map(str, getattr(self, "feature_names_in_", []))) or None,
-        }
-        arrays = {}
-        for name in self._ARRAYS:
-            arr = np.asarray(getattr(self, name))
-            if arr.dtype.kind == "O":
-                arr = arr.astype(str)
-            arrays[name] = arr
-        sv = self.support_vectors_
-        if sv is not None:
-            if sp.issparse(sv):
-                sv = sv.tocsr()
-                arrays.update(sv_data=sv.data, sv_indices=sv.indices, sv_indptr=sv.indptr)
-                meta["sv_sparse"] = True
-            else:
-                arrays["sv_dense"] = np.asarray(sv)
-                meta["sv_sparse"] = False
-        meta_arr = np.array(json.dumps(meta))
-        with open(os.fspath(path), "wb") as fh:
-            np.savez_compressed(fh, __meta__=meta_arr, **arrays)
+    @available_if(_check_proba)
+    def predict_log_proba(self, X):
+        """The logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):  # a probability that underflowed to 0: -inf, as SVC gives
+            return np.log(self.predict_proba(X))
+
+    # ------------------------------------------------------------------ portable save/load
+
+    def save(self, path, *, extra_arrays=None, extra_meta=None) -> None:
+        """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
+
+        Callables (``callback``) are not saved; ``extra_arrays`` / ``extra_meta``
+        add the caller's own data (see :func:`mwumkl_dist.persistence.save_model`).
+        """
+        check_is_fitted(self)
+        save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta)
 
     @classmethod
     def load(cls, path) -> MWUMKLClassifier:
         """Load a model written by :meth:`save`."""
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"model file not found: {path}")
-        try:
-            data = np.load(path, allow_pickle=False)
-        except Exception as exc:  # zip/format errors
-            raise ValueError(f"{path}: not a mwumkl_dist model file ({exc})") from None
-        with data:
-            if "__meta__" not in data.files:
-                raise ValueError(f"{path}: not a mwumkl_dist model file (no metadata)")
-            meta = json.loads(str(data["__meta__"]))
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path}: not a mwumkl_dist model file")
-            if meta.get("format_version", 0) > _FORMAT_VERSION:
-                raise ValueError(
-                    f"{path}: model format version {meta['format_version']} is newer than this "
-                    f"package supports ({_FORMAT_VERSION}); upgrade mwumkl_dist"
-                )
-            params = dict(meta["params"])
-            if meta.get("C_is_inf"):
-                params["C"] = np.inf
-            est = cls(**params)
-            for name in cls._ARRAYS:
-                setattr(est, name, data[name])
-            if meta.get("kernel_bank"):
-                kb = meta["kernel_bank"]
-                est.kernel_names_ = BankKernelNames(
-                    RandomGaussianBank(kb["n_kernels"], kb["subset_size"], kb["seed"], tuple(kb["sigmas"])),
-                    meta["n_features_in"],
-                )
-            else:
-                est.kernel_names_ = list(meta["kernel_names"])
-            est.n_features_in_ = meta["n_features_in"]
-            n_iter = meta["n_iter"]
-            est.n_iter_ = n_iter if isinstance(n_iter, int) else np.asarray(n_iter)
-            est.interrupted_ = meta["interrupted"]
-            est.polished_ = bool(meta.get("polished", False))
-            if "epsilon_" in meta:
-                est.C_ = np.inf if meta["C_"] is None else float(meta["C_"])
-                est.epsilon_ = float(meta["epsilon_"])
-            if meta.get("feature_names_in"):
-                est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-            if "sv_sparse" not in meta:
-                est.support_vectors_ = None
-            elif meta["sv_sparse"]:
-                shape = (len(data["sv_indptr"]) - 1, est.n_features_in_)
-                est.support_vectors_ = sp.csr_matrix(
-                    (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=shape
-                )
-            else:
-                est.support_vectors_ = data["sv_dense"]
-        return est
+        return load_model(path, cls)
+
+    @classmethod
+    def load_with_extra(cls, path) -> tuple[MWUMKLClassifier, dict, dict]:
+        """Load a model written by :meth:`save` with the caller's ``(extra_arrays, extra_meta)``.
+
+        Both dicts are empty for a file saved without extras.
+        """
+        return load_model_with_extra(path, cls)

@@ -60,22 +60,6 @@ def data_format(path) -> str:
     )
 
 
-#: ``--zero-based`` choices of the command line -> ``load_data(zero_based=...)``.
-ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
-
-
-def add_zero_based_argument(p) -> None:
-    """``--zero-based auto|yes|no`` on a command that reads an svmlight ``--data``/``--input`` file."""
-    p.add_argument(
-        "--zero-based",
-        choices=tuple(ZERO_BASED),
-        default="auto",
-        help="feature indices of an svmlight --data file: 'no' counts from 1 (LIBSVM), 'yes' from 0, 'auto' "
-        "(default) reads a file that uses index 0 as 0-based. Give predict/evaluate the training file's "
-        "setting: with 'auto' a 0-based test file that never uses index 0 is read shifted by one",
-    )
-
-
 def load_data(path, n_features=None, *, labels=True, zero_based="auto"):
     """Load a labelled data set from ``path``.
 

@@ -31,6 +31,8 @@ __all__ = [
     "paper_family",
     "paper_per_feature_family",
     "parse_kernels",
+    "format_number",
+    "parse_number",
 ]
 
 # Kind codes shared with the numba column kernels.
@@ -110,7 +112,7 @@ class Polynomial(KernelSpec):
         return float(self.degree), self.coef0
 
     def __str__(self):
-        extra = "" if self.coef0 == 1.0 else f":coef0={self.coef0!r}"  # repr round-trips exactly
+        extra = "" if self.coef0 == 1.0 else f":coef0={format_number(self.coef0)}"
         return f"poly:{self.degree}{extra}" + self._feature_suffix()
 
 
@@ -135,7 +137,44 @@ class Gaussian(KernelSpec):
         return self.gamma, 0.0
 
     def __str__(self):
-        return f"gaussian:{self.sigma:.17g}" + self._feature_suffix()
+        return f"gaussian:{format_number(self.sigma)}" + self._feature_suffix()
+
+
+#: Largest |k| of the exponents k / 4 that :func:`format_number` writes as ``2^(k/4)``.
+_MAX_QUARTER_EXPONENT = 4 * 64
+
+
+def format_number(value: float) -> str:
+    """A short text for ``value`` that :func:`parse_number` reads back as the identical float.
+
+    The decimal form (12 significant digits when they round-trip, e.g. ``"0.5"``, ``"3"``, else
+    ``repr``), or ``"2^0.5"`` when ``value`` is a power of two with an exponent in quarters (the
+    paper's Gaussian widths are ``2 ** (k / 2)``) and that is shorter.
+    """
+    value = float(value)
+    text = f"{value:.12g}"
+    if float(text) != value:
+        text = repr(value)
+    if value > 0 and math.isfinite(value):
+        k = round(4.0 * math.log2(value))
+        power = f"2^{k / 4:g}"
+        if abs(k) <= _MAX_QUARTER_EXPONENT and 2.0 ** (k / 4) == value and len(power) < len(text):
+            return power
+    return text
+
+
+def parse_number(text: str) -> float:
+    """A float from ``text``: a decimal number, or ``B^E`` for ``float(B) ** float(E)`` (e.g. ``2^0.5``).
+
+    Raises ``ValueError`` when ``text`` is neither.
+    """
+    base, caret, exponent = text.strip().partition("^")
+    if not caret:
+        return float(base)
+    try:
+        return float(base) ** float(exponent)
+    except OverflowError:
+        raise ValueError(f"{text!r} overflows a float") from None
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -248,7 +287,7 @@ def _parse_params(params: str, item: str) -> tuple[list[str], dict[str, str]]:
     return positional, named
 
 
-def _num(text: str, item: str, cast=float):
+def _num(text: str, item: str, cast=parse_number):
     try:
         return cast(text)
     except ValueError:
@@ -258,7 +297,7 @@ def _num(text: str, item: str, cast=float):
 KERNEL_SPEC_HELP = (
     "comma-separated kernels: 'paper' (12 kernels on all features), "
     "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA', 'random:COUNT[:size=K][:seed=S]'; any closed-form kernel may take "
+    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S]'; any closed-form kernel may take "
     "'@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'paper@FEATURES' restricts the family"
 )
 

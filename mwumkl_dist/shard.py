@@ -18,7 +18,7 @@ from ._exact import exact_column_sums
 from .kernels import KernelPlan
 from .mwu import Candidate
 
-__all__ = ["FeatureShard", "PrecomputedShard", "split_rows", "plan_args", "point_kernel_block"]
+__all__ = ["ShardBase", "FeatureShard", "PrecomputedShard", "split_rows", "plan_args", "point_kernel_block"]
 
 
 def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
@@ -67,7 +67,7 @@ def point_kernel_block(plan: KernelPlan, p: np.ndarray, q: np.ndarray):
     return _columns.point_kernels(p, q, *plan_args(plan))
 
 
-class _ShardBase:
+class ShardBase:
     """State common to both shard kinds: labels, ``V`` block and alpha counts."""
 
     def __init__(self, y: np.ndarray, row_offset: int, n_kernels: int):
@@ -79,17 +79,38 @@ class _ShardBase:
         self.n_rows = len(y)
         self.n_kernels = int(n_kernels)
         self.inv_trace: np.ndarray | None = None
-        self.ridge = 0.0
+        self.ridge: float | np.ndarray = 0.0
         # Fortran order: the superstep walks V kernel by kernel over blocks of rows.
         self.V = np.zeros((self.n_rows, self.n_kernels), order="F")
         self.alpha = np.zeros(self.n_rows)
 
-    def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
-        """Set ``1 / r_i`` and ``1 / C`` (after the traces are known) and reset the state."""
+    def configure(self, inv_trace: np.ndarray, ridge) -> None:
+        """Set ``1 / r_i`` and the ridge (after the traces are known) and reset the state.
+
+        ``ridge`` is ``1 / C`` for every row, or an ``(n_rows,)`` array with
+        this block's per-point values ``1 / C_j`` (sample or class weights;
+        :func:`mwumkl_dist.mwu.ridge_rows` cuts it from the global one).
+        """
         self.inv_trace = np.ascontiguousarray(inv_trace, dtype=np.float64)
-        self.ridge = float(ridge)
+        if np.ndim(ridge) == 0:
+            self.ridge = float(ridge)
+        else:
+            ridge = np.ascontiguousarray(ridge, dtype=np.float64)
+            if ridge.shape != (self.n_rows,):
+                raise ValueError(f"the shard's per-point ridge must have shape ({self.n_rows},), got {ridge.shape}")
+            self.ridge = ridge
         self.V[:] = 0.0
         self.alpha[:] = 0.0
+
+    def picked_ridge(self, ip: int, iq: int) -> tuple[float, float]:
+        """The ridges of global rows ``ip`` and ``iq`` (0 for a row outside this block: unused there)."""
+        if isinstance(self.ridge, float):
+            return self.ridge, self.ridge
+        out = []
+        for i in (ip, iq):
+            local = i - self.row_offset
+            out.append(float(self.ridge[local]) if 0 <= local < self.n_rows else 0.0)
+        return out[0], out[1]
 
     def _candidate(self, local: int, g: float) -> Candidate:
         if local < 0:
@@ -158,7 +179,7 @@ class _ShardBase:
         return self.alpha.copy()
 
 
-class FeatureShard(_ShardBase):
+class FeatureShard(ShardBase):
     """Rows of feature data (CSR); kernel columns computed on the fly."""
 
     def __init__(self, X, y, row_offset: int, plan: KernelPlan):
@@ -213,7 +234,7 @@ class FeatureShard(_ShardBase):
             1.0,
             -1.0,
             self.inv_trace,
-            self.ridge,
+            self.picked_ridge(ip, iq),
             coef,
             *self._plan_args,
             row_sq=self._row_sq,
@@ -228,7 +249,7 @@ class FeatureShard(_ShardBase):
         return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *self._plan_args, row_sq=self._row_sq)
 
 
-class PrecomputedShard(_ShardBase):
+class PrecomputedShard(ShardBase):
     """Rows ``K[:, rows, :]`` of precomputed kernels, an ``(m, n_rows, n)`` array-like.
 
     A point is its global index; its column on this block is ``K[:, rows, j]``.
@@ -251,6 +272,7 @@ class PrecomputedShard(_ShardBase):
         return np.ascontiguousarray(np.asarray(self.K[:, :, j]).T)
 
     def _step(self, ip, iq, p, q, coef):
+        ridge_p, ridge_q = self.picked_ridge(ip, iq)
         return _columns.superstep_columns(
             self.y,
             self.row_offset,
@@ -262,6 +284,7 @@ class PrecomputedShard(_ShardBase):
             1.0,
             -1.0,
             self.inv_trace,
-            self.ridge,
+            ridge_p,
+            ridge_q,
             coef,
         )

@@ -19,10 +19,8 @@ import numpy as np
 import pytest
 from conftest import closed_port
 
-pytest.importorskip("matplotlib")
-
-from benchmarks import datasets as D  # noqa: E402
-from benchmarks.common import Context, RowJournal, median_ci  # noqa: E402
+from benchmarks import datasets as D
+from benchmarks.common import Context, RowJournal, median_ci
 
 # ----------------------------------------------------------------------------- download path
 

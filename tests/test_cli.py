@@ -8,6 +8,7 @@ directly, which is the same code without the interpreter start.
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import math
 import re
 import signal
@@ -19,10 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
 
 from mwumkl_dist import MWUMKLClassifier, mwu
 from mwumkl_dist.cli import main
+from mwumkl_dist.cli.progress import COMPILING_NOTE
+from mwumkl_dist.cli.scaling import load_model_file
 from mwumkl_dist.io import format_label, load_data
 from mwumkl_dist.kernels import paper_family
 from mwumkl_dist.stores import open_store
@@ -42,9 +46,20 @@ def run_cli(*args, timeout=120):
     )
 
 
+def without_compiling_note(stderr: str) -> str:
+    """``stderr`` without the first-run note (printed when numba's cache is cold, e.g. on a fresh clone)."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if COMPILING_NOTE not in line)
+
+
+def scaled_predict(path, X):
+    """What ``predict`` answers for ``X`` with the model file ``path`` (its scaling applied)."""
+    model, scaling = load_model_file(path)
+    return model.predict(X if scaling is None else scaling.transform(X))
+
+
 def assert_one_line_error(stderr: str, pattern: str):
     assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
+    lines = without_compiling_note(stderr).strip().splitlines()
     assert len(lines) == 1, stderr
     assert ERROR.match(lines[0]), lines[0]
     assert re.search(pattern, lines[0]), lines[0]
@@ -96,14 +111,21 @@ def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
     proc = run_cli("fit", "--data", train, "--model", model, *args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert re.search(r"100% (\d+)/\1 it, [\d.]+k? it/s", proc.stderr)  # the progress display
+    # The progress display in a pipe: whole lines (no carriage returns), the last one at 100 %.
+    assert re.search(r"^100%\|[^|\n]*\| (\d+)/\1 \[[\d:]+<[\d:]+, +[\d.]+k?it/s\]$", proc.stderr, re.M)
+    assert "\r" not in proc.stderr
     T = mwu.iteration_count(0.5, 1.5, 80)
     assert f"iterations       {T} (one solve, T = {T})" in proc.stdout
     assert "support vectors" in proc.stdout
+    assert "scaling          divided by each feature's largest |value|" in proc.stdout
 
-    # The CLI fits what the Python API fits with the same parameters.
-    fitted = MWUMKLClassifier.load(model)
+    # The CLI fits what the Python API fits with the same parameters, on the scaled features.
+    fitted, scaling = load_model_file(model)
     X, y = load_data(train)
+    assert scaling.kind == "max-abs" and not scaling.offset.any()
+    np.testing.assert_array_equal(scaling.scale, 1.0 / abs(X).max(axis=0).toarray().ravel())
+    X = scaling.transform(X)
+    assert X.format == "csr" and math.isclose(X.max(), 1.0, rel_tol=1e-15)
     ref = MWUMKLClassifier(kernels=kernels, epsilon=0.5, rho=1.5, C=10.0, scale_C=False).fit(X, y)
     assert fitted.n_iter_ == ref.n_iter_ == T
     assert fitted.kernel_names_ == ref.kernel_names_
@@ -113,7 +135,7 @@ def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
 
     # The test file mentions 3 features only: predict/evaluate pass the model's feature count.
     X_test, y_test = load_data(test, n_features=4)
-    expected = fitted.predict(X_test)
+    expected = fitted.predict(scaling.transform(X_test))
     proc = run_cli("predict", "--model", model, "--data", test)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [format_label(v) for v in expected]
@@ -141,7 +163,7 @@ def test_zero_based_svmlight_files(tmp_path, capsys):
     assert main(["fit", "--data", str(train), "--zero-based", "yes", "--model", str(model), *args]) == 0
     fitted = MWUMKLClassifier.load(model)
     assert fitted.n_features_in_ == 4
-    expected = [format_label(v) for v in fitted.predict(X_test)]
+    expected = [format_label(v) for v in scaled_predict(model, X_test)]
     capsys.readouterr()
     assert main(["predict", "--model", str(model), "--data", str(test), "--zero-based", "yes"]) == 0
     assert capsys.readouterr().out.splitlines() == expected
@@ -176,13 +198,14 @@ def test_csv_string_labels_multiclass_predict_to_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "3 classes (setosa, versicolor, virginica)" in proc.stdout
     assert "3 one-vs-rest solves" in proc.stdout
-    assert "class 3/3 100%" in proc.stderr
+    assert "scaling          min-max to [0, 1]" in proc.stdout
+    assert "class 3/3: 100%" in proc.stderr
 
-    proc = run_cli("predict", "--model", model, "--data", unlabelled, "--output", out)
+    proc = run_cli("predict", "--model", model, "--data", unlabelled, "--output-file", out)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     predicted = out.read_text().splitlines()
-    assert predicted == MWUMKLClassifier.load(model).predict(X[60:]).tolist()
+    assert predicted == scaled_predict(model, X[60:]).tolist()
     assert np.mean(np.array(predicted) == names[60:]) >= 0.9
 
 
@@ -208,7 +231,7 @@ def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
     try:
         deadline = time.monotonic() + 60
         line = ""
-        while not re.search(r"\d+/\d+ it", line) and time.monotonic() < deadline:  # the first progress line
+        while not re.search(r"\d+/\d+ \[", line) and time.monotonic() < deadline:  # the first progress line
             line = proc.stderr.readline()
             assert line or proc.poll() is None, "the fit ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
@@ -225,7 +248,7 @@ def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
         fitted = MWUMKLClassifier.load(model)
         assert fitted.interrupted_ and 1 <= fitted.n_iter_ < max_iter
         assert f"iterations       {fitted.n_iter_} " in out
-        assert fitted.score(X, y) >= 0.9
+        assert np.mean(scaled_predict(model, X) == y) >= 0.9
     else:  # one-vs-rest with classes left unfitted: no model
         assert_one_line_error(err.splitlines()[-1], r"interrupted after 1 of 3 one-vs-rest problems.*nothing saved")
         assert not model.exists()
@@ -262,7 +285,7 @@ def test_npy_hard_margin_quiet_and_evaluate(tmp_path, capsys):
     assert math.isinf(fitted.C) and fitted.classes_.tolist() == [0.0, 1.0]
     assert main(["evaluate", "--model", str(model), "--data", str(data)]) == 0
     out, _ = capsys.readouterr()
-    correct = int(np.sum(fitted.predict(X) == y))
+    correct = int(np.sum(scaled_predict(model, X) == y))
     assert f"accuracy  {correct / 60:.4f} ({correct} of 60)" in out
     assert f"error     {(60 - correct) / 60:.4f}" in out
 
@@ -368,7 +391,8 @@ def test_unknown_labels_warn_but_evaluate(files, capsys, tmp_path):
     mixed.write_text("1 1:0.5\n7 2:0.25\n")
     assert main(["evaluate", "--model", str(files["model"]), "--data", str(mixed)]) == 0
     out, err = capsys.readouterr()
-    assert err.strip() == f"mwumkl-dist: warning: {mixed}: labels 7 are not classes of the model and count as errors"
+    expected = f"mwumkl-dist: warning: {mixed}: labels 7 are not classes of the model and count as errors"
+    assert without_compiling_note(err).strip() == expected
     assert "points    2" in out
 
 
@@ -376,7 +400,7 @@ def test_unexpected_error_is_one_line_unless_debug(files, capsys, monkeypatch):
     def boom(*args, **kwargs):
         raise KeyError("boom")
 
-    monkeypatch.setattr("mwumkl_dist.cli.load_data", boom)
+    monkeypatch.setattr("mwumkl_dist.cli.model.load_data", boom)
     argv = ["evaluate", "--model", str(files["model"]), "--data", str(files["test"])]
     assert main(argv) == 1
     assert_one_line_error(capsys.readouterr().err, r"unexpected KeyError: 'boom' \(rerun with --debug")
@@ -393,3 +417,248 @@ def test_version_and_entry_point(capsys):
     assert re.fullmatch(r"mwumkl-dist \S+\n", capsys.readouterr().out)
     scripts = importlib.metadata.entry_points(group="console_scripts")
     assert [ep.value for ep in scripts if ep.name == "mwumkl-dist"] == ["mwumkl_dist.cli:main"]
+
+
+# ----------------------------------------------------------------------------- scaling, outputs, progress, notes
+
+FAST = ["--kernels", "linear,gaussian:1", "--C", "10", "--epsilon", "0.4", "--polish", "no"]
+
+
+@pytest.fixture(scope="module")
+def unscaled_files(tmp_path_factory):
+    """Dense CSV files whose features are far from [0, 1] (one in the hundreds, one around -3)."""
+    root = tmp_path_factory.mktemp("unscaled")
+    X, y = blobs(90, 3, 2, seed=7)
+    X = X * np.array([1.0, 1000.0, 0.01]) + np.array([0.0, 500.0, -3.0])
+    np.savetxt(root / "train.csv", np.column_stack([X[:60], y[:60]]), delimiter=",", fmt="%.17g")
+    np.savetxt(root / "test.csv", np.column_stack([X[60:], y[60:]]), delimiter=",", fmt="%.17g")
+    return root, X, y.astype(float)
+
+
+def test_fit_scales_dense_features_min_max_and_predict_applies_it(unscaled_files, tmp_path, capsys):
+    from sklearn.preprocessing import MinMaxScaler
+
+    root, X, y = unscaled_files
+    train, test, model = str(root / "train.csv"), str(root / "test.csv"), str(tmp_path / "m.npz")
+    assert main(["fit", "--data", train, "--model", model, *FAST]) == 0
+    assert "scaling          min-max to [0, 1] per feature, fitted on the training file" in capsys.readouterr().out
+    fitted, scaling = load_model_file(model)
+    assert scaling.kind == "min-max"
+    scaler = MinMaxScaler().fit(X[:60])
+    np.testing.assert_array_equal(scaling.transform(X[:60]), scaler.transform(X[:60]))  # scikit-learn's numbers
+    ref = MWUMKLClassifier(kernels="linear,gaussian:1", C=10.0, epsilon=0.4, polish=False)
+    ref.fit(scaler.transform(X[:60]), y[:60])
+    np.testing.assert_array_equal(fitted.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(fitted.kernel_weights_, ref.kernel_weights_)
+    # predict and evaluate scale the test file with the training file's scaling.
+    expected = ref.predict(scaler.transform(X[60:]))
+    assert main(["predict", "--model", model, "--data", test]) == 0
+    assert capsys.readouterr().out.splitlines() == [format_label(v) for v in expected]
+    assert main(["evaluate", "--model", model, "--data", test]) == 0
+    correct = int(np.sum(expected == y[60:]))
+    assert f"accuracy  {correct / 30:.4f} ({correct} of 30)" in capsys.readouterr().out
+    assert correct >= 27  # separated clusters, once scaled
+
+
+def test_no_scale_and_a_model_saved_without_scaling(unscaled_files, tmp_path, capsys):
+    root, X, y = unscaled_files
+    train, test, model = str(root / "train.csv"), str(root / "test.csv"), str(tmp_path / "m.npz")
+    assert main(["fit", "--data", train, "--model", model, "--no-scale", *FAST]) == 0
+    assert "scaling          none (--no-scale)" in capsys.readouterr().out
+    fitted, scaling = load_model_file(model)
+    assert scaling is None
+    ref = MWUMKLClassifier(kernels="linear,gaussian:1", C=10.0, epsilon=0.4, polish=False).fit(X[:60], y[:60])
+    np.testing.assert_array_equal(fitted.dual_coef_, ref.dual_coef_)
+    # A model saved by the Python API (as every model before the CLI scaled) predicts on the raw features.
+    plain = tmp_path / "plain.npz"
+    ref.save(plain)
+    assert load_model_file(plain)[1] is None
+    assert main(["predict", "--model", str(plain), "--data", test]) == 0
+    assert capsys.readouterr().out.splitlines() == [format_label(v) for v in ref.predict(X[60:])]
+
+
+def test_predict_scores_and_a_model_without_probabilities(files, capsys):
+    model, test = str(files["model"]), str(files["test"])
+    fitted, scaling = load_model_file(model)
+    X_test, _ = load_data(test, n_features=4)
+    scores = fitted.decision_function(scaling.transform(X_test))
+    assert main(["predict", "--model", model, "--data", test, "--output", "scores"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1"  # two classes (-1, 1): one column, the positive class's score
+    np.testing.assert_array_equal([float(v) for v in lines[1:]], scores)  # written exactly
+    assert main(["predict", "--model", model, "--data", test, "--output", "labels"]) == 0
+    labels = capsys.readouterr().out.splitlines()
+    assert labels == [format_label(fitted.classes_[int(s > 0)]) for s in scores]
+    assert main(["predict", "--model", model, "--data", test, "--output", "proba"]) == 1  # fitted without them
+    assert_one_line_error(capsys.readouterr().err, r"model\.npz: the model gives no probability estimates; fit it")
+    assert main(["predict", "--model", model, "--data", test, "--output", "probabilities"]) == 2
+    assert_one_line_error(capsys.readouterr().err, r"--output: invalid choice: 'probabilities'")
+
+
+def test_predict_scores_of_three_classes_to_a_file(tmp_path, capsys):
+    X, y = blobs(60, 3, 3, seed=8)
+    data, model, out = tmp_path / "d.npy", tmp_path / "m.npz", tmp_path / "scores.csv"
+    np.save(data, np.column_stack([X, y]))
+    assert main(["fit", "--data", str(data), "--model", str(model), *FAST, "-q"]) == 0
+    assert main(["predict", "--model", str(model), "--data", str(data), "--output", "scores", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    lines = out.read_text().splitlines()
+    assert lines[0] == "0,1,2"  # one column per class, named by the header
+    fitted, scaling = load_model_file(model)
+    expected = fitted.decision_function(scaling.transform(X))
+    np.testing.assert_array_equal(np.array([[float(v) for v in line.split(",")] for line in lines[1:]]), expected)
+
+
+def test_feature_scaling_forms_and_errors():
+    from mwumkl_dist.cli.scaling import FeatureScaling
+
+    X = np.array([[1.0, 5.0, 0.0], [3.0, 5.0, -2.0]])
+    dense = FeatureScaling.fit(X)
+    np.testing.assert_array_equal(dense.transform(X), [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])  # constant -> 0
+    np.testing.assert_array_equal(X, [[1.0, 5.0, 0.0], [3.0, 5.0, -2.0]])  # not changed in place
+    # Min-max shifts zeros: sparse test data of a dense-trained model come back dense, same numbers.
+    np.testing.assert_array_equal(dense.transform(sp.csr_matrix(X)), dense.transform(X))
+    S = sp.csr_matrix(np.array([[2.0, 0.0, 0.0], [-4.0, 0.0, 1.0]]))
+    sparse = FeatureScaling.fit(S)
+    assert sparse.kind == "max-abs" and not sparse.offset.any()
+    T = sparse.transform(S)
+    assert sp.issparse(T) and T.nnz == S.nnz  # kept sparse
+    np.testing.assert_array_equal(T.toarray(), [[0.5, 0.0, 0.0], [-1.0, 0.0, 1.0]])  # an all-zero feature: 1
+    np.testing.assert_array_equal(sparse.transform(S.toarray()), T.toarray())
+    arrays, meta = sparse.to_arrays()
+    again = FeatureScaling.from_arrays(arrays, meta)
+    assert again.kind == "max-abs" and np.array_equal(again.scale, sparse.scale)
+    assert FeatureScaling.from_arrays({}, {}) is None
+    with pytest.raises(ValueError, match="has 3 features, the data 2"):
+        dense.transform(X[:, :2])
+    with pytest.raises(ValueError, match="unknown feature scaling 'z-score'"):
+        FeatureScaling("z-score", np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match="finite 1-d arrays of one length"):
+        FeatureScaling("min-max", np.array([1.0, np.nan]), np.zeros(2))
+    with pytest.raises(ValueError, match="finite 1-d arrays of one length"):
+        FeatureScaling("min-max", np.ones(3), np.zeros(2))
+
+
+def test_progress_lines_in_a_log():
+    from mwumkl_dist.cli.progress import LineProgress, progress_bar
+
+    log = io.StringIO()
+    assert isinstance(progress_bar(10, file=log), LineProgress)  # not a terminal
+    log = io.StringIO()
+    bar = LineProgress(total=50, file=log, mininterval=0, miniters=1)
+    for _ in range(50):
+        bar.update(1)
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    assert [int(re.match(r"\s*(\d+)%", line).group(1)) for line in lines] == list(range(0, 101, 10))
+    assert lines[-1].split("|")[-1].startswith(" 50/50 [")  # the last tenth once, not repeated by close()
+    log = io.StringIO()
+    bar = LineProgress(total=50, file=log, mininterval=0, miniters=1, desc="class 2/3")
+    bar.update(7)
+    bar.close()  # stopped early (Ctrl-C): the last count is shown
+    assert log.getvalue().splitlines()[-1].startswith("class 2/3:  14%")
+
+
+def test_compiling_note_when_the_numba_cache_is_cold(files, capsys, monkeypatch):
+    from mwumkl_dist.cli import progress
+
+    assert progress.numba_cache_is_cold() is False  # the module's fits compiled and cached the kernels
+    monkeypatch.setattr("mwumkl_dist.cli.model.numba_cache_is_cold", lambda: True)
+    assert main(["evaluate", "--model", str(files["model"]), "--data", str(files["test"])]) == 0
+    assert capsys.readouterr().err == f"mwumkl-dist: {COMPILING_NOTE}\n"
+    assert main(["fit", "--data", str(files["train"]), "--model", str(files["dir"] / "q.npz"), *FAST, "-q"]) == 0
+    assert capsys.readouterr().err == ""  # --quiet: no note either
+    monkeypatch.undo()
+    # Cold: no index file in numba's cache folder, or only ones of kernels at other lines (older sources).
+    monkeypatch.setattr(progress.os, "listdir", lambda path: [])
+    assert progress.numba_cache_is_cold() is True
+    monkeypatch.setattr(progress.os, "listdir", lambda path: ["_columns.kernel_diagonal-1.py311.nbi", "x.nbi"])
+    assert progress.numba_cache_is_cold() is True
+    # Warm once a third of the module's kernels are cached as they are now (a fit caches most of them).
+    from mwumkl_dist import _columns
+
+    kernels = [k.py_func for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
+    names = [f"_columns.{f.__qualname__}-{f.__code__.co_firstlineno}.py311.nbi" for f in kernels]
+    monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 - 1])
+    assert progress.numba_cache_is_cold() is True  # e.g. after a run that only predicted
+    monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 + 1])
+    assert progress.numba_cache_is_cold() is False
+
+
+def test_bench_is_not_an_installed_command(capsys):
+    assert main(["bench", "e1", "--quick"]) == 2  # benchmarks/ is a source-checkout tool: python -m benchmarks
+    assert_one_line_error(capsys.readouterr().err, r"invalid choice: 'bench'")
+
+
+def test_layers_only_the_command_line_uses_argparse_and_nothing_imports_it():
+    """The library never imports the CLI, argparse or the source tree's benchmarks/ (absent once installed)."""
+    import ast
+
+    import mwumkl_dist
+
+    root = Path(mwumkl_dist.__file__).parent
+    checked = 0
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if parts[0] == "cli" or parts == ("__main__.py",):  # the command line and its runner
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                modules = [base] + [f"{base}.{alias.name}" if base else alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")
+                assert top[0] not in ("argparse", "benchmarks", "deploy"), f"{path.name} imports {module}"
+                assert "cli" not in top, f"{path.name} imports the command line ({module})"
+        checked += 1
+    assert checked >= 15
+
+
+def test_fit_from_stores_uses_the_stored_values(binary_files, tmp_path, capsys):
+    """``store data`` + ``fit --store`` (no scaling: the store's values), and a kernel store with precomputed."""
+    train, test = str(binary_files / "train.svm"), str(binary_files / "test.svm")
+    data_store, kernel_store = str(tmp_path / "d.zarr"), str(tmp_path / "k.zarr")
+    model = str(tmp_path / "m.npz")
+    assert main(["store", "data", "--input", train, "--output", data_store, "--chunk-rows", "32"]) == 0
+    assert main(["fit", "--store", data_store, "--model", model, *FAST, "--shards", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "scaling          none (a store is used as stored)" in out and "80 points, 4 features" in out
+    fitted, scaling = load_model_file(model)
+    assert scaling is None
+    X, y = load_data(train)
+    ref = MWUMKLClassifier(kernels="linear,gaussian:1", C=10.0, epsilon=0.4, polish=False).fit(X, y)
+    np.testing.assert_array_equal(fitted.kernel_weights_, ref.kernel_weights_)
+    assert main(["predict", "--model", model, "--data", test]) == 0
+    X_test, _ = load_data(test, n_features=4)
+    assert capsys.readouterr().out.splitlines() == [format_label(v) for v in ref.predict(X_test)]
+
+    assert main(["store", "kernels", "--input", train, "--kernels", "linear,gaussian:1", "--output", kernel_store]) == 0
+    argv = ["fit", "--store", kernel_store, "--kernels", "precomputed", "--model", model, "--C", "10", "-q"]
+    assert main(argv) == 0
+    assert load_model_file(model)[0].kernel_names_ == ["linear", "gaussian:1"]
+    capsys.readouterr()
+    assert main(["predict", "--model", model, "--data", test]) == 1
+    assert_one_line_error(capsys.readouterr().err, r"a model of precomputed kernels cannot predict from a data file")
+
+
+def test_fit_probability_and_predict_proba(tmp_path, capsys):
+    X, y = blobs(90, 3, 3, seed=9)
+    names = np.array(["a", "b", "c"])[y]
+    train, model = tmp_path / "train.csv", tmp_path / "m.npz"
+    train.write_text("".join(",".join(f"{v:.17g}" for v in row) + f",{label}\n" for row, label in zip(X, names)))
+    assert main(["fit", "--data", str(train), "--model", str(model), *FAST, "--probability"]) == 0
+    assert "probabilities    Platt sigmoids" in capsys.readouterr().out
+    fitted, scaling = load_model_file(model)
+    assert fitted.probability
+    assert main(["predict", "--model", str(model), "--data", str(train), "--output", "proba"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "a,b,c"
+    proba = np.array([[float(v) for v in line.split(",")] for line in lines[1:]])
+    np.testing.assert_array_equal(proba, fitted.predict_proba(scaling.transform(X)))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    assert np.mean(names[proba.argmax(axis=1)] == names) >= 0.9

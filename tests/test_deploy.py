@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import shlex
@@ -231,9 +232,20 @@ def test_driver_unreachable_scheduler_is_a_clear_error():
     assert time.monotonic() - start < 30
 
 
+def test_driver_uses_the_estimators_defaults(driver):
+    from mwumkl_dist import MWUMKLClassifier
+
+    defaults = MWUMKLClassifier().get_params()
+    args = driver.build_parser().parse_args([])
+    assert (args.epsilon, args.C, args.kernels) == (defaults["epsilon"], defaults["C"], defaults["kernels"])
+    args = driver.build_parser().parse_args(["--epsilon", "0.3", "--C", "inf"])
+    assert args.epsilon == 0.3 and math.isinf(args.C)
+
+
 def test_driver_rejects_bad_arguments(driver):
     parser = driver.build_parser()
-    for bad in (["--shards", "0"], ["--test-size", "1"], ["--epsilon", "-1"], ["--bogus"]):
+    bad_lines = (["--shards", "0"], ["--test-size", "1"], ["--epsilon", "-1"], ["--C", "0"], ["--C", "x"], ["--bogus"])
+    for bad in bad_lines:
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
     result = subprocess.run(

@@ -16,7 +16,7 @@ distributed = pytest.importorskip("distributed")
 from mwumkl_dist import MWUMKLClassifier  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
-from mwumkl_dist.problem import FeatureProblem, chain_safe_ranges  # noqa: E402
+from mwumkl_dist.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
 
 
 def _data(n=160, d=4, seed=0):

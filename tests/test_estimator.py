@@ -18,13 +18,14 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import estimator_checks_generator, parametrize_with_checks
 
-from mwumkl_dist import MWUMKLClassifier, ProgressInfo, mwu
+from mwumkl_dist import MWUMKLClassifier, ProgressInfo, auto, mwu
+from mwumkl_dist.estimator import EXPECTED_FAILED_CHECKS
 from mwumkl_dist.kernels import Gaussian, Linear, Polynomial
 
 
 # All checks with an explicit C (epsilon and polish keep their "auto" defaults): with C="auto" every fit
 # cross-validates 19 more, and the whole list takes 45 s instead of 5 s.
-@parametrize_with_checks([MWUMKLClassifier(C=100.0)])
+@parametrize_with_checks([MWUMKLClassifier(C=100.0)], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
@@ -381,7 +382,7 @@ def _cv_error(estimator, X, y):
 @pytest.mark.parametrize("polish", ["auto", False])
 def test_auto_C_is_the_cross_validated_best_of_the_grid(polish):
     X, y = _toy(1)
-    clf = MWUMKLClassifier("paper", epsilon=0.3, polish=polish).fit(X, y)
+    clf = MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper", polish=polish).fit(X, y)
     assert tuple(clf.C_path_) == C_GRID
     errors = np.array(list(clf.C_path_.values()))
     assert np.all((errors >= 0.0) & (errors <= 1.0))
@@ -393,9 +394,11 @@ def test_auto_C_is_the_cross_validated_best_of_the_grid(polish):
     # (on these data the polished and unpolished errors differ at C = 10).
     fold_polish = polish == "auto"  # 40 training points: polish="auto" polishes
     for C, error in clf.C_path_.items():
-        assert error == pytest.approx(_cv_error(MWUMKLClassifier("paper", epsilon=0.3, C=C, polish=fold_polish), X, y))
+        assert error == pytest.approx(
+            _cv_error(MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper", C=C, polish=fold_polish), X, y)
+        )
     # The model is the fit with the chosen C.
-    ref = MWUMKLClassifier("paper", epsilon=0.3, C=clf.C_, polish=polish).fit(X, y)
+    ref = MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper", C=clf.C_, polish=polish).fit(X, y)
     np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))
     assert clf.polished_ == ref.polished_ == (polish == "auto")
 
@@ -403,28 +406,70 @@ def test_auto_C_is_the_cross_validated_best_of_the_grid(polish):
 def test_auto_C_with_precomputed_kernels():
     X, y = _toy(2, n=45)
     specs = [Linear(), Polynomial(2), Gaussian(0.5)]
-    feat = MWUMKLClassifier(specs, epsilon=0.3).fit(X, y)
-    pre = MWUMKLClassifier("precomputed", epsilon=0.3).fit(explicit_kernels(specs, X), y)
+    feat = MWUMKLClassifier(specs, epsilon=0.3, selectivity="paper").fit(X, y)
+    pre = MWUMKLClassifier("precomputed", epsilon=0.3, selectivity="paper").fit(explicit_kernels(specs, X), y)
     # The folds slice the (m, n, n) array on both sides: the same candidates as from the features.
     assert tuple(pre.C_path_) == C_GRID
     assert pre.C_path_ == pytest.approx(feat.C_path_)
     assert pre.C_ == feat.C_ in C_GRID
     Xt = np.random.default_rng(3).uniform(size=(20, 4))
-    ref = MWUMKLClassifier("precomputed", epsilon=0.3, C=pre.C_).fit(explicit_kernels(specs, X), y)
+    ref = MWUMKLClassifier("precomputed", epsilon=0.3, selectivity="paper", C=pre.C_).fit(explicit_kernels(specs, X), y)
     Kt = explicit_kernels(specs, Xt, X)
     np.testing.assert_array_equal(pre.decision_function(Kt), ref.decision_function(Kt))
 
 
 def test_auto_C_without_scale_C_records_the_paper_C():
     X, y = _toy(1)
-    relative = MWUMKLClassifier("paper", epsilon=0.3).fit(X, y)
-    paper = MWUMKLClassifier("paper", epsilon=0.3, scale_C=False).fit(X, y)
+    relative = MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper").fit(X, y)
+    paper = MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper", scale_C=False).fit(X, y)
     # The candidates are size-relative either way; C_ is in the units scale_C gives it: C * n.
     assert paper.C_path_ == relative.C_path_
     assert paper.C_ == relative.C_ * len(y)
     np.testing.assert_array_equal(paper.decision_function(X), relative.decision_function(X))
-    ref = MWUMKLClassifier("paper", epsilon=0.3, C=paper.C_, scale_C=False).fit(X, y)
+    ref = MWUMKLClassifier("paper", epsilon=0.3, selectivity="paper", C=paper.C_, scale_C=False).fit(X, y)
     np.testing.assert_array_equal(paper.decision_function(X), ref.decision_function(X))
+
+
+def test_auto_selectivity_is_cross_validated_at_the_chosen_C():
+    X, y = _toy(1)
+    specs = [Linear(), Polynomial(2), Gaussian(0.5), Gaussian(2.0)]
+    clf = MWUMKLClassifier(specs, epsilon=0.3, polish=False).fit(X, y)
+    # C first, with the starting selectivity; then the selectivity grid at that C.
+    assert tuple(clf.selectivity_path_) == auto.AUTO_SELECTIVITY_GRID
+    for C, error in clf.C_path_.items():
+        fold = MWUMKLClassifier(specs, epsilon=0.3, C=C, polish=False, selectivity=auto.AUTO_SELECTIVITY_START)
+        assert error == pytest.approx(_cv_error(fold, X, y))
+    for s, error in clf.selectivity_path_.items():
+        fold = MWUMKLClassifier(specs, epsilon=0.3, C=clf.C_, polish=False, selectivity=s)
+        assert error == pytest.approx(_cv_error(fold, X, y))
+    errors = np.array(list(clf.selectivity_path_.values()))
+    assert clf.selectivity_ == auto.AUTO_SELECTIVITY_GRID[int(np.flatnonzero(errors <= errors.min() + 1e-12)[0])]
+    ref = MWUMKLClassifier(specs, epsilon=0.3, C=clf.C_, polish=False, selectivity=clf.selectivity_).fit(X, y)
+    np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))
+    # A given C: no cross-validation, the starting selectivity.
+    given = MWUMKLClassifier(specs, epsilon=0.3, C=10.0, polish=False).fit(X, y)
+    assert given.selectivity_ == auto.AUTO_SELECTIVITY_START and not hasattr(given, "selectivity_path_")
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("sparse", ValueError), (-1.0, ValueError), (np.nan, ValueError), (True, TypeError), ([1.0], TypeError)],
+)
+def test_bad_selectivity_is_refused(value, error):
+    X, y = _toy(1)
+    with pytest.raises(error, match="selectivity"):
+        MWUMKLClassifier("linear", C=1.0, selectivity=value).fit(X, y)
+
+
+def test_selectivity_round_trips_through_save(tmp_path):
+    X, y = _toy(1)
+    for value in ("exact", np.inf, 0.0, 42.0, "paper"):
+        clf = MWUMKLClassifier("paper", C=10.0, polish=False, selectivity=value).fit(X, y)
+        clf.save(tmp_path / "m.npz")
+        back = MWUMKLClassifier.load(tmp_path / "m.npz")
+        assert back.selectivity_ == clf.selectivity_
+        assert back.get_params()["selectivity"] == ("exact" if value is np.inf else value)
+        np.testing.assert_array_equal(back.decision_function(X), clf.decision_function(X))
 
 
 def test_auto_C_with_a_class_too_small_to_cross_validate():
@@ -450,11 +495,11 @@ def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="polish=True is not available for a fit from a store"):
         MWUMKLClassifier("paper", C=1.0, polish=True, max_iter=3).fit(store)
     # A store larger than the sample: cross-validated on the sampled chunks only.
-    import mwumkl_dist.estimator as estimator_module
+    from mwumkl_dist import auto
 
-    monkeypatch.setattr(estimator_module, "AUTO_C_POINTS", 20)
+    monkeypatch.setattr(auto, "AUTO_C_POINTS", 20)
     sampled = MWUMKLClassifier("paper").fit(store)
-    Xs, ys = estimator_module._store_sample(store, y, 20, seed=0)
+    Xs, ys = store.sample_rows(20, seed=0)
     assert len(ys) < len(y)
     ref = MWUMKLClassifier("paper", polish=False, epsilon=sampled.epsilon_).fit(Xs, ys)
     assert tuple(sampled.C_path_) == C_GRID and sampled.C_path_ == ref.C_path_
@@ -466,13 +511,12 @@ def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path, monkeypatch
 
 
 def test_store_sample_reads_whole_chunks_of_both_classes(tmp_path):
-    from mwumkl_dist.estimator import _store_sample
     from mwumkl_dist.stores import write_data_store
 
     X = np.arange(200.0).reshape(100, 2)
     y = np.where(np.arange(100) < 50, -1, 1)  # sorted by label: a prefix would hold one class only
     store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=10)
-    Xs, ys = _store_sample(store, y, 20, seed=0)
+    Xs, ys = store.sample_rows(20, seed=0)
     assert len(ys) == 40 and set(ys.tolist()) == {-1, 1}  # 4 chunks: 2 * 20 rows
     starts = Xs[::10, 0] / 2
     assert np.all(starts % 10 == 0) and np.all(np.diff(starts) > 0)  # whole chunks, in row order
@@ -594,10 +638,12 @@ def test_auto_C_and_epsilon_survive_save_load(tmp_path):
 )
 @pytest.mark.parametrize("epsilon", ["auto", 0.3])
 def test_auto_C_does_not_skip_validation(monkeypatch, params, match, epsilon):
-    def no_cross_validation(*args):
+    def no_cross_validation(*args, **kwargs):
         raise AssertionError("C='auto' cross-validated before the parameters were checked")
 
-    monkeypatch.setattr(MWUMKLClassifier, "_auto_C", no_cross_validation)
+    from mwumkl_dist import auto
+
+    monkeypatch.setattr(auto, "choose_C", no_cross_validation)
     X, y = _toy()
     with pytest.raises(ValueError, match=match):
         MWUMKLClassifier(C="auto", epsilon=epsilon, **params).fit(X, y)
@@ -628,14 +674,16 @@ def test_impossible_polish_is_refused_before_fitting():
 def test_auto_epsilon_gives_enough_iterations_without_polish():
     """Unpolished: epsilon <= 0.1 and T >= n / 5 (the MWU dual is the model); polished: 0.2."""
     from mwumkl_dist import mwu
-    from mwumkl_dist.estimator import AUTO_T_FRACTION
+    from mwumkl_dist.auto import AUTO_T_FRACTION, plan_iterations
 
-    clf = MWUMKLClassifier(polish=False)
+    def plan(n, m, polish, rho=0.5):
+        return plan_iterations(epsilon="auto", max_iter=None, rho=rho, polish=polish, C=1.0, n_samples=n, n_kernels=m)
+
     for n in (50, 5000, 12000, 47628, 10**6):
-        eps = clf._auto_epsilon(n, 12, None, 1.0)
+        eps = plan(n, 12, False).epsilon
         assert eps <= 0.1
         assert mwu.iteration_count(eps, 0.5, n) >= AUTO_T_FRACTION * n
         if n >= 12000:  # the size rule binds, and not by more than rounding
             assert mwu.iteration_count(eps, 0.5, n) <= AUTO_T_FRACTION * n + 1
-    assert MWUMKLClassifier(polish=True)._auto_epsilon(10**6, 12, None, 1.0) == 0.2
-    assert MWUMKLClassifier(polish=False, rho=0.04)._auto_epsilon(100, 3, None, 1.0) == 0.04  # below 2 rho
+    assert plan(10**6, 12, True).epsilon == 0.2
+    assert plan(100, 3, False, rho=0.04).epsilon == 0.04  # below 2 rho

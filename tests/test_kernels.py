@@ -17,9 +17,11 @@ from mwumkl_dist.kernels import (
     Linear,
     Polynomial,
     RandomGaussianBank,
+    format_number,
     paper_family,
     paper_per_feature_family,
     parse_kernels,
+    parse_number,
 )
 from mwumkl_dist.shard import FeatureShard, as_csr, plan_args
 
@@ -270,3 +272,38 @@ def test_explicit_kernel_helper_sanity():
     np.testing.assert_allclose(explicit_kernel(Polynomial(2), X), [[36, 9], [9, 4]])
     np.testing.assert_allclose(explicit_kernel(Gaussian(1.0), X)[0, 1], math.exp(-1.0))
     np.testing.assert_allclose(explicit_kernel(Linear(features=(1,)), X), [[4, 2], [2, 1]])
+
+
+def test_short_kernel_names_parse_back_to_identical_kernels():
+    names = KernelSet("paper", 2).names()
+    assert names[3:] == [f"gaussian:{s}" for s in ("1", "2^0.5", "2", "2^1.5", "4", "2^2.5", "8", "2^3.5", "16")]
+    for k in range(-40, 41):  # every power of two with an exponent in quarters: short, and exact
+        sigma = 2.0 ** (k / 4)
+        name = str(Gaussian(sigma, features=(0,)))
+        assert len(name) <= len("gaussian:2^-9.75@0"), name
+        assert parse_kernels(name, 1) == [Gaussian(sigma, features=(0,))]
+        assert parse_kernels(name, 1)[0].sigma == sigma  # the identical float, not merely close
+    assert str(Gaussian(0.1)) == "gaussian:0.1"  # 12 digits round-trip: the short decimal
+    assert str(Gaussian(1 / 3)) == "gaussian:0.3333333333333333"  # else repr, which round-trips
+    assert str(Polynomial(2, coef0=1 / 3)) == "poly:2:coef0=0.3333333333333333"
+    # Names written before the short form (17 digits) still parse to the same kernels.
+    assert parse_kernels("gaussian:1.4142135623730951", 1) == parse_kernels("gaussian:2^0.5", 1)
+    assert format_number(3.0) == "3" and parse_number(" 2^-1 ") == 0.5
+    for bad in ("2^x", "^2", "2^2000", "2^^1"):
+        with pytest.raises(ValueError, match="bad number"):
+            parse_kernels(f"gaussian:{bad}", 1)
+
+
+def test_predictions_identical_through_short_names():
+    """decision_function rebuilds the kernels from kernel_names_: the short names give the same numbers."""
+    from mwumkl_dist import MWUMKLClassifier
+
+    rng = np.random.default_rng(5)
+    X = rng.random((40, 3))
+    y = np.where(X[:, 0] + X[:, 1] > 1.0, 1, -1)
+    specs = [Gaussian(2.0 ** (k / 2)) for k in (-1, 1, 3)] + [Gaussian(0.3, features=(1, 2))]
+    clf = MWUMKLClassifier(kernels=specs, C=10.0, epsilon=0.4, polish=False).fit(X, y)
+    assert clf.kernel_names_[:3] == ["gaussian:2^-0.5", "gaussian:2^0.5", "gaussian:2^1.5"]
+    again = MWUMKLClassifier(kernels=",".join(clf.kernel_names_), C=10.0, epsilon=0.4, polish=False).fit(X, y)
+    np.testing.assert_array_equal(again.dual_coef_, clf.dual_coef_)
+    np.testing.assert_array_equal(again.decision_function(X), clf.decision_function(X))

@@ -20,13 +20,15 @@ from mwumkl_dist import MWUMKLClassifier, mwu
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial, paper_family
 from mwumkl_dist.mwu import Candidate, ConvergenceWarning
-from mwumkl_dist.problem import FeatureProblem
+from mwumkl_dist.problems import FeatureProblem
 
 # ----------------------------------------------------------------------------- reference
 
 
-def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
+def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None, selectivity=None):
     """SPEC.md section 1 literally, on dense raw kernels ``K`` of shape ``(m, n, n)``.
+
+    ``selectivity=beta`` replaces the exponents ``eps' / (2 rho) u_i`` by the relative ``beta u_i / max u``.
 
     Returns a dict with the final ``alpha`` (scaled as the spec says), kernel
     weights ``mu``, bias ``b``, the iteration count ``T``, whether the
@@ -50,8 +52,10 @@ def brute_force_mwumkl(K, y, ridge, epsilon, rho, n_iter=None):
         s = V @ alpha  # s_i = alpha' G_i alpha
         assert np.all(s > 0)
         u = np.sqrt(s)
-        x = eps_p / (2.0 * rho) * u
-        if x.max() < 20.0:
+        x = eps_p / (2.0 * rho) * u if selectivity is None else selectivity * u / u.max()
+        if selectivity == 0.0:
+            p12 = -u  # the limit of sinh(c u) / c as c -> 0: uniform weights
+        elif x.max() < 20.0:
             p12 = -np.sinh(x)
         else:
             p12 = -np.exp(x - x.max())
@@ -115,18 +119,27 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("selectivity", ["paper", 0.0, 5.0, 60.0])
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_library_matches_brute_force(case):
+def test_library_matches_brute_force(case, selectivity):
     specs, n, d, C, eps, rho, max_iter, separable, expect_quash = CASES[case]
     X, y = random_problem(list(CASES).index(case), n, d, separable=separable)
-    ref = brute_force_mwumkl(explicit_kernels(specs, X), y, 0.0 if np.isinf(C) else 1.0 / C, eps, rho, max_iter)
-    assert ref["quashed"] == expect_quash
-    if case == "quash-overflow":
-        assert ref["max_x"] > 710.0
+    beta = None if selectivity == "paper" else selectivity
+    ridge = 0.0 if np.isinf(C) else 1.0 / C
+    ref = brute_force_mwumkl(explicit_kernels(specs, X), y, ridge, eps, rho, max_iter, selectivity=beta)
+    if beta is None:
+        assert ref["quashed"] == expect_quash
+        if case == "quash-overflow":
+            assert ref["max_x"] > 710.0
+    else:  # the relative exponents lie in [0, beta]: quashed exactly when beta >= 20
+        assert ref["quashed"] == (beta >= 20.0) and ref["max_x"] <= beta * (1 + 1e-15)
+        if beta == 0.0:
+            np.testing.assert_allclose(ref["mu"], 1.0 / len(specs), rtol=1e-12)
 
     clf = MWUMKLClassifier(
-        kernels=specs, epsilon=eps, C=C, rho=rho, max_iter=max_iter, scale_C=False, polish=False
-    ).fit(X, y)
+        kernels=specs, epsilon=eps, C=C, rho=rho, max_iter=max_iter, scale_C=False, polish=False,
+        selectivity=selectivity,
+    ).fit(X, y)  # fmt: skip
     assert clf.n_iter_ == ref["T"]
     if max_iter is None:
         assert ref["T"] == math.ceil(8 * rho**2 / eps**2 * math.log(n))
@@ -140,7 +153,7 @@ def test_library_matches_brute_force(case):
 def test_iterations_are_counted_from_n_not_features():
     # T depends on the training size only: 8 rho^2 / eps^2 ln n.
     X, y = random_problem(1, 37, 2)
-    clf = MWUMKLClassifier(kernels="linear", epsilon=0.3, C=100.0, rho=0.5, polish=False).fit(X, y)
+    clf = MWUMKLClassifier(kernels="linear", epsilon=0.3, C=100.0, rho=0.5, polish=False, selectivity=0.0).fit(X, y)
     assert clf.n_iter_ == math.ceil(8 * 0.25 / 0.09 * math.log(37))
 
 
@@ -216,12 +229,12 @@ def test_kernel_weights():
     rho, eps_p = 0.5, mwu.eps_prime(0.3, 0.5)
     s = np.array([4.0, 1.0, 9.0])
     ex = mwu.exponentiate(s, eps_p, rho)
-    w = mwu.kernel_weights(ex, eps_p, rho)
+    w = mwu.kernel_weights(ex)
     expected = np.sinh(eps_p * np.sqrt(s)) / np.sqrt(s)
     np.testing.assert_allclose(w, expected / expected.sum(), rtol=1e-14)
     # u = 0 takes the limit sinh(c u)/u -> c
     ex0 = mwu.exponentiate(np.array([0.0, 1.0]), eps_p, rho)
-    w0 = mwu.kernel_weights(ex0, eps_p, rho)
+    w0 = mwu.kernel_weights(ex0)
     lim = np.array([eps_p, np.sinh(eps_p)])
     np.testing.assert_allclose(w0, lim / lim.sum(), rtol=1e-14)
 
@@ -289,7 +302,9 @@ def test_identities_after_fit(C, n_shards):
         assert f == pytest.approx(target, abs=1e-9)
 
     # The estimator's decision function (numba kernel sums over support vectors) equals the dense one.
-    clf = MWUMKLClassifier(specs, epsilon=0.3, C=C, rho=0.5, scale_C=False, polish=False, n_shards=n_shards).fit(X, y)
+    clf = MWUMKLClassifier(
+        specs, epsilon=0.3, C=C, rho=0.5, scale_C=False, polish=False, n_shards=n_shards, selectivity="paper"
+    ).fit(X, y)
     np.testing.assert_allclose(library_alpha(clf, y), a, rtol=1e-12, atol=0)
     Kmu = np.einsum("i,ijk->jk", mu / r, K)
     Xt = np.random.default_rng(3).uniform(size=(15, 5))

@@ -10,7 +10,7 @@ from conftest import explicit_kernels
 from mwumkl_dist import MWUMKLClassifier, mwu
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
-from mwumkl_dist.problem import FeatureProblem, PrecomputedProblem
+from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
 from mwumkl_dist.shard import FeatureShard, PrecomputedShard, split_rows
 
 SPECS = [

@@ -16,6 +16,7 @@ from conftest import literal
 zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
+from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 from mwumkl_dist.shard import FeatureShard  # noqa: E402
 from mwumkl_dist.stores import (  # noqa: E402
@@ -24,7 +25,6 @@ from mwumkl_dist.stores import (  # noqa: E402
     DataStoreProblem,
     KernelStore,
     StoreError,
-    add_store_commands,
     aligned_ranges,
     open_store,
     write_data_store,

@@ -17,6 +17,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from mwumkl_dist.cli.args import positive_int
+
 HERE = Path(__file__).resolve().parent
 
 # The shared driver (deploy/driver.py), loaded under its own name: this file is also called driver.py.
@@ -37,9 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="YAML",
         help="dask-jobqueue settings with a jobqueue.slurm section (default: jobqueue.yaml next to this script)",
     )
-    slurm.add_argument(
-        "--jobs", type=common._positive_int, default=2, metavar="J", help="worker jobs to submit (default 2)"
-    )
+    slurm.add_argument("--jobs", type=positive_int, default=2, metavar="J", help="worker jobs to submit (default 2)")
     slurm.add_argument("--queue", help="partition, overrides the config")
     slurm.add_argument("--account", help="account, overrides the config")
     slurm.add_argument("--walltime", help="walltime of each worker job, e.g. 02:00:00, overrides the config")

@@ -38,8 +38,7 @@ from multiprocessing.connection import Listener
 import numpy as np
 
 from .._exact import exact_to_float
-from ..mwu import Candidate, class_totals, reduce_candidates
-from ..shard import split_rows
+from ..mwu import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
 
 __all__ = ["DaskEngine", "connect_client", "ShardLostError"]
 
@@ -135,12 +134,12 @@ def _listen_host(worker_address: str) -> str:
 class ShardServer:
     """Dask actor holding one shard; answers supersteps over a direct socket."""
 
-    def __init__(self, shard, authkey: bytes):
+    def __init__(self, shard_factory, authkey: bytes):
         from distributed import get_worker
 
-        # A problem may ship a factory instead of a built shard (e.g. a store path and a row
-        # range), so the shard's data is read on the worker and never passes through the driver.
-        self.shard = shard() if callable(shard) else shard
+        # Problems ship a factory (e.g. a store path and a row range), not a built shard: the
+        # shard is built, and its data read, on the worker.
+        self.shard = shard_factory()
         self._listener = Listener((_listen_host(get_worker().address), 0), authkey=authkey)
         self._thread = threading.Thread(target=self._serve, name="mwumkl-shard", daemon=True)
         self._thread.start()
@@ -216,7 +215,7 @@ class DaskEngine:
 
     Parameters
     ----------
-    problem : FeatureProblem or PrecomputedProblem
+    problem : mwumkl_dist.problems.Problem
     client : distributed.Client, scheduler address, or None (local threaded cluster)
     n_shards : int
         Row shards.
@@ -237,11 +236,7 @@ class DaskEngine:
         self._points: dict[int, object] = {}
         self._replayed = 0
         self._config = None
-        # A store-backed problem aligns row shards to its chunks.
-        if hasattr(problem, "row_ranges"):
-            row_ranges = problem.row_ranges(n_shards)
-        else:
-            row_ranges = split_rows(problem.n_samples, n_shards)
+        row_ranges = problem.row_ranges(n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         self.partial = len(kernel_ranges) > 1
         self.blocks = [_Block(r, k) for r in row_ranges for k in kernel_ranges]
@@ -266,9 +261,9 @@ class DaskEngine:
             time.sleep(0.1)
 
     def _start(self, block: _Block, worker: str) -> None:
-        make = getattr(self.problem, "shard_factory", self.problem.make_shard)
-        shard = make(*block.rows, kernels=block.kernels)
-        [data] = self.client.scatter([shard], workers=[worker], hash=False)
+        # The shard is built on the worker from a small factory (a store shard reads its rows there).
+        factory = self.problem.shard_factory(*block.rows, kernels=block.kernels)
+        [data] = self.client.scatter([factory], workers=[worker], hash=False)
         block.actor_future = self.client.submit(
             ShardServer, data, self._authkey, actor=True, workers=[worker], allow_other_workers=True, pure=False
         )
@@ -300,7 +295,7 @@ class DaskEngine:
                 time.sleep(0.5)
         if self._config is not None:
             inv_trace, ridge = self._config
-            self._call(block, "configure", self._kernel_slice(block, inv_trace), ridge)
+            self._call(block, "configure", self._kernel_slice(block, inv_trace), ridge_rows(ridge, *block.rows))
             done = self._picks[: self._replayed]
             if done:
                 self._call(block, "replay", np.asarray(done, dtype=np.int64), self._points)
@@ -356,10 +351,12 @@ class DaskEngine:
                 totals[k] += part
         return exact_to_float(totals)
 
-    def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
+    def configure(self, inv_trace: np.ndarray, ridge) -> None:
+        """``1 / r_i`` and the ridge: a float, or per point (each block gets its rows' values)."""
+        ridge = check_ridge(ridge, self.n_samples)
         self._config = (inv_trace, ridge)
         self._picks, self._points, self._replayed = [], {}, 0
-        self._broadcast("configure", lambda b: (self._kernel_slice(b, inv_trace), ridge))
+        self._broadcast("configure", lambda b: (self._kernel_slice(b, inv_trace), ridge_rows(ridge, *b.rows)))
 
     def _fetch(self, index: int) -> tuple[np.ndarray, object]:
         """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._exact import exact_to_float
-from ..mwu import Candidate, class_totals, reduce_candidates
-from ..shard import split_rows
+from ..mwu import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
 
 __all__ = ["LocalEngine"]
 
@@ -18,20 +17,17 @@ class LocalEngine:
         self.problem = problem
         self.n_samples = problem.n_samples
         self.n_kernels = problem.n_kernels
-        # A store-backed problem aligns row shards to its chunks.
-        if hasattr(problem, "row_ranges"):
-            ranges = problem.row_ranges(n_shards)
-        else:
-            ranges = split_rows(problem.n_samples, n_shards)
-        self.shards = [problem.make_shard(a, b) for a, b in ranges]
+        self.shards = [problem.make_shard(a, b) for a, b in problem.row_ranges(n_shards)]
 
     def traces(self) -> np.ndarray:
         parts = [s.trace_parts() for s in self.shards]
         return exact_to_float([sum(col) for col in zip(*parts)])
 
-    def configure(self, inv_trace: np.ndarray, ridge: float) -> None:
+    def configure(self, inv_trace: np.ndarray, ridge) -> None:
+        """``1 / r_i`` and the ridge: a float, or per point (each shard gets its rows' values)."""
+        ridge = check_ridge(ridge, self.n_samples)
         for s in self.shards:
-            s.configure(inv_trace, ridge)
+            s.configure(inv_trace, ridge_rows(ridge, s.row_offset, s.row_offset + s.n_rows))
 
     @staticmethod
     def _reduce(pairs) -> tuple[Candidate, Candidate]:
@@ -61,3 +57,13 @@ class LocalEngine:
 
     def alpha_counts(self) -> np.ndarray:
         return np.concatenate([s.alpha_counts() for s in self.shards])
+
+    def close(self) -> None:
+        """Drop the shards (nothing else to release in this process)."""
+        self.shards = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

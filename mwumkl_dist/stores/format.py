@@ -1,4 +1,4 @@
-"""Zarr stores: training data and precomputed kernels larger than memory.
+"""The Zarr store format: writing, opening, validating and reading data and kernel stores.
 
 A store is a Zarr (format 3) group in a local directory; its metadata sits in
 the group attributes under ``"mwumkl_dist"`` and is written last, so a write
@@ -23,8 +23,8 @@ a shard.  Stored as ``K[:, j, rows]`` (for a symmetric kernel that is simply
 row ``j``), the columns of one shard are exactly one chunk each when row
 shards follow the ``R``-row chunks, which :meth:`DataStore.row_ranges` and
 :meth:`KernelStore.row_ranges` arrange.  Shards read them through a bounded
-LRU column cache (:class:`ColumnCache`); a fit reports the hit rate as
-``MWUMKLClassifier.cache_info_``.
+LRU column cache (:class:`mwumkl_dist.stores.ColumnCache`); a fit reports the
+hit rate as ``MWUMKLClassifier.cache_info_``.
 
 Integrity: every chunk carries a CRC-32C checksum and missing chunks read as
 NaN (or -1); opening a store checks its metadata, array shapes, label codes,
@@ -32,51 +32,40 @@ that every chunk file exists and (uncompressed kernel chunks) has the right
 size, and every read checks what it got.  Each problem raises
 :class:`StoreError` (a ``ValueError``) naming the store and the problem.
 
-Fitting from a store (the driver reads only the labels; each shard reads its
-own rows on its worker)::
-
-    clf = MWUMKLClassifier(kernels="paper", engine="dask", n_shards=4).fit(DataStore("train.zarr"))
-    clf = MWUMKLClassifier(kernels="precomputed").fit(KernelStore("kernels.zarr", cache_bytes=2**28))
+The problems that fit from a store live in :mod:`mwumkl_dist.stores.problems`.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
 import hashlib
 import json
 import math
 import os
 import shutil
-import sys
 import time
-from collections import OrderedDict
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._exact import exact_column_sums, exact_to_float
-from .io import ZERO_BASED, add_zero_based_argument, load_data
-from .kernels import KernelSet, RandomGaussianBank
-from .problem import chain_safe_ranges
-from .shard import FeatureShard, PrecomputedShard, _ShardBase, as_csr, point_kernel_block, split_rows
+from .._exact import exact_column_sums, exact_to_float
+from ..kernels import KernelSet
+from ..partition import aligned_ranges
+from ..shard import FeatureShard, as_csr
 
 __all__ = [
     "StoreError",
     "DataStore",
     "KernelStore",
-    "ColumnCache",
     "open_store",
     "open_data_store",
     "open_kernel_store",
     "write_data_store",
     "write_kernel_store",
-    "DataStoreProblem",
-    "KernelStoreProblem",
-    "KernelStoreShard",
     "as_store",
-    "merge_cache_stats",
-    "add_store_commands",
+    "DEFAULT_CACHE_BYTES",
+    "DATA_FORMAT",
+    "KERNEL_FORMAT",
+    "STORE_VERSION",
 ]
 
 DATA_FORMAT = "mwumkl_dist-data"
@@ -96,7 +85,7 @@ class StoreError(ValueError):
 
 
 def _package_version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -434,21 +423,6 @@ class _StoreBase:
         return f"{type(self).__name__}({self.path!r})"
 
 
-def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
-    """``n_shards`` contiguous ranges whose boundaries fall on multiples of ``chunk`` when possible."""
-    n_chunks = math.ceil(n / chunk)
-    n_shards = len(split_rows(n, n_shards))  # validates; at most n
-    if n_shards > n_chunks:
-        return split_rows(n, n_shards)
-    bounds = [0]
-    for i in range(1, n_shards):
-        c = round(i * n / n_shards / chunk)  # the chunk boundary nearest the even split
-        c = min(max(c, bounds[-1] + 1), n_chunks - (n_shards - i))  # at least one chunk per shard
-        bounds.append(c)
-    edges = [b * chunk for b in bounds] + [n]
-    return list(zip(edges[:-1], edges[1:]))
-
-
 # ----------------------------------------------------------------------------- data store
 
 
@@ -562,84 +536,36 @@ class DataStore(_StoreBase):
         row = self.read_rows(int(j), int(j) + 1)
         return np.asarray(row.toarray() if sp.issparse(row) else row).ravel()
 
-    def problem_setup(self, kernels):
-        """``(kernel_names, traces, make_problem)`` for :meth:`MWUMKLClassifier.fit`."""
-        from ._bank import BankKernelNames, bank_of
+    def sample_rows(self, size: int, seed: int):
+        """About ``2 * size`` rows and their labels (all of a small store), read whole chunks at a time.
 
-        bank = bank_of(kernels)
-        if bank is not None:
-            traces = np.full(bank.n_kernels, float(self.n_samples))  # K_i(x, x) = 1 exactly: every trace is n
-            return BankKernelNames(bank, self.n_features), traces, lambda y_pm: DataStoreProblem(self, y_pm, bank)
-        kernel_set = KernelSet(kernels, self.n_features)
-        return kernel_set.names(), None, lambda y_pm: DataStoreProblem(self, y_pm, kernel_set)
+        Chunks are taken in a random order (from ``seed``) until they hold
+        ``2 * size`` rows, and returned in row order, so a store sorted by label
+        still gives both classes; ``C="auto"`` cross-validates on such a sample
+        (see :func:`mwumkl_dist.auto.choose_C`).
+
+        Returns
+        -------
+        X : ndarray or CSR matrix, y : ndarray
+        """
+        y = self.y
+        ranges = self.row_ranges(-(-self.n_samples // self.chunk_rows))
+        order = np.random.default_rng(seed).permutation(len(ranges))
+        picked, total = [], 0
+        for i in order:
+            if total >= 2 * size:
+                break
+            picked.append(ranges[i])
+            total += ranges[i][1] - ranges[i][0]
+        picked.sort()
+        blocks = [self.read_rows(a, b) for a, b in picked]
+        X = sp.vstack(blocks, format="csr") if sp.issparse(blocks[0]) else np.concatenate(blocks)
+        return X, np.concatenate([y[a:b] for a, b in picked])
 
     def __repr__(self):
         kind = f"CSR, {self.meta.get('nnz')} non-zeros" if self.sparse else "dense"
         shape = f"{self.n_samples} x {self.n_features}"
         return f"DataStore({self.path!r}: {shape}, {kind}, chunks of {self.chunk_rows} rows)"
-
-
-def _feature_shard_from_store(store: DataStore, start, stop, y, plan):
-    return FeatureShard(store.read_rows(start, stop), y, start, plan)
-
-
-def _bank_shard_from_store(store: DataStore, start, stop, y, bank, kernels):
-    from ._bank import BankShard
-
-    rows = store.read_rows(start, stop)
-    return BankShard(rows.toarray() if sp.issparse(rows) else rows, y, start, bank, kernels)
-
-
-class DataStoreProblem:
-    """A binary problem on a :class:`DataStore`: shards read their own rows (on their worker).
-
-    ``kernels`` is a :class:`KernelSet`, or a :class:`RandomGaussianBank`
-    (evaluated by :class:`mwumkl_dist._bank.BankShard`).
-    """
-
-    def __init__(self, store: DataStore, y, kernels):
-        self.store = store
-        self.y = np.asarray(y, dtype=np.float64)
-        if len(self.y) != store.n_samples:
-            raise ValueError(f"{store.path}: {store.n_samples} rows but {len(self.y)} labels")
-        self.n_samples = store.n_samples
-        self.bank = kernels if isinstance(kernels, RandomGaussianBank) else None
-        self.kernel_set = None if self.bank is not None else kernels
-        self.n_kernels = self.bank.n_kernels if self.bank is not None else len(kernels)
-
-    def _plan(self, kernels):
-        plan = self.kernel_set.plan
-        if kernels is not None and tuple(kernels) != (0, self.n_kernels):
-            plan = KernelSet(self.kernel_set.specs[kernels[0] : kernels[1]], self.kernel_set.n_features).plan
-        return plan
-
-    def shard_factory(self, start: int, stop: int, kernels=None):
-        """A picklable zero-argument callable that reads rows ``[start, stop)`` where it runs."""
-        y = self.y[start:stop].copy()
-        if self.bank is not None:
-            return functools.partial(_bank_shard_from_store, self.store, start, stop, y, self.bank, kernels)
-        return functools.partial(_feature_shard_from_store, self.store, start, stop, y, self._plan(kernels))
-
-    def make_shard(self, start: int, stop: int, kernels=None):
-        return self.shard_factory(start, stop, kernels)()
-
-    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
-        return self.store.row_ranges(n_shards)
-
-    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        if self.bank is not None:
-            return split_rows(self.n_kernels, n_blocks)
-        return chain_safe_ranges(self.kernel_set.plan.square_of, n_blocks)
-
-    def kernel_block(self, p, q):
-        if self.bank is not None:
-            from ._bank import bank_kernel_block
-
-            return bank_kernel_block(self.bank, self.store.n_features, p, q)
-        return point_kernel_block(self.kernel_set.plan, p, q)
-
-    def point(self, j: int) -> np.ndarray:
-        return self.store.point(j)
 
 
 def write_data_store(
@@ -747,68 +673,6 @@ def open_data_store(path, *, verify: bool = True) -> DataStore:
 # ----------------------------------------------------------------------------- kernel store
 
 
-class ColumnCache:
-    """A bounded LRU cache of kernel columns (by global column index).
-
-    Parameters
-    ----------
-    max_bytes : int
-        Largest total size of the cached columns; at least one column is kept.
-    """
-
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES):
-        self.max_bytes = int(max_bytes)
-        self._data: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.nbytes = 0
-        self.hits = self.misses = self.evictions = 0
-        self.bytes_read = 0
-        self.peak_bytes = 0
-
-    def get(self, j: int, load) -> np.ndarray:
-        col = self._data.get(j)
-        if col is not None:
-            self.hits += 1
-            self._data.move_to_end(j)
-            return col
-        self.misses += 1
-        col = load(j)
-        self.bytes_read += col.nbytes
-        self._data[j] = col
-        self.nbytes += col.nbytes
-        while self.nbytes > self.max_bytes and len(self._data) > 1:
-            _, old = self._data.popitem(last=False)
-            self.nbytes -= old.nbytes
-            self.evictions += 1
-        self.peak_bytes = max(self.peak_bytes, self.nbytes)
-        return col
-
-    def stats(self) -> dict:
-        total = self.hits + self.misses
-        return {
-            "hits": self.hits,
-            "misses": self.misses,
-            "evictions": self.evictions,
-            "hit_rate": self.hits / total if total else 0.0,
-            "bytes_read": self.bytes_read,
-            "cache_peak_bytes": self.peak_bytes,
-            "cache_max_bytes": self.max_bytes,
-        }
-
-
-def merge_cache_stats(stats) -> dict | None:
-    """Add up per-shard cache counters (``None`` when no shard keeps a cache)."""
-    stats = [s for s in stats if s and "hits" in s]
-    if not stats:
-        return None
-    out = {k: sum(s[k] for s in stats) for k in ("hits", "misses", "evictions", "bytes_read")}
-    total = out["hits"] + out["misses"]
-    out["hit_rate"] = out["hits"] / total if total else 0.0
-    out["cache_peak_bytes"] = max(s["cache_peak_bytes"] for s in stats)
-    out["cache_max_bytes"] = max(s["cache_max_bytes"] for s in stats)
-    out["n_shards"] = len(stats)
-    return out
-
-
 class KernelStore(_StoreBase):
     """Precomputed kernels in a Zarr kernel store (see the module docstring), opened and validated.
 
@@ -898,82 +762,11 @@ class KernelStore(_StoreBase):
         """Kernel blocks on ``chunk_kernels`` boundaries when possible."""
         return aligned_ranges(self.n_kernels, self.chunk_kernels, n_blocks)
 
-    def problem_setup(self, kernels):
-        """``(kernel_names, traces, make_problem)`` for :meth:`MWUMKLClassifier.fit`."""
-        return self.kernel_names, self.traces, lambda y_pm: KernelStoreProblem(self, y_pm)
-
     def __repr__(self):
         return (
             f"KernelStore({self.path!r}: {self.n_kernels} kernels x {self.n_samples} x {self.n_samples}, "
             f"{self.nbytes / 2**30:.2f} GiB, chunks of {self.chunk_rows} rows)"
         )
-
-
-class KernelStoreShard(PrecomputedShard):
-    """Rows ``[row_offset, row_offset + n_rows)`` x kernels ``[k0, k1)`` of a :class:`KernelStore`.
-
-    A :class:`~mwumkl_dist.shard.PrecomputedShard` (same superstep, same
-    numbers) whose columns come from the store through a :class:`ColumnCache`
-    instead of from an array in memory; it holds only its ``V`` block, its
-    diagonal and the cached columns.
-    """
-
-    def __init__(self, store: KernelStore, y, row_offset: int, kernels: tuple[int, int] | None = None):
-        k0, k1 = (0, store.n_kernels) if kernels is None else (int(kernels[0]), int(kernels[1]))
-        _ShardBase.__init__(self, y, row_offset, k1 - k0)
-        self.K = None  # nothing in memory: see _column
-        self.store = store
-        self.rows = (self.row_offset, self.row_offset + self.n_rows)
-        self.kernels = (k0, k1)
-        self.cache = ColumnCache(store.cache_bytes)
-        self._diag = store.read_diag(self.rows, self.kernels)
-
-    def diagonal(self) -> np.ndarray:
-        return self._diag
-
-    def _load(self, j: int) -> np.ndarray:
-        return self.store.read_columns(j, self.rows, self.kernels)
-
-    def _column(self, j: int) -> np.ndarray:
-        return self.cache.get(int(j), self._load)
-
-    def stats(self) -> dict:
-        return self.cache.stats()
-
-
-class KernelStoreProblem:
-    """A binary problem on a :class:`KernelStore` (``kernels="precomputed"``)."""
-
-    def __init__(self, store: KernelStore, y):
-        self.store = store
-        self.y = np.asarray(y, dtype=np.float64)
-        if len(self.y) != store.n_samples:
-            raise ValueError(f"{store.path}: {store.n_samples} rows but {len(self.y)} labels")
-        self.n_samples = store.n_samples
-        self.n_kernels = store.n_kernels
-        self._diag = None
-
-    def shard_factory(self, start: int, stop: int, kernels=None):
-        return functools.partial(KernelStoreShard, self.store, self.y[start:stop].copy(), start, kernels)
-
-    def make_shard(self, start: int, stop: int, kernels=None) -> KernelStoreShard:
-        return self.shard_factory(start, stop, kernels)()
-
-    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
-        return self.store.row_ranges(n_shards)
-
-    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        return self.store.kernel_ranges(n_blocks)
-
-    def kernel_block(self, p, q):
-        p, q = int(p), int(q)
-        if self._diag is None:  # (n, m): small next to K; read once
-            self._diag = self.store.read_diag((0, self.n_samples), (0, self.n_kernels))
-        kpq = self.store.read_columns(q, (p, p + 1), (0, self.n_kernels))[0]  # K_i[p, q]: column q, row p
-        return self._diag[p].copy(), self._diag[q].copy(), kpq
-
-    def point(self, j: int) -> int:
-        return int(j)
 
 
 def _column_block_size(m: int, n: int) -> int:
@@ -1032,53 +825,12 @@ def write_kernel_store(
     codes, classes, label_dtype = _encode_labels(y)
     n = len(codes)
     if K is not None:
-        mats = [K[i] for i in range(len(K))] if not hasattr(K, "ndim") or K.ndim == 3 else None
-        if mats is None:
-            raise ValueError(f"K must be (m, n, n) or a sequence of (n, n) arrays, got shape {K.shape}")
-        for i, k in enumerate(mats):
-            if getattr(k, "ndim", None) != 2 or tuple(k.shape) != (n, n):
-                shape = getattr(k, "shape", None)
-                raise ValueError(f"kernel {i} has shape {shape}, expected ({n}, {n}) for {n} labels")
-        m = len(mats)
-        names = list(kernel_names) if kernel_names is not None else [f"precomputed[{i}]" for i in range(m)]
-        if len(names) != m:
-            raise ValueError(f"{len(names)} kernel names for {m} kernels")
-        n_features = None
-
-        def columns(c0, c1):  # (m, c1 - c0, n): columns c0..c1-1 of each kernel
-            out = np.empty((m, c1 - c0, n))
-            for i, k in enumerate(mats):
-                out[i] = np.asarray(k[:, c0:c1], dtype=np.float64).T
-            return out
-
+        names, columns = _given_kernel_columns(K, n, kernel_names)
+        n_features, sha = None, None  # hashed from the kernel blocks as they are written
     else:
-        if kernels is None:
-            raise ValueError("X needs kernels (a spec string or kernel objects)")
-        if isinstance(kernels, str) and kernels.strip().lower() == "precomputed":
-            raise ValueError("kernels='precomputed' cannot be computed from X; pass K instead")
-        Xc = as_csr(X)
-        if not np.all(np.isfinite(Xc.data)):
-            raise ValueError("features contain NaN or infinity")
-        if Xc.shape[0] != n:
-            raise ValueError(f"{Xc.shape[0]} rows but {n} labels")
-        kernel_set = KernelSet(kernels, Xc.shape[1])
-        m = len(kernel_set)
-        names = kernel_set.names()
-        n_features = Xc.shape[1]
-        shard = FeatureShard(Xc, np.ones(n), 0, kernel_set.plan)
-        dense_rows = Xc
-
-        def columns(c0, c1):
-            out = np.empty((m, c1 - c0, n))
-            for j in range(c0, c1, 2):
-                p = np.asarray(dense_rows[j].toarray()).ravel()
-                q = np.asarray(dense_rows[min(j + 1, c1 - 1)].toarray()).ravel()
-                colp, colq = shard.raw_columns(p, q)
-                out[:, j - c0, :] = colp.T
-                if j + 1 < c1:
-                    out[:, j + 1 - c0, :] = colq.T
-            return out
-
+        names, columns, Xc = _computed_kernel_columns(X, kernels, n)
+        n_features, sha = Xc.shape[1], _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
+    m = len(names)
     if n < 1 or m < 1:
         raise ValueError("need at least one point and one kernel")
     mc = m if chunk_kernels is None else min(int(chunk_kernels), m)
@@ -1086,35 +838,11 @@ def write_kernel_store(
     _prepare_output(path, overwrite)
     if source is not None:
         sha = _sha256_file(os.fspath(source))
-    elif X is not None:
-        sha = _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
-    else:
-        sha = None  # hashed from the kernel blocks as they are written
-
-    zarr = _zarr()
-    group = zarr.open_group(path, mode="w", zarr_format=3)
-    Ka = _create(group, "K", (m, n, n), (mc, 1, R), np.float64, compress=False)
     hasher = hashlib.sha256() if sha is None else None
-    diag = np.empty((m, n))
-    B = _column_block_size(m, n)
+    group = _zarr().open_group(path, mode="w", zarr_format=3)
     try:
-        for c0 in range(0, n, B):
-            c1 = min(n, c0 + B)
-            block = columns(c0, c1)
-            if not np.all(np.isfinite(block)):
-                raise ValueError(f"kernel values of columns {c0}..{c1 - 1} contain NaN or infinity")
-            idx = np.arange(c0, c1)
-            diag[:, c0:c1] = block[:, idx - c0, idx]
-            if hasher is not None:
-                hasher.update(block.tobytes())
-            Ka[:, c0:c1, :] = block
-            if progress is not None:
-                progress(c1, n)
-        da = _create(group, "diag", (m, n), (mc, R), np.float64, compress=False)
-        da[:] = diag
-        ya = _create(group, "y", (n,), (R,), np.int32, compress=True)
-        ya[:] = codes
-        traces = exact_to_float(exact_column_sums(diag.T))
+        diag = _write_kernel_columns(group, columns, (m, n, mc, R), hasher, progress)
+        _create(group, "y", (n,), (R,), np.int32, compress=True)[:] = codes
         meta = {
             "format": KERNEL_FORMAT,
             "format_version": STORE_VERSION,
@@ -1123,7 +851,7 @@ def write_kernel_store(
             "n_kernels": m,
             "n_features": n_features,
             "kernel_names": names,
-            "traces": traces.tolist(),
+            "traces": exact_to_float(exact_column_sums(diag.T)).tolist(),
             "classes": classes,
             "label_dtype": label_dtype,
             "chunk_rows": R,
@@ -1138,6 +866,80 @@ def write_kernel_store(
         shutil.rmtree(path, ignore_errors=True)  # never leave a half-written store behind
         raise
     return KernelStore(path)
+
+
+def _given_kernel_columns(K, n: int, kernel_names):
+    """Names and a column-block reader of user kernels ``K`` (``(m, n, n)`` or ``m`` arrays ``(n, n)``)."""
+    mats = [K[i] for i in range(len(K))] if not hasattr(K, "ndim") or K.ndim == 3 else None
+    if mats is None:
+        raise ValueError(f"K must be (m, n, n) or a sequence of (n, n) arrays, got shape {K.shape}")
+    for i, k in enumerate(mats):
+        if getattr(k, "ndim", None) != 2 or tuple(k.shape) != (n, n):
+            shape = getattr(k, "shape", None)
+            raise ValueError(f"kernel {i} has shape {shape}, expected ({n}, {n}) for {n} labels")
+    m = len(mats)
+    names = list(kernel_names) if kernel_names is not None else [f"precomputed[{i}]" for i in range(m)]
+    if len(names) != m:
+        raise ValueError(f"{len(names)} kernel names for {m} kernels")
+
+    def columns(c0, c1):  # (m, c1 - c0, n): columns c0..c1-1 of each kernel
+        out = np.empty((m, c1 - c0, n))
+        for i, k in enumerate(mats):
+            out[i] = np.asarray(k[:, c0:c1], dtype=np.float64).T
+        return out
+
+    return names, columns
+
+
+def _computed_kernel_columns(X, kernels, n: int):
+    """Names, a column-block evaluator and the CSR rows of ``kernels`` on features ``X``."""
+    if kernels is None:
+        raise ValueError("X needs kernels (a spec string or kernel objects)")
+    if isinstance(kernels, str) and kernels.strip().lower() == "precomputed":
+        raise ValueError("kernels='precomputed' cannot be computed from X; pass K instead")
+    Xc = as_csr(X)
+    if not np.all(np.isfinite(Xc.data)):
+        raise ValueError("features contain NaN or infinity")
+    if Xc.shape[0] != n:
+        raise ValueError(f"{Xc.shape[0]} rows but {n} labels")
+    kernel_set = KernelSet(kernels, Xc.shape[1])
+    m = len(kernel_set)
+    shard = FeatureShard(Xc, np.ones(n), 0, kernel_set.plan)
+
+    def columns(c0, c1):
+        out = np.empty((m, c1 - c0, n))
+        for j in range(c0, c1, 2):
+            p = np.asarray(Xc[j].toarray()).ravel()
+            q = np.asarray(Xc[min(j + 1, c1 - 1)].toarray()).ravel()
+            colp, colq = shard.raw_columns(p, q)
+            out[:, j - c0, :] = colp.T
+            if j + 1 < c1:
+                out[:, j + 1 - c0, :] = colq.T
+        return out
+
+    return kernel_set.names(), columns, Xc
+
+
+def _write_kernel_columns(group, columns, sizes, hasher, progress) -> np.ndarray:
+    """Write ``K`` one block of columns at a time, then ``diag``; returns the diagonal ``(m, n)``."""
+    m, n, mc, R = sizes
+    Ka = _create(group, "K", (m, n, n), (mc, 1, R), np.float64, compress=False)
+    diag = np.empty((m, n))
+    B = _column_block_size(m, n)
+    for c0 in range(0, n, B):
+        c1 = min(n, c0 + B)
+        block = columns(c0, c1)
+        if not np.all(np.isfinite(block)):
+            raise ValueError(f"kernel values of columns {c0}..{c1 - 1} contain NaN or infinity")
+        idx = np.arange(c0, c1)
+        diag[:, c0:c1] = block[:, idx - c0, idx]
+        if hasher is not None:
+            hasher.update(block.tobytes())
+        Ka[:, c0:c1, :] = block
+        if progress is not None:
+            progress(c1, n)
+    _create(group, "diag", (m, n), (mc, R), np.float64, compress=False)[:] = diag
+    return diag
 
 
 def open_kernel_store(path, *, cache_bytes: int = DEFAULT_CACHE_BYTES, verify: bool = True) -> KernelStore:
@@ -1165,161 +967,3 @@ def open_store(path, **kwargs) -> DataStore | KernelStore:
 def as_store(X) -> DataStore | KernelStore | None:
     """``X`` when it is a store object, else None."""
     return X if isinstance(X, (DataStore, KernelStore)) else None
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def add_store_commands(subparsers, parents=()) -> argparse.ArgumentParser:
-    """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser.
-
-    Handlers raise ``ValueError`` / ``OSError`` with one-line messages (printed
-    by the CLI's ``main`` as ``mwumkl-dist: error: ...``).
-    """
-    from .cli import _positive_int  # the CLI's argument types (imported late: cli imports this module)
-
-    p = subparsers.add_parser(
-        "store",
-        parents=list(parents),
-        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
-        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
-    )
-    sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
-    d = sub.add_parser(
-        "data",
-        parents=list(parents),
-        help="features and labels, chunked by rows",
-        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows.",
-    )
-    d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
-    add_zero_based_argument(d)
-    d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
-    d.add_argument("--chunk-rows", type=_positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
-    d.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
-    d.set_defaults(func=cmd_store_data)
-
-    k = sub.add_parser(
-        "kernels",
-        parents=list(parents),
-        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
-        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
-        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
-    )
-    src = k.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
-    src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
-    k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
-    add_zero_based_argument(k)
-    k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
-    k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
-    k.add_argument("--chunk-rows", type=_positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
-    k.add_argument(
-        "--chunk-kernels", type=_positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
-    )
-    k.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    k.set_defaults(func=cmd_store_kernels)
-
-    i = sub.add_parser(
-        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
-    )
-    i.add_argument("path", metavar="DIR.zarr")
-    i.set_defaults(func=cmd_store_info)
-    p.set_defaults(func=_store_usage)
-    return p
-
-
-def _store_usage(args) -> int:
-    raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
-
-
-def cmd_store_data(args) -> int:
-    """``store data``: load a data file and write it to a data store."""
-
-    X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
-    store = write_data_store(
-        args.output, X, y, chunk_rows=args.chunk_rows, source=args.input, overwrite=args.overwrite,
-        compress=args.compress,
-    )  # fmt: skip
-    kind = "CSR" if store.sparse else "dense"
-    print(
-        f"data store written to {store.path}: {store.n_samples} points, {store.n_features} features, {kind}, "
-        f"{len(store.classes)} classes, chunks of {store.chunk_rows} rows"
-    )
-    return 0
-
-
-def _load_labels(path: str) -> np.ndarray:
-    if path.endswith(".npy"):
-        y = np.load(path, allow_pickle=False)
-    else:
-        with open(path, encoding="utf-8") as fh:
-            y = np.asarray([line.strip() for line in fh if line.strip()])
-        try:
-            y = y.astype(np.float64)
-        except ValueError:
-            pass
-    if y.ndim != 1:
-        raise ValueError(f"{path}: labels must be a 1-d array, got shape {y.shape}")
-    return y
-
-
-def cmd_store_kernels(args) -> int:
-    """``store kernels``: compute kernels from data, or copy .npy kernels, into a kernel store."""
-    show = sys.stderr.isatty()
-
-    def progress(done, total):
-        if show:
-            print(f"\r{done}/{total} columns", end="", file=sys.stderr, flush=True)
-
-    if args.input is not None:
-        if args.labels is not None:
-            raise ValueError("--labels goes with --npy; --input files carry their labels")
-        if not args.kernels:
-            raise ValueError("--input needs --kernels (e.g. --kernels paper)")
-        X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
-        store = write_kernel_store(
-            args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows, chunk_kernels=args.chunk_kernels,
-            source=args.input, overwrite=args.overwrite, progress=progress,
-        )  # fmt: skip
-    else:
-        if args.kernels is not None:
-            raise ValueError("--kernels goes with --input; .npy kernels are already computed")
-        if args.labels is None:
-            raise ValueError("--npy needs --labels FILE")
-        mats, names = [], []
-        for f in args.npy:
-            try:
-                arr = np.load(f, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"{f}: cannot read as a .npy array ({exc})") from None
-            if arr.ndim == 2:
-                mats.append(arr)
-                names.append(os.path.basename(f))
-            elif arr.ndim == 3:
-                mats.extend(arr[i] for i in range(arr.shape[0]))
-                names.extend(f"{os.path.basename(f)}[{i}]" for i in range(arr.shape[0]))
-            else:
-                raise ValueError(f"{f}: expected an (n, n) or (m, n, n) array, got shape {arr.shape}")
-        store = write_kernel_store(
-            args.output, _load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
-            chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
-        )  # fmt: skip
-    if show:
-        print(file=sys.stderr)
-    print(
-        f"kernel store written to {store.path}: {store.n_kernels} kernels on {store.n_samples} points "
-        f"({store.nbytes / 2**20:.1f} MiB), chunks of {store.chunk_rows} rows"
-    )
-    return 0
-
-
-def cmd_store_info(args) -> int:
-    """``store info``: validate a store and print its metadata."""
-    store = open_store(args.path)
-    print(repr(store))
-    for key, value in store.meta.items():
-        if key == "kernel_names" and len(value) > 12:
-            value = value[:12] + [f"... {len(value) - 12} more"]
-        print(f"  {key}: {value}")
-    return 0

@@ -1,0 +1,368 @@
+"""The automatic choices: ``epsilon="auto"``, ``C="auto"``, whether a fit ends with the exact polish.
+
+Each is a function of explicit arguments, used by the estimator's fit driver
+(:mod:`mwumkl_dist.fitting`) and by the command line to say in advance what a
+fit will do.  Also here: the warning for a user's ``epsilon`` (or ``max_iter``)
+that gives far too few iterations for an unpolished fit, and ``random_state``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import mwu
+from .polish import polish_budget_ok
+from .weights import score_weights, weighted_error
+
+__all__ = [
+    "AUTO_EPS_POLISHED",
+    "AUTO_EPS",
+    "AUTO_T_FRACTION",
+    "FEW_T_FRACTION",
+    "AUTO_C_GRID",
+    "AUTO_C_POINTS",
+    "AUTO_C_STORE",
+    "FewIterationsWarning",
+    "IterationPlan",
+    "random_seed",
+    "will_polish",
+    "auto_epsilon",
+    "plan_iterations",
+    "stratified_rows",
+    "fold_params",
+    "choose_C",
+    "AUTO_SELECTIVITY_GRID",
+    "AUTO_SELECTIVITY_START",
+    "AUTO_SELECTIVITY_STORE",
+    "check_selectivity",
+    "solver_selectivity",
+]
+
+logger = logging.getLogger("mwumkl_dist")
+
+#: ``epsilon="auto"`` when the exact polish follows (the MWU then only has to find the weights) ...
+AUTO_EPS_POLISHED = 0.2
+#: ... and when the MWU solution is the model (large data): at most 0.1 (2-6x more accurate than 0.2 on a9a /
+#: cod-rna), and small enough for T >= AUTO_T_FRACTION * n iterations (see :func:`auto_epsilon`).
+AUTO_EPS = 0.1
+AUTO_T_FRACTION = 0.2
+#: An unpolished fit with fewer than ``FEW_T_FRACTION * n`` iterations (half the automatic rule's) warns:
+#: ``epsilon=0.1`` gives T = 0.064 n on a9a (32561 points, 23.7 % test error, worse than the majority
+#: class) and 0.037 n on cod-rna (44.4 %); T = 0.05 n gives 34 % on Adult, against 14.6 % at 0.22 n.
+FEW_T_FRACTION = 0.1
+#: ``C="auto"`` chooses the size-relative ``C`` from these ...
+AUTO_C_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+#: ... by cross-validation on a stratified subsample of at most this many training rows.
+AUTO_C_POINTS = 4000
+#: ``C="auto"`` for a fit from a kernel store (its rows are not sampled): suits large noisy data (a9a, cod-rna).
+AUTO_C_STORE = 1.0
+#: ``selectivity="auto"`` tries these (0: uniform weights; 300: about the sparsity of the exact MKL optimum
+#: for hundreds of kernels at epsilon 0.2) at the C that cross-validation chose ...
+AUTO_SELECTIVITY_GRID = (0.0, 30.0, 100.0, 300.0)
+#: ... and chooses C with this one: on E6's synthetic problems (4 relevant of 30 features, 360 kernels) 100 puts
+#: 0.5-0.95 of the weight on the relevant kernels without collapsing onto one kernel as 300 can at large C.
+AUTO_SELECTIVITY_START = 100.0
+#: ``selectivity="auto"`` for a fit from a kernel store (nothing is cross-validated there).
+AUTO_SELECTIVITY_STORE = 100.0
+
+
+class FewIterationsWarning(UserWarning):
+    """The given ``epsilon`` or ``max_iter`` gives far too few iterations for an unpolished fit."""
+
+
+def random_seed(random_state) -> int:
+    """The integer seed a fit uses for ``random_state`` (an int, a ``RandomState`` or None).
+
+    An int is used as it is (so ``random_state=0`` gives the same folds and
+    samples every time); a ``RandomState`` draws one seed (advancing it, as
+    scikit-learn estimators do); None draws one from numpy's global generator.
+    """
+    if isinstance(random_state, (bool, np.bool_)):
+        raise ValueError(f"random_state must be an int, a numpy RandomState or None, got {random_state!r}")
+    if isinstance(random_state, numbers.Integral):
+        if not 0 <= random_state < 2**32:
+            raise ValueError(f"random_state must be in [0, 2**32 - 1], got {random_state!r}")
+        return int(random_state)
+    if random_state is None or isinstance(random_state, np.random.RandomState):
+        from sklearn.utils import check_random_state  # None: numpy's global RandomState
+
+        return int(check_random_state(random_state).randint(2**31))
+    raise ValueError(f"random_state must be an int, a numpy RandomState or None, got {random_state!r}")
+
+
+def will_polish(polish, n_samples: int, n_kernels: int, *, in_memory: bool = True, C=None) -> bool:
+    """Whether a fit ends with the exact polish (see the estimator's ``polish``).
+
+    ``C`` is the given constant, or None for ``C="auto"``; ``in_memory`` is
+    False for a fit from a store (the polish needs the data in memory).
+    """
+    if polish is False or not in_memory or (C is not None and np.isinf(C)):
+        return False
+    return polish is True or polish_budget_ok(n_samples, n_kernels)
+
+
+def auto_epsilon(n_samples: int, rho: float, *, polished: bool) -> float:
+    """``epsilon="auto"``: :data:`AUTO_EPS_POLISHED` when the polish re-solves the SVM; else the largest
+    ``epsilon <= AUTO_EPS`` that gives ``T >= AUTO_T_FRACTION * n`` iterations (and at most ``rho``).
+
+    Without the polish the MWU dual is the model, and on noisy data it is only
+    good once the iterations have placed weight on a good part of the points:
+    on Adult (39073 points, 3 kernels, C=1) ``T = 0.05 n`` gives 34 % test error,
+    ``0.11 n`` 21 % and ``0.22 n`` 14.6 %, while a fixed ``epsilon`` gives
+    ``T ~ ln n``.  The rule costs ``O(n)`` iterations (``O(m n^2)`` time);
+    pass an ``epsilon`` for a faster, rougher fit.
+    """
+    rho = float(rho)
+    if polished:
+        return min(AUTO_EPS_POLISHED, rho)
+    n = max(n_samples, 2)
+    # T = 8 rho^2 / eps^2 ln n >= f n  <=>  eps <= sqrt(8 rho^2 ln n / (f n)).
+    by_size = np.sqrt(8.0 * rho**2 * np.log(n) / (AUTO_T_FRACTION * n))
+    return float(min(AUTO_EPS, by_size, rho))
+
+
+@dataclass(frozen=True)
+class IterationPlan:
+    """What a fit will run: ``epsilon``, ``n_iter`` iterations, whether it ends with the polish.
+
+    ``warning`` is the :class:`FewIterationsWarning` message, or None.
+    """
+
+    epsilon: float
+    n_iter: int
+    polished: bool
+    warning: str | None = None
+
+
+def plan_iterations(
+    *, epsilon, max_iter, rho: float, polish, C, n_samples: int, n_kernels: int, in_memory: bool = True
+) -> IterationPlan:
+    """The epsilon and iteration count of a fit, as the estimator resolves them.
+
+    Parameters
+    ----------
+    epsilon : float or "auto"
+    max_iter : int or None
+    rho : float
+    polish : {"auto", True, False}
+    C : float, or "auto" / None
+    n_samples, n_kernels : int
+    in_memory : bool
+        False for a fit from a store.
+    """
+    C = None if isinstance(C, str) or C is None else float(C)
+    polished = will_polish(polish, n_samples, n_kernels, in_memory=in_memory, C=C)
+    automatic = auto_epsilon(n_samples, rho, polished=polished)
+    given = not (isinstance(epsilon, str) and epsilon == "auto")
+    eps = float(epsilon) if given else automatic
+    mwu.eps_prime(eps, rho)  # e.g. rho < 0.1 leaves no room for the automatic value
+    n_iter = int(max_iter) if max_iter is not None else mwu.iteration_count(eps, rho, n_samples)
+    warning = None
+    if (given or max_iter is not None) and not polished and n_iter < FEW_T_FRACTION * n_samples:
+        warning = _few_iterations_message(n_iter, n_samples, eps, rho, max_iter, automatic)
+    return IterationPlan(eps, n_iter, polished, warning)
+
+
+def _few_iterations_message(n_iter, n_samples, eps, rho, max_iter, automatic) -> str:
+    needed = mwu.iteration_count(automatic, rho, n_samples)
+    cause = f"max_iter={max_iter}" if max_iter is not None else f"epsilon={eps:g}"
+    fix = "leave max_iter unset (epsilon='auto')" if max_iter is not None else "use epsilon='auto'"
+    return (
+        f"{cause} gives {n_iter} iteration{'s' * (n_iter != 1)} for {n_samples} training points, far fewer than "
+        f"an unpolished fit needs on noisy data (about n / 5 = {int(AUTO_T_FRACTION * n_samples)}; epsilon=0.1 "
+        f"on a9a's 32561 points gives 23.7 % test error, worse than the majority class): {fix}, "
+        f"i.e. epsilon={automatic:.3g} with {needed} iterations"
+    )
+
+
+def stratified_rows(y, size: int, seed: int) -> np.ndarray:
+    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
+    if len(y) <= size:
+        return np.arange(len(y))
+    from sklearn.model_selection import train_test_split
+
+    try:
+        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
+    except ValueError:  # a class with a single member cannot be stratified
+        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
+    return np.sort(rows)
+
+
+def fold_params(estimator, *, polished: bool, iterations_per_point: float | None = None, n_train: int = 0) -> dict:
+    """The parameters of a cross-validation fold's fit: ``estimator``'s, local and quiet, ``C`` size-relative.
+
+    Used by ``C="auto"`` and by ``probability=True``'s held-out decision values;
+    a fold fit never cross-validates probabilities itself.  With
+    ``iterations_per_point`` a fold on ``n_train`` points runs that many
+    iterations per point (``max_iter``), as many as the final fit: an
+    unpolished MWU model depends on ``T / n`` (with too few iterations per point
+    its dual stays on a few points and, with class weights, its bias drifts to
+    the class of smaller ridge), so a fold with the fold's own ``T`` would be
+    judged in another regime than the final fit.
+    """
+    matched = {}
+    if iterations_per_point is not None:
+        matched["max_iter"] = max(1, math.ceil(iterations_per_point * n_train))
+    return {
+        **estimator.get_params(),
+        "polish": polished,
+        "scale_C": True,
+        "engine": "local",
+        "n_shards": 1,
+        "n_kernel_shards": 1,
+        "checkpoint": None,
+        "callback": None,
+        "verbose": 0,
+        "probability": False,
+        **matched,
+    }
+
+
+def check_selectivity(selectivity):
+    """``selectivity`` as the estimator takes it: "auto", "paper", "exact" (also ``np.inf``) or a real ``>= 0``."""
+    if isinstance(selectivity, str):
+        if selectivity in ("auto", "paper", "exact"):
+            return selectivity
+        raise ValueError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
+    if isinstance(selectivity, (bool, np.bool_)) or not isinstance(selectivity, numbers.Real):
+        raise TypeError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
+    value = float(selectivity)
+    if np.isnan(value) or value < 0:
+        raise ValueError(f"selectivity must be >= 0 (0: uniform weights, np.inf: the exact optimum), got {value!r}")
+    return "exact" if np.isinf(value) else value
+
+
+def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | None:
+    """What :func:`mwumkl_dist.mwu.solve` takes for a checked, non-"auto" ``selectivity``.
+
+    "paper": None (the published absolute scale); "exact": :func:`mwumkl_dist.mwu.exact_selectivity`,
+    the sparsity of the MKL problem's own optimum at precision ``epsilon``; a number: itself.
+    """
+    if selectivity == "paper":
+        return None
+    if selectivity == "exact":
+        return mwu.exact_selectivity(epsilon, n_kernels)
+    return float(selectivity)
+
+
+def choose_C(
+    estimator,
+    data,
+    *,
+    polished: bool,
+    seed: int,
+    verbose: int = 0,
+    sample_weight=None,
+    iterations_per_point=None,
+    choose_selectivity: bool = False,
+) -> tuple[float, object, dict, dict]:
+    """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
+    selectivity of :data:`AUTO_SELECTIVITY_GRID` with the best cross-validated error.
+
+    A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
+    (when ``estimator.C`` is "auto"), with the estimator's own selectivity or
+    :data:`AUTO_SELECTIVITY_START` when that is "auto"; then, with
+    ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
+    small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
+    training points from winning the margin, so each is judged with the other
+    near its final value.  Ties go to the smaller ``C`` and the less selective.
+
+    Each candidate is scored by stratified 3-fold cross-validation of
+    ``estimator``'s class with its parameters (same kernels, ``epsilon`` and
+    ``rho``) on at most :data:`AUTO_C_POINTS` training rows (drawn with
+    ``seed``; a data store's rows are read as whole chunks in a random order
+    first), with the polish on or off as the final fit will have it: the
+    candidates are judged in the regime they will be used in.  A kernel store
+    is not sampled: :data:`AUTO_C_STORE` and :data:`AUTO_SELECTIVITY_STORE`.
+    With sample or class weights the folds are fitted with them and scored by
+    the weighted error (:func:`mwumkl_dist.weights.score_weights`: the
+    balanced error for ``class_weight="balanced"``).
+
+    Parameters
+    ----------
+    estimator : MWUMKLClassifier
+        Its parameters configure the fold fits.
+    data : mwumkl_dist.problems.TrainingInput
+    polished : bool
+        Whether the final fit ends with the exact polish.
+    seed : int
+    verbose : int
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive weights of ``data``'s points (an in-memory input: its own cross-validation input).
+    iterations_per_point : float, optional
+        Run the folds at the final fit's ``T / n`` (see :func:`fold_params`);
+        None: each fold resolves ``epsilon`` for its own size.
+    choose_selectivity : bool
+        Also choose the selectivity (else it is the estimator's).
+
+    Returns
+    -------
+    C : float
+    selectivity : float or str
+    C_path, selectivity_path : dict
+        The cross-validated error of each candidate (empty when none was cross-validated).
+    """
+    # The folds take C relative to their size (fold_params sets scale_C): convert an absolute one.
+    per_point = 1 if estimator.scale_C else data.n_samples
+    given_C = None if isinstance(estimator.C, str) else float(estimator.C) / per_point
+    own = check_selectivity(estimator.selectivity)
+    start = AUTO_SELECTIVITY_START if own == "auto" else own
+    cv = data.cross_validation_input(AUTO_C_POINTS, seed)
+    if cv is None:
+        C = AUTO_C_STORE if given_C is None else given_C
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}
+    rows = stratified_rows(cv.y, AUTO_C_POINTS, seed)
+    ys = cv.y[rows]
+    n_folds = int(min(3, np.unique(ys, return_counts=True)[1].min()))
+    if n_folds < 2:
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}
+    from sklearn.model_selection import StratifiedKFold
+
+    folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
+    scoring = score_weights(cv.y, estimator.class_weight, sample_weight)  # class_weight: checked by the fit
+    # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
+    # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
+    cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
+    fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
+
+    def score(C, selectivity) -> float:
+        error = 0.0
+        for (a, b), kept in zip(folds, fold_kernels):
+            train, test = rows[a], rows[b]
+            X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
+            params = fold_params(estimator, polished=polished, iterations_per_point=iterations_per_point,
+                                 n_train=len(train))  # fmt: skip
+            fold = type(estimator)(**{**params, **kernel_params, "C": C, "selectivity": selectivity})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
+                fold.fit(X_train, cv.y[train], sample_weight=None if sample_weight is None else sample_weight[train])
+            if fold.interrupted_:  # Ctrl-C inside a fold: a half-run fold must not score a candidate
+                raise mwu.FitInterrupted("interrupted while choosing C by cross-validation; nothing was fitted")
+            test_weights = None if scoring is None else scoring[test]
+            error += weighted_error(fold.predict(X_test), cv.y[test], test_weights) / len(folds)
+        if verbose:
+            logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
+        return error
+
+    C, C_path = given_C, {}
+    if C is None:
+        C_path = {c: score(c, start) for c in AUTO_C_GRID}
+        C = _first_best(C_path)
+    selectivity, selectivity_path = start, {}
+    if choose_selectivity and len(cv.kernel_names) > 1:
+        for s in AUTO_SELECTIVITY_GRID:
+            selectivity_path[s] = C_path[C] if (s == start and C in C_path) else score(C, s)
+        selectivity = _first_best(selectivity_path)
+    return float(C), selectivity, C_path, selectivity_path
+
+
+def _first_best(path: dict):
+    """The first candidate (smallest C, least selective) within 1e-12 of the lowest error."""
+    errors = np.array(list(path.values()))
+    return list(path)[int(np.flatnonzero(errors <= errors.min() + 1e-12)[0])]

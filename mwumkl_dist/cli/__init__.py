@@ -1,0 +1,104 @@
+"""The ``mwumkl-dist`` command-line tool (also ``python -m mwumkl_dist``).
+
+Commands: ``demo`` (fit on scikit-learn's breast-cancer data and show the
+kernel weights), ``fit``, ``predict`` and ``evaluate`` (:mod:`.model`), and
+``store data|kernels|info`` (:mod:`.store`).  Bad input ends with one line
+``mwumkl-dist: error: ...`` on stderr: exit code 2 for a bad command line, 1
+for a problem found while running, 130 when interrupted (``fit`` still saves
+the iterations done).  ``--debug`` shows the traceback instead.
+
+The package's other modules never import this one: the command line sits on
+top of the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from .. import __version__
+from ..io import SUPPORTED_EXTENSIONS
+from .args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
+from .model import add_model_commands
+from .store import add_store_commands
+
+__all__ = ["main", "build_parser"]
+
+#: Errors of bad input or of the environment: reported by their message alone.
+_EXPECTED = (ValueError, TypeError, OSError, MemoryError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mwumkl-dist``: one subparser per command."""
+    parser = Parser(
+        prog=PROG,
+        description="Multiple kernel learning by matrix multiplicative weights (MWUMKL).",
+        epilog=f"Data files: {', '.join(SUPPORTED_EXTENSIONS)} (text formats also .gz/.bz2); "
+        "the label is the last column of CSV and .npy files.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks instead of one line")
+
+    # Accepted after the command name too; SUPPRESS keeps the main parser's default.
+    common = Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    add_model_commands(sub, common)
+    add_store_commands(sub, [common])
+    return parser
+
+
+def _one_line(message) -> str:
+    return " ".join(str(message).split())
+
+
+def _fail(message, code: int) -> int:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+    return code
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """Run ``mwumkl-dist`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail(exc, 2)
+    if args.command is None:
+        return _fail(f"choose a command: demo, fit, predict, evaluate or store (see '{PROG} --help')", 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            return int(args.func(args) or 0)
+    except UsageError as exc:
+        return _fail(f"{exc} (see '{PROG} {args.command} --help')", 2)
+    except CommandError as exc:
+        return _fail(exc, exc.code)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader (e.g. `head`) went away: silence the flush at exit (the Python docs' recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, _EXPECTED):
+            return _fail(exc, 1)
+        return _fail(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Argument types, the parser class and the errors of the ``mwumkl-dist`` command line.
+
+The types raise ``argparse.ArgumentTypeError`` with a message that says what is
+wrong with the value; :class:`Parser` turns every parse error into a
+:class:`UsageError`, which :func:`mwumkl_dist.cli.main` prints as one line.
+Other command lines (``deploy/driver.py``) use the same types.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from ..kernels import parse_kernels
+
+__all__ = [
+    "PROG",
+    "EXIT_INTERRUPTED",
+    "UsageError",
+    "CommandError",
+    "Parser",
+    "number",
+    "positive_float",
+    "positive_int",
+    "epsilon_or_auto",
+    "C_or_auto",
+    "selectivity_choice",
+    "kernel_spec",
+    "ZERO_BASED",
+    "add_zero_based_argument",
+]
+
+PROG = "mwumkl-dist"
+#: Exit code of an interrupted command (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A bad command line: reported on one line with exit code 2."""
+
+
+class CommandError(Exception):
+    """A failure with its own exit code (1 unless given)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises :class:`UsageError` instead of printing the usage block; ``main`` prints one line."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def number(text: str) -> float:
+    """A float, or ``ArgumentTypeError`` naming the text."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    """A positive finite float."""
+    value = number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def epsilon_or_auto(text: str) -> float | str:
+    """``"auto"`` or a positive finite epsilon (the bound ``epsilon < 2 rho`` is checked with rho)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return positive_float(text)
+
+
+def C_or_auto(text: str) -> float | str:
+    """``"auto"``, a positive number, or ``inf`` (the hard margin)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    value = number(text)
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto', a positive number or 'inf' (hard margin), got {text!r}")
+    return value
+
+
+def selectivity_choice(text: str) -> float | str:
+    """``"auto"``, ``"exact"`` (also ``inf``), ``"paper"`` or a number ``>= 0``."""
+    word = text.strip().lower()
+    if word in ("auto", "exact", "paper"):
+        return word
+    value = number(text)
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto', 'exact', 'paper' or a number >= 0, got {text!r}")
+    return "exact" if math.isinf(value) else value
+
+
+def kernel_spec(text: str) -> str:
+    """A kernel spec string, checked for syntax (feature indices are checked against the data later)."""
+    if text.strip().lower() == "precomputed":
+        return "precomputed"  # only with 'fit --store' of a kernel store; checked there
+    try:
+        parse_kernels(text, 1)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+#: ``--zero-based`` choices -> ``load_data(zero_based=...)``.
+ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
+
+
+def add_zero_based_argument(parser) -> None:
+    """``--zero-based auto|yes|no`` on a command that reads an svmlight ``--data``/``--input`` file."""
+    parser.add_argument(
+        "--zero-based",
+        choices=tuple(ZERO_BASED),
+        default="auto",
+        help="feature indices of an svmlight --data file: 'no' counts from 1 (LIBSVM), 'yes' from 0, 'auto' "
+        "(default) reads a file that uses index 0 as 0-based. Give predict/evaluate the training file's "
+        "setting: with 'auto' a 0-based test file that never uses index 0 is read shifted by one",
+    )

@@ -1,0 +1,618 @@
+"""The model commands of ``mwumkl-dist``: ``demo``, ``fit``, ``predict`` and ``evaluate``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+import warnings
+import zipfile
+
+import numpy as np
+
+from ..auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
+from ..estimator import MWUMKLClassifier
+from ..inspection import feature_weights, kernel_type_weights
+from ..io import format_label, load_data
+from ..kernels import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
+from ..mwu import FitInterrupted
+from ..stores import KernelStore, open_store
+from .args import (
+    EXIT_INTERRUPTED,
+    PROG,
+    ZERO_BASED,
+    C_or_auto,
+    CommandError,
+    Parser,
+    UsageError,
+    add_zero_based_argument,
+    epsilon_or_auto,
+    kernel_spec,
+    positive_float,
+    positive_int,
+    selectivity_choice,
+)
+from .progress import COMPILING_NOTE, format_rate, numba_cache_is_cold, progress_bar
+from .scaling import FeatureScaling, load_model_file, save_model_file
+
+__all__ = ["add_model_commands", "cmd_demo", "cmd_fit", "cmd_predict", "cmd_evaluate", "PREDICT_OUTPUTS"]
+
+#: Largest number of kernel weights printed after ``fit`` (largest first).
+MAX_TABLE_ROWS = 12
+#: ``--polish`` choices -> the estimator's ``polish``.
+POLISH = {"auto": "auto", "yes": True, "no": False}
+#: What ``predict --output`` writes.
+PREDICT_OUTPUTS = ("labels", "scores", "proba")
+
+
+def add_model_commands(sub, common) -> None:
+    """Register ``demo``, ``fit``, ``predict`` and ``evaluate`` on the subparsers ``sub``."""
+    model = _model_options()
+    _add_demo(sub, [common, model])
+    _add_fit(sub, [common, model])
+    _add_predict(sub, [common])
+    _add_evaluate(sub, [common])
+
+
+def _model_options() -> argparse.ArgumentParser:
+    """The options of the estimator, shared by ``demo`` and ``fit``."""
+    model = Parser(add_help=False)
+    group = model.add_argument_group("model")
+    group.add_argument("--kernels", type=kernel_spec, default="paper", metavar="SPEC", help=KERNEL_SPEC_HELP)
+    group.add_argument(
+        "--epsilon",
+        type=epsilon_or_auto,
+        default="auto",
+        metavar="E",
+        help="approximation error; sets T = ceil(8 rho^2 / E^2 ln n) iterations "
+        "(default auto: 0.2 when the fit ends with the exact polish, else 0.1)",
+    )
+    group.add_argument(
+        "--C",
+        "-C",
+        dest="C",
+        type=C_or_auto,
+        default="auto",
+        metavar="C",
+        help="2-norm soft-margin constant, 'inf' for the hard margin, or 'auto' (default): "
+        "chosen by 3-fold cross-validation on at most 4000 training points",
+    )
+    group.add_argument(
+        "--rho",
+        type=positive_float,
+        default=0.5,
+        metavar="R",
+        help="width parameter: 0.5 (default, as the authors' code) or 1.5 (the paper's bound)",
+    )
+    group.add_argument(
+        "--selectivity",
+        type=selectivity_choice,
+        default="auto",
+        metavar="S",
+        help="how sparse the kernel weights are: 0 = uniform, larger = fewer kernels, 'exact' = the MKL "
+        "optimum's, 'paper' = the published rule; auto (default): cross-validated with --C auto, else 100",
+    )
+    group.add_argument("--max-iter", type=positive_int, default=None, metavar="N", help="run N iterations instead of T")
+    group.add_argument(
+        "--polish",
+        choices=tuple(POLISH),
+        default="auto",
+        help="re-solve the SVM exactly with the learned weights: auto (default) up to 3000 points",
+    )
+    group.add_argument(
+        "--no-scale-C",
+        dest="scale_C",
+        action="store_false",
+        help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
+    )
+    return model
+
+
+def _add_demo(sub, parents):
+    p = sub.add_parser(
+        "demo",
+        parents=parents,
+        help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
+        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
+        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
+    p.set_defaults(func=cmd_demo)
+
+
+def _add_fit(sub, parents):
+    p = sub.add_parser(
+        "fit",
+        parents=parents,
+        help="fit a model on a data file and save it",
+        description="Fit a model on a labelled data file and save it. The features are scaled first "
+        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
+        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
+        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
+        "second Ctrl-C aborts.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
+    add_zero_based_argument(p)
+    source.add_argument(
+        "--store",
+        metavar="DIR.zarr",
+        help="a data store, or a kernel store with --kernels precomputed (see 'store'): shards read their rows; "
+        "a store is used as stored (not scaled)",
+    )
+    p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
+    p.add_argument(
+        "--no-scale",
+        dest="scale",
+        action="store_false",
+        help="use the features as they are (default: scale them on the training file, see above)",
+    )
+    p.add_argument(
+        "--probability",
+        action="store_true",
+        help="also fit probability estimates (Platt scaling on 5 cross-validation folds, as LIBSVM's -b 1), "
+        "for 'predict --output proba'",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    dist = p.add_argument_group("engine and resilience")
+    dist.add_argument(
+        "--engine",
+        choices=["local", "dask"],
+        default=None,
+        help="where the shards live (default: local; 'dask' when --scheduler is given, else a local threaded cluster)",
+    )
+    dist.add_argument(
+        "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
+    )
+    dist.add_argument("--shards", type=positive_int, default=1, metavar="N", help="row shards (default 1)")
+    dist.add_argument(
+        "--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
+    )
+    dist.add_argument(
+        "--scheduler-timeout", type=positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
+    )
+    dist.add_argument(
+        "--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations"
+    )
+    dist.add_argument("--checkpoint-every", type=positive_int, default=100, metavar="K", help="default 100")
+    dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
+    p.set_defaults(func=cmd_fit)
+
+
+def _add_predict(sub, parents):
+    p = sub.add_parser(
+        "predict",
+        parents=parents,
+        help="write one predicted label (or scores, or probabilities) per line",
+        description="Predict every point of a data file, one line per point. CSV and .npy files may omit the "
+        "label column. The model's feature scaling is applied first.",
+    )
+    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
+    p.add_argument("--data", required=True, metavar="FILE", help="the points to predict")
+    add_zero_based_argument(p)
+    p.add_argument(
+        "--output",
+        choices=PREDICT_OUTPUTS,
+        default="labels",
+        help="what to write: 'labels' (default, one per line), 'scores' (the decision function: one column "
+        "for two classes, the positive class's; one per class for more) or 'proba' (class probabilities, "
+        "one column per class; needs a model fitted with probability estimates). Scores and probabilities "
+        "are comma-separated with a header line naming the classes",
+    )
+    p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
+    p.set_defaults(func=cmd_predict)
+
+
+def _add_evaluate(sub, parents):
+    p = sub.add_parser(
+        "evaluate",
+        parents=parents,
+        help="print accuracy and error on a labelled data file",
+        description="Print the accuracy and error of a model on a labelled data file (after the model's "
+        "feature scaling).",
+    )
+    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
+    p.add_argument("--data", required=True, metavar="FILE", help="labelled test data")
+    add_zero_based_argument(p)
+    p.set_defaults(func=cmd_evaluate)
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+def _check_model_args(args) -> None:
+    if args.epsilon != "auto" and not args.epsilon < 2.0 * args.rho:
+        raise UsageError(f"--epsilon must be below 2 * rho = {2.0 * args.rho:g}, got {args.epsilon:g}")
+
+
+def _estimator(args, **extra) -> MWUMKLClassifier:
+    return MWUMKLClassifier(
+        kernels=args.kernels,
+        epsilon=args.epsilon,
+        C=args.C,
+        rho=args.rho,
+        selectivity=args.selectivity,
+        max_iter=args.max_iter,
+        scale_C=args.scale_C,
+        polish=POLISH[args.polish],
+        **extra,
+    )
+
+
+def _count_kernels(spec: str, n_features: int, X=None) -> int:
+    """How many base kernels ``spec`` means (checking feature indices), without expanding a big bank."""
+    if spec == "precomputed":
+        return X.n_kernels
+    items = parse_kernels(spec, n_features)
+    closed_form = [k for k in items if not isinstance(k, RandomGaussianBank)]
+    if closed_form:
+        KernelSet(closed_form, n_features)  # feature indices against the data
+    return len(closed_form) + sum(k.n_kernels for k in items if isinstance(k, RandomGaussianBank))
+
+
+def _note_compiling(quiet: bool = False) -> None:
+    """Say on stderr that the next step compiles the numba kernels, when their cache is cold."""
+    if not quiet and numba_cache_is_cold():
+        print(f"{PROG}: {COMPILING_NOTE}", file=sys.stderr, flush=True)
+
+
+def _describe_params(args, clf) -> str:
+    """The fitted model's epsilon, C and rho, saying which were chosen automatically."""
+    eps = f"epsilon {clf.epsilon_:g}" + (" (auto)" if args.epsilon == "auto" else "")
+    if math.isinf(clf.C_):
+        C = "C inf (hard margin)"
+    else:
+        # C="auto" without a cross-validation (a kernel store, a class too small to split): the default.
+        auto = (" (cross-validated)" if clf.C_path_ else " (auto)") if args.C == "auto" else ""
+        C = f"C {clf.C_:g}{auto}"
+        C += " (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)"
+    polish = ", exact polish" if clf.polished_ else ""
+    chosen = " (cross-validated)" if getattr(clf, "selectivity_path_", None) else ""
+    sel = clf.selectivity_ if isinstance(clf.selectivity_, str) else f"{clf.selectivity_:g}"
+    return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
+
+
+def _weight_summary(clf, limit: int = 10) -> list[str]:
+    """Effective number of kernels, then the weight per kernel type and per feature (largest first)."""
+    weights = np.atleast_2d(clf.kernel_weights_).mean(axis=0)  # one-vs-rest: averaged over the problems
+    m = len(weights)
+    lines = [f"effective kernels {1.0 / np.sum(weights**2):.1f} of {m} (1 / sum mu_i^2)"]
+    if clf.kernels == "precomputed":
+        return lines
+    by_type = kernel_type_weights(clf.kernel_names_, weights, clf.n_features_in_)
+    if len(by_type) > 1:
+        lines.append("weight per kernel type: " + ", ".join(f"{k} {v:.3f}" for k, v in list(by_type.items())[:limit]))
+    per_feature = feature_weights(clf.kernel_names_, weights, clf.n_features_in_)
+    if not np.allclose(per_feature, per_feature.mean(), rtol=1e-9, atol=0):  # kernels on all features: uniform
+        names = getattr(clf, "feature_names_in_", None)
+        top = np.argsort(-per_feature, kind="stable")[:limit]
+        shown = ", ".join(f"{names[i] if names is not None else i} {per_feature[i]:.3f}" for i in top)
+        more = f" (largest {len(top)} of {len(per_feature)})" if len(top) < len(per_feature) else ""
+        lines.append(f"weight per feature{more}: {shown}")
+    return lines
+
+
+def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
+    """The kernel weights as aligned lines; the ``limit`` largest when there are more."""
+    order = np.arange(len(names))
+    if limit is not None and len(names) > limit:
+        order = np.argsort(-np.asarray(weights), kind="stable")[:limit]
+    rows = [(names[i], f"{weights[i]:.6f}", f"{raw_weights[i]:.4e}") for i in order]
+    head = ("kernel", "weight mu_i", "raw weight mu_i/r_i")
+    widths = [max(len(head[k]), *(len(r[k]) for r in rows)) for k in range(3)]
+    lines = [f"  {head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]:>{widths[2]}}"]
+    lines += [f"  {a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
+    if len(order) < len(names):
+        lines.append(f"  ... and {len(names) - len(order)} more kernels (the {len(order)} largest weights shown)")
+    return lines
+
+
+def _load_model(path: str):
+    """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled."""
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise CommandError(f"{path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
+    model, scaling = load_model_file(path)
+    if model.support_vectors_ is None:
+        raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
+    return model, scaling
+
+
+def _load_points(args, model, scaling, labels=True):
+    """The points of ``--data`` with the model's feature count, scaled as the training file was."""
+    X, y = load_data(args.data, n_features=model.n_features_in_, labels=labels, zero_based=ZERO_BASED[args.zero_based])
+    return (X if scaling is None else scaling.transform(X)), y
+
+
+def _check_writable(path: str, what: str) -> None:
+    """Fail before a long fit, not after it, when ``path`` cannot be written."""
+    if os.path.isdir(path):
+        raise CommandError(f"cannot write the {what} to {path}: it is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"cannot write the {what} to {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise CommandError(f"cannot write the {what} to {path}: permission denied")
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def cmd_demo(args) -> int:
+    """``demo``: breast cancer, 80/20 split, min-max scaling; test error and kernel weights."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+
+    _check_model_args(args)
+    X, y = load_breast_cancer(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=args.seed, stratify=y)
+    scaling = FeatureScaling.fit(X_train)  # on the training part only: no test information leaks in
+    X_train, X_test = scaling.transform(X_train), scaling.transform(X_test)
+    n_kernels = _count_kernels(args.kernels, X.shape[1])
+    clf = _estimator(args)
+
+    print(f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features")
+    print(
+        f"split 80/20 (seed {args.seed}): {len(y_train)} train, {len(y_test)} test; "
+        "features min-max scaled on the training part"
+    )
+    print(f"kernels {args.kernels} ({n_kernels})" + (", choosing C by cross-validation" if args.C == "auto" else ""))
+    sys.stdout.flush()  # before the note on stderr
+    _note_compiling()
+    start = time.perf_counter()
+    clf.fit(X_train, y_train)
+    elapsed = time.perf_counter() - start
+    print(f"parameters {_describe_params(args, clf)}")
+    errors = int(np.sum(clf.predict(X_test) != y_test))
+    print()
+    if args.C == "auto":
+        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations; the choice of C included)")
+    else:
+        rate = format_rate(clf.n_iter_ / max(elapsed, 1e-9))
+        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, {rate} it/s)")
+    print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})")
+    print(f"support vectors  {len(clf.support_)} of {len(y_train)}")
+    print(f"bias             {clf.intercept_[0]:.6g}")
+    print()
+    print("kernel weights (mu_i on the trace-normalised kernels, mu_i/r_i on the raw kernels):")
+    for line in _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_):
+        print(line)
+    return 0
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+class _FitProgress:
+    """The fit callback: one progress bar over every one-vs-rest problem's iterations."""
+
+    def __init__(self, n_iter: int, n_problems: int, quiet: bool):
+        self.n_iter, self.n_problems, self.quiet = n_iter, n_problems, quiet
+        self.problem, self.last = 0, 0
+        self.bar = None  # created at the first iteration: the choice of C and bad input come first
+
+    def __call__(self, info):
+        if info.iteration <= self.last:  # the next one-vs-rest problem started
+            self.problem += 1
+        self.last = info.iteration
+        if self.bar is None and not self.quiet:
+            self.bar = progress_bar(self.n_iter * self.n_problems)
+        if self.bar is not None:
+            if self.n_problems > 1:
+                self.bar.set_description_str(f"class {self.problem + 1}/{self.n_problems}", refresh=False)
+            self.bar.update(self.problem * self.n_iter + info.iteration - self.bar.n)
+        return None
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _training_data(args):
+    """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store``, with the kernels checked against it."""
+    if args.store is not None:
+        X, y = open_store(args.store), None
+        classes, n = np.asarray(X.classes), X.n_samples
+        d = getattr(X, "n_features", n)
+        source = args.store
+        if (args.kernels == "precomputed") != isinstance(X, KernelStore):
+            raise UsageError("a kernel store needs --kernels precomputed, and only a kernel store takes it")
+    else:
+        if args.kernels == "precomputed":
+            raise UsageError("--kernels precomputed needs --store with a kernel store")
+        X, y = load_data(args.data, zero_based=ZERO_BASED[args.zero_based])
+        classes, (n, d), source = np.unique(y), X.shape, args.data
+    if len(classes) < 2:
+        raise CommandError(
+            f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
+        )
+    return X, y, classes, n, d, source
+
+
+def _planned_iterations(args, n: int, n_kernels: int) -> int:
+    """The iteration count T of each binary problem, resolved as the estimator will."""
+    plan = plan_iterations(
+        epsilon=args.epsilon,
+        max_iter=args.max_iter,
+        rho=args.rho,
+        polish=POLISH[args.polish],
+        C=args.C,
+        n_samples=n,
+        n_kernels=n_kernels,
+        in_memory=args.store is None,
+    )
+    return plan.n_iter
+
+
+def _fit_estimator(args, n_iter: int, progress: _FitProgress) -> MWUMKLClassifier:
+    engine = args.engine or ("dask" if args.scheduler else "local")
+    if engine == "local" and (args.scheduler or args.kernel_shards > 1):
+        raise UsageError("--scheduler and --kernel-shards need --engine dask")
+    if args.checkpoint is not None:
+        _check_writable(args.checkpoint, "checkpoint")
+    # Ctrl-C: the solver stops after the current iteration and keeps what it computed.
+    return _estimator(
+        args,
+        callback=progress,
+        callback_every=max(1, n_iter // 1000),
+        engine=engine,
+        client=args.scheduler,
+        n_shards=args.shards,
+        n_kernel_shards=args.kernel_shards,
+        scheduler_timeout=args.scheduler_timeout,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        probability=args.probability,
+    )
+
+
+def _describe_scaling(args, scaling) -> str:
+    if scaling is not None:
+        return scaling.describe()
+    if args.store is not None:
+        return "none (a store is used as stored)"
+    return "none (--no-scale)"
+
+
+def cmd_fit(args) -> int:
+    """``fit``: load, scale, fit with a progress bar, save (also after Ctrl-C), summarise."""
+    _check_model_args(args)
+    _check_writable(args.model, "model")
+    X, y, classes, n, d, source = _training_data(args)
+    n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
+    scaling = FeatureScaling.fit(X) if args.scale and args.store is None else None
+    if scaling is not None:
+        X = scaling.transform(X)
+    n_iter = _planned_iterations(args, n, n_kernels)
+    n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
+
+    progress = _FitProgress(n_iter, n_problems, args.quiet)
+    try:
+        clf = _fit_estimator(args, n_iter, progress)
+        if args.C == "auto" and not isinstance(X, KernelStore) and not args.quiet:  # a kernel store: C = 1
+            where = "" if args.store is None else " read from the store"
+            print(
+                f"choosing C: {len(AUTO_C_GRID)} candidates x 3-fold cross-validation on "
+                f"{min(n, AUTO_C_POINTS)} points{where} (pass --C to skip)",
+                file=sys.stderr,
+            )
+        _note_compiling(args.quiet)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once
+            clf.fit(X, y, resume=args.resume)
+    except FitInterrupted as exc:  # one-vs-rest classes left unfitted: no model to save
+        raise CommandError(f"{exc}; nothing saved", EXIT_INTERRUPTED) from None
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - start
+    save_model_file(clf, args.model, scaling)
+
+    n_iters = np.atleast_1d(clf.n_iter_)
+    if clf.interrupted_:
+        done = ", ".join(str(int(t)) for t in n_iters)
+        per_class = " (per class)" if n_problems > 1 else ""
+        print(
+            f"{PROG}: fit interrupted after {done} of {n_iter} iterations{per_class}; "
+            f"the partial model was saved to {args.model}",
+            file=sys.stderr,
+        )
+    if not args.quiet:
+        labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
+        total = int(n_iters.sum())
+        how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
+        print(f"model saved to   {args.model}")
+        print(f"data             {source}: {n} points, {d} features, {len(classes)} classes ({labels})")
+        print(f"scaling          {_describe_scaling(args, scaling)}")
+        print(f"kernels          {args.kernels} ({n_kernels})")
+        print(f"parameters       {_describe_params(args, clf)}")
+        print(
+            f"iterations       {total} ({how}, T = {n_iter}) in {elapsed:.2f} s "
+            f"({format_rate(total / max(elapsed, 1e-9))} it/s)"
+        )
+        print(f"support vectors  {len(clf.support_)} of {n}")
+        if args.probability:
+            print("probabilities    Platt sigmoids fitted on cross-validated decision values (--output proba)")
+        for line in _weight_summary(clf):
+            print(line)
+        if n_problems == 1:
+            print("kernel weights:")
+            table = _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, MAX_TABLE_ROWS)
+            for line in table:
+                print(line)
+    return EXIT_INTERRUPTED if clf.interrupted_ else 0
+
+
+# ----------------------------------------------------------------------------- predict, evaluate
+
+
+def _number_text(value) -> str:
+    return repr(float(value))
+
+
+def _prediction_lines(model, X, output: str, source: str) -> list[str]:
+    """The lines ``predict --output`` writes for the points ``X``."""
+    if output == "labels":
+        return [format_label(v) for v in model.predict(X)]
+    classes = [format_label(c) for c in model.classes_]
+    if output == "scores":
+        scores = np.asarray(model.decision_function(X))
+        header = classes[1:] if scores.ndim == 1 else classes  # two classes: the positive class's score
+    else:
+        if not hasattr(model, "predict_proba"):
+            raise CommandError(
+                f"{source}: the model gives no probability estimates; fit it with 'fit --probability' "
+                "(MWUMKLClassifier(probability=True)) or use --output scores"
+            )
+        try:
+            scores = np.asarray(model.predict_proba(X))
+        except (AttributeError, ValueError) as exc:  # a model fitted without them
+            raise CommandError(f"{source}: the model gives no probability estimates ({exc})") from None
+        header = classes
+    rows = scores[:, None] if scores.ndim == 1 else scores
+    return [",".join(header)] + [",".join(_number_text(v) for v in row) for row in rows]
+
+
+def cmd_predict(args) -> int:
+    """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
+    model, scaling = _load_model(args.model)
+    if args.output_file is not None:
+        _check_writable(args.output_file, "predictions")
+    X, _ = _load_points(args, model, scaling, labels="auto")
+    _note_compiling()
+    text = "".join(line + "\n" for line in _prediction_lines(model, X, args.output, args.model))
+    if args.output_file is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with open(args.output_file, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``evaluate``: accuracy and error on a labelled file."""
+    model, scaling = _load_model(args.model)
+    X, y = _load_points(args, model, scaling)
+    labels = np.unique(y).tolist()
+    known = set(model.classes_.tolist())
+    unknown = [v for v in labels if v not in known]
+    if len(unknown) == len(labels):
+        raise CommandError(
+            f"{args.data}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the "
+            f"model ({', '.join(map(format_label, model.classes_[:5]))})"
+        )
+    if unknown:
+        warnings.warn(
+            f"{args.data}: labels {', '.join(map(format_label, unknown[:5]))} are not classes of the model "
+            "and count as errors",
+            stacklevel=1,
+        )
+    _note_compiling()
+    n = len(y)
+    correct = int(np.sum(model.predict(X) == y))
+    print(f"points    {n}")
+    print(f"accuracy  {correct / n:.4f} ({correct} of {n})")
+    print(f"error     {(n - correct) / n:.4f} ({n - correct} of {n})")
+    return 0

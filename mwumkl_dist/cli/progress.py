@@ -1,0 +1,88 @@
+"""Progress display of the command line (tqdm) and the note that numba is compiling.
+
+On a terminal :func:`progress_bar` is a plain ``tqdm`` bar.  On a file or a
+pipe (CI logs, ``2> log``) carriage-return redraws would pile up on one line,
+so :class:`LineProgress` writes a whole line at the start and at every further
+tenth of the work instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tqdm import tqdm
+
+__all__ = ["LineProgress", "progress_bar", "format_rate", "numba_cache_is_cold", "COMPILING_NOTE"]
+
+#: Printed on stderr before work that compiles the numba kernels (a fresh install: 20-30 s).
+COMPILING_NOTE = "compiling numba kernels (first run only; later runs load them from the cache)..."
+
+
+class LineProgress(tqdm):
+    """A ``tqdm`` for logs and pipes: one line per tenth of the work, never a carriage return."""
+
+    def __init__(self, *args, **kwargs):
+        self._shown_tenth = None  # tqdm's __init__ displays already
+        super().__init__(*args, **kwargs)
+
+    def display(self, msg=None, pos=None):
+        if msg == "":  # tqdm clearing a bar it does not keep: a log has nothing to clear
+            return False
+        tenth = int(10 * self.n / self.total) if self.total else 0
+        if tenth == self._shown_tenth:
+            return True
+        self._shown_tenth = tenth
+        self.fp.write((self.__str__() if msg is None else msg) + "\n")
+        self.fp.flush()
+        return True
+
+    def close(self):
+        if not self.disable:
+            self.display()  # the last tenth, unless it was shown
+            self.leave = False  # the base class then writes no newline of its own
+        super().close()
+
+
+def progress_bar(total: int, *, file=None, unit: str = "it", desc: str | None = None, disable: bool = False) -> tqdm:
+    """A progress bar over ``total`` units on ``file`` (default stderr): tqdm on a terminal, else lines."""
+    file = sys.stderr if file is None else file
+    isatty = getattr(file, "isatty", None)
+    tty = bool(isatty and isatty())
+    kind = tqdm if tty else LineProgress
+    return kind(total=total, file=file, unit=unit, desc=desc, disable=disable, dynamic_ncols=tty, leave=True)
+
+
+def format_rate(per_second: float) -> str:
+    """``"873"``, ``"12.4k"`` or ``"1.20M"`` (iterations per second)."""
+    return tqdm.format_sizeof(per_second)
+
+
+def numba_cache_is_cold() -> bool:
+    """Whether this run will compile most of the numba column kernels.
+
+    numba caches each compiled kernel of :mod:`mwumkl_dist._columns` as files
+    named after the function and its line, next to the sources (or in numba's
+    user-wide cache where those are read-only).  True when fewer than a third of
+    the module's kernels have such a file: the first run after an install (none),
+    or a fit after a run that only predicted (which compiles about a quarter of
+    them; the fit then compiles for 20-40 s).  A run that compiles only a few
+    kernels (a variant not used before, say sparse input after dense) gets no
+    note: a few seconds.
+    """
+    from .. import _columns
+
+    kernels = [k for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
+    cache_paths = {k.stats.cache_path for k in kernels} - {None}
+    if not cache_paths:
+        return False  # caching is off: numba compiles on every run, so there is no "first run" to announce
+    module = _columns.__name__.rsplit(".", 1)[-1]
+    prefixes = {f"{module}.{k.py_func.__qualname__}-{k.py_func.__code__.co_firstlineno}." for k in kernels}
+    cached = set()
+    for path in cache_paths:
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        cached.update(p for name in names if name.endswith(".nbi") for p in prefixes if name.startswith(p))
+    return 3 * len(cached) < len(prefixes)

@@ -1,0 +1,187 @@
+"""The ``store`` commands of ``mwumkl-dist``: ``store data``, ``store kernels`` and ``store info``.
+
+Handlers raise ``ValueError`` / ``OSError`` with one-line messages (printed by
+:func:`mwumkl_dist.cli.main` as ``mwumkl-dist: error: ...``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..io import load_data
+from ..stores import open_store, write_data_store, write_kernel_store
+from .args import ZERO_BASED, add_zero_based_argument, positive_int
+from .progress import progress_bar
+
+__all__ = ["add_store_commands", "cmd_store_data", "cmd_store_kernels", "cmd_store_info"]
+
+
+def add_store_commands(subparsers, parents=()):
+    """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser."""
+    p = subparsers.add_parser(
+        "store",
+        parents=list(parents),
+        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
+        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
+    )
+    sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
+    d = sub.add_parser(
+        "data",
+        parents=list(parents),
+        help="features and labels, chunked by rows",
+        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
+        "The features are stored as they are: scale them first if the fit should see scaled data.",
+    )
+    d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
+    add_zero_based_argument(d)
+    d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
+    d.add_argument("--chunk-rows", type=positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
+    d.set_defaults(func=cmd_store_data)
+
+    k = sub.add_parser(
+        "kernels",
+        parents=list(parents),
+        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
+        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
+        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
+    )
+    src = k.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
+    src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
+    k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
+    add_zero_based_argument(k)
+    k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
+    k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
+    k.add_argument("--chunk-rows", type=positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
+    k.add_argument(
+        "--chunk-kernels", type=positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
+    )
+    k.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    k.set_defaults(func=cmd_store_kernels)
+
+    i = sub.add_parser(
+        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
+    )
+    i.add_argument("path", metavar="DIR.zarr")
+    i.set_defaults(func=cmd_store_info)
+    p.set_defaults(func=_store_usage)
+    return p
+
+
+def _store_usage(args) -> int:
+    raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
+
+
+def cmd_store_data(args) -> int:
+    """``store data``: load a data file and write it to a data store."""
+    X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
+    store = write_data_store(
+        args.output, X, y, chunk_rows=args.chunk_rows, source=args.input, overwrite=args.overwrite,
+        compress=args.compress,
+    )  # fmt: skip
+    kind = "CSR" if store.sparse else "dense"
+    print(
+        f"data store written to {store.path}: {store.n_samples} points, {store.n_features} features, {kind}, "
+        f"{len(store.classes)} classes, chunks of {store.chunk_rows} rows"
+    )
+    return 0
+
+
+def _load_labels(path: str) -> np.ndarray:
+    if path.endswith(".npy"):
+        y = np.load(path, allow_pickle=False)
+    else:
+        with open(path, encoding="utf-8") as fh:
+            y = np.asarray([line.strip() for line in fh if line.strip()])
+        try:
+            y = y.astype(np.float64)
+        except ValueError:
+            pass
+    if y.ndim != 1:
+        raise ValueError(f"{path}: labels must be a 1-d array, got shape {y.shape}")
+    return y
+
+
+def _read_npy_kernels(paths) -> tuple[list, list[str]]:
+    """The (n, n) matrices of ``--npy`` files (memory-mapped) and their names."""
+    mats, names = [], []
+    for f in paths:
+        try:
+            arr = np.load(f, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{f}: cannot read as a .npy array ({exc})") from None
+        if arr.ndim == 2:
+            mats.append(arr)
+            names.append(os.path.basename(f))
+        elif arr.ndim == 3:
+            mats.extend(arr[i] for i in range(arr.shape[0]))
+            names.extend(f"{os.path.basename(f)}[{i}]" for i in range(arr.shape[0]))
+        else:
+            raise ValueError(f"{f}: expected an (n, n) or (m, n, n) array, got shape {arr.shape}")
+    return mats, names
+
+
+class _ColumnProgress:
+    """``progress(done, total)`` of :func:`write_kernel_store` as a progress bar (created at the first call)."""
+
+    def __init__(self):
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = progress_bar(total, unit="columns")
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_store_kernels(args) -> int:
+    """``store kernels``: compute kernels from data, or copy .npy kernels, into a kernel store."""
+    if args.input is not None:
+        if args.labels is not None:
+            raise ValueError("--labels goes with --npy; --input files carry their labels")
+        if not args.kernels:
+            raise ValueError("--input needs --kernels (e.g. --kernels paper)")
+    else:
+        if args.kernels is not None:
+            raise ValueError("--kernels goes with --input; .npy kernels are already computed")
+        if args.labels is None:
+            raise ValueError("--npy needs --labels FILE")
+    progress = _ColumnProgress()
+    try:
+        if args.input is not None:
+            X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
+            store = write_kernel_store(
+                args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows,
+                chunk_kernels=args.chunk_kernels, source=args.input, overwrite=args.overwrite, progress=progress,
+            )  # fmt: skip
+        else:
+            mats, names = _read_npy_kernels(args.npy)
+            store = write_kernel_store(
+                args.output, _load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+                chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
+            )  # fmt: skip
+    finally:
+        progress.close()
+    print(
+        f"kernel store written to {store.path}: {store.n_kernels} kernels on {store.n_samples} points "
+        f"({store.nbytes / 2**20:.1f} MiB), chunks of {store.chunk_rows} rows"
+    )
+    return 0
+
+
+def cmd_store_info(args) -> int:
+    """``store info``: validate a store and print its metadata."""
+    store = open_store(args.path)
+    print(repr(store))
+    for key, value in store.meta.items():
+        if key == "kernel_names" and len(value) > 12:
+            value = value[:12] + [f"... {len(value) - 12} more"]
+        print(f"  {key}: {value}")
+    return 0

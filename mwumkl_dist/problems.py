@@ -1,0 +1,592 @@
+"""One input abstraction: every kind of training data behind the same two protocols.
+
+* :class:`Problem`: one binary (+1 / -1) problem, what the engines need: row
+  and kernel ranges, a picklable shard factory, the kernel values of two
+  picked points, and a point by index.
+* :class:`TrainingInput`: a labelled training set of one kind, what the fit
+  driver and the automatic choices need: kernel names, traces (when known up
+  front), :meth:`~TrainingInput.binary` for each one-vs-rest target, support
+  vectors, the Gram matrix for the exact polish, and the cross-validation data
+  for ``C="auto"``.
+
+:func:`make_training_input` decides the kind once (arrays with a kernel set,
+arrays with a random bank, precomputed kernels, a data store, a kernel store);
+:func:`make_predictor` does the same for ``decision_function`` from what a
+saved model keeps (kernel names, the bank, ``n_features_in_``), so prediction
+works after :func:`mwumkl_dist.persistence.load_model` without training data.
+Nothing above this module branches on the kind of input.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import validate_data
+
+from . import _columns
+from ._bank import BankKernelNames, BankProblem, bank_decision_function, bank_of
+from ._exact import exact_column_sums, exact_to_float
+from .kernels import KernelSet, RandomGaussianBank
+from .partition import chain_safe_ranges
+from .polish import combined_kernel, kernel_traces
+from .shard import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
+from .stores import DataStore, DataStoreProblem, KernelStore, KernelStoreProblem, as_store
+
+__all__ = [
+    "Problem",
+    "TrainingInput",
+    "Predictor",
+    "FeatureProblem",
+    "PrecomputedProblem",
+    "BankProblem",
+    "FeatureInput",
+    "BankInput",
+    "PrecomputedInput",
+    "DataStoreInput",
+    "KernelStoreInput",
+    "make_training_input",
+    "make_predictor",
+    "prediction_blocks",
+    "is_precomputed",
+    "check_traces",
+    "chain_safe_ranges",
+]
+
+#: A bank on sparse data with more entries than this keeps the kernel-set path: bank shards hold dense rows.
+BANK_DENSE_ENTRIES = 2**27
+
+
+# ----------------------------------------------------------------------------- protocols
+
+
+class Problem(Protocol):
+    """A binary training problem: labels ``y`` (+1 / -1) and kernels, cut into shards by the engines.
+
+    Every input kind implements it (:class:`FeatureProblem`, :class:`PrecomputedProblem`,
+    :class:`~mwumkl_dist._bank.BankProblem`, :class:`~mwumkl_dist.stores.DataStoreProblem`,
+    :class:`~mwumkl_dist.stores.KernelStoreProblem`).
+    """
+
+    y: np.ndarray
+    n_samples: int
+    n_kernels: int
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        """Row shards ``[(start, stop), ...]`` (a store's follow its chunks)."""
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        """Kernel blocks ``[(k0, k1), ...]`` that evaluate each kernel as the whole set does."""
+
+    def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None) -> Callable[[], object]:
+        """A picklable zero-argument callable building the shard of rows ``[start, stop)`` (where it runs)."""
+
+    def make_shard(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
+        """The shard itself, built here."""
+
+    def kernel_block(self, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` of two picked points, for every kernel."""
+
+    def point(self, j: int):
+        """What a superstep needs of row ``j``: its feature vector, or its index for precomputed kernels."""
+
+
+class TrainingInput(Protocol):
+    """A labelled training set of one kind; built by :func:`make_training_input`.
+
+    Attributes
+    ----------
+    y : ndarray of shape (n_samples,)
+        The labels as given (any classes).
+    n_samples : int
+    n_features_in : int
+        What ``n_features_in_`` records (features; ``n_train`` for precomputed kernels).
+    kernel_names : sequence of str
+    traces : ndarray of shape (n_kernels,) or None
+        The kernels' traces when known without a pass over the data; None: the
+        engine's shards add them up (exactly, so the sharding does not matter).
+    polish_blocker : str or None
+        Why the exact polish cannot run on this input (None: it can).
+    """
+
+    y: np.ndarray
+    n_samples: int
+    n_features_in: int
+    kernel_names: Sequence[str]
+    traces: np.ndarray | None
+    polish_blocker: str | None
+
+    def binary(self, y_pm: np.ndarray) -> Problem:
+        """The binary problem with labels ``y_pm`` (+1 / -1, one per row)."""
+
+    def fingerprint_data(self):
+        """An array (or CSR matrix) identifying the data, for checkpoint fingerprints."""
+
+    def support_vectors(self, indices: np.ndarray):
+        """The rows at ``indices`` as a model keeps them (None for precomputed kernels)."""
+
+    def combined_gram(self, weights: np.ndarray) -> np.ndarray:
+        """``sum_i weights[i] K_i`` on all training points, ``(n, n)`` (only without a polish blocker)."""
+
+    def cross_validation_input(self, size: int, seed: int) -> TrainingInput | None:
+        """In-memory data to cross-validate ``C`` on (about ``2 * size`` rows of a store), or None."""
+
+    def kernels_with_trace(self, rows: np.ndarray, check: bool = False):
+        """The kernels not all zero on ``rows``, as ``fold_data`` takes them (in-memory inputs)."""
+
+    def fold_data(self, kept, train: np.ndarray, test: np.ndarray) -> tuple[object, object, dict]:
+        """``(X_train, X_test, params)`` of one cross-validation fold (in-memory inputs)."""
+
+    def subset(self, rows: np.ndarray) -> TrainingInput:
+        """The same input on the training points ``rows`` only (sorted; e.g. those of non-zero sample weight).
+
+        ``n_features_in`` stays (precomputed kernels keep their ``n_train``
+        columns); a store raises ``ValueError`` (its rows are not in memory).
+        """
+
+
+class Predictor(Protocol):
+    """The decision values of a fitted model; built by :func:`make_predictor`."""
+
+    def check_input(self, estimator, X):
+        """``X`` validated for prediction (feature count and names, or kernel shape)."""
+
+    def decision_values(self, X, support, support_vectors, dual_coef, raw_weights) -> np.ndarray:
+        """``sum_j dual_coef[o, j] sum_i raw_weights[o, i] K_i(x, x_j)`` over the support ``j``, ``(n_samples, n_out)``.
+
+        ``support`` holds the support vectors' training indices (precomputed kernels
+        pick those columns), ``support_vectors`` their rows (feature data).
+        """
+
+
+def is_precomputed(kernels) -> bool:
+    """Whether ``kernels`` (an estimator's parameter) is ``"precomputed"``."""
+    return isinstance(kernels, str) and kernels.strip().lower() == "precomputed"
+
+
+def check_traces(traces: np.ndarray, kernel_names: Sequence[str]) -> None:
+    """Raise when a kernel's trace on the training data is zero or not finite (it would divide by it)."""
+    bad = np.flatnonzero(~(np.isfinite(traces) & (traces > 0)))
+    if len(bad):
+        names = ", ".join(kernel_names[int(i)] for i in bad[:5])
+        raise ValueError(
+            f"kernel(s) {names} have zero or non-finite trace on the training data "
+            "(e.g. a linear kernel on all-zero features); drop them"
+        )
+
+
+# ----------------------------------------------------------------------------- in-memory problems
+
+
+class FeatureProblem:
+    """Feature rows ``X`` (dense or CSR) with a :class:`KernelSet` computed on the fly."""
+
+    def __init__(self, X, y, kernel_set: KernelSet):
+        self.X = as_csr(X)
+        self.y = np.asarray(y, dtype=np.float64)
+        self.kernel_set = kernel_set
+        self.n_samples = self.X.shape[0]
+        self.n_kernels = len(kernel_set)
+
+    def _plan(self, kernels):
+        if kernels is None or tuple(kernels) == (0, self.n_kernels):
+            return self.kernel_set.plan
+        return KernelSet(self.kernel_set.specs[kernels[0] : kernels[1]], self.kernel_set.n_features).plan
+
+    def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
+        """Rows ``[start, stop)`` for all kernels, or for the kernel block ``kernels = (k0, k1)``."""
+        return functools.partial(FeatureShard, self.X[start:stop], self.y[start:stop], start, self._plan(kernels))
+
+    def make_shard(self, start: int, stop: int, kernels: tuple[int, int] | None = None) -> FeatureShard:
+        return self.shard_factory(start, stop, kernels)()
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return split_rows(self.n_samples, n_shards)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        return chain_safe_ranges(self.kernel_set.plan.square_of, n_blocks)
+
+    def kernel_block(self, p, q):
+        return point_kernel_block(self.kernel_set.plan, p, q)
+
+    def point(self, j: int) -> np.ndarray:
+        """Row ``j`` as a dense feature vector (what a superstep sends for a picked row)."""
+        return np.asarray(self.X[j].toarray()).ravel()
+
+
+class PrecomputedProblem:
+    """Precomputed kernel matrices ``K`` of shape ``(m, n, n)``."""
+
+    def __init__(self, K, y):
+        self.K = K
+        self.y = np.asarray(y, dtype=np.float64)
+        self.n_kernels, self.n_samples = K.shape[0], K.shape[1]
+
+    def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
+        k0, k1 = (0, self.n_kernels) if kernels is None else kernels
+        return functools.partial(PrecomputedShard, self.K[k0:k1, start:stop, :], self.y[start:stop], start)
+
+    def make_shard(self, start: int, stop: int, kernels: tuple[int, int] | None = None) -> PrecomputedShard:
+        return self.shard_factory(start, stop, kernels)()
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return split_rows(self.n_samples, n_shards)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        return split_rows(self.n_kernels, n_blocks)
+
+    def kernel_block(self, p, q):
+        p, q = int(p), int(q)
+        K = self.K
+        return np.asarray(K[:, p, p]), np.asarray(K[:, q, q]), np.asarray(K[:, p, q])
+
+    def point(self, j: int) -> int:
+        return int(j)
+
+
+# ----------------------------------------------------------------------------- training inputs
+
+
+class _FeatureData:
+    """What the in-memory feature inputs share: rows ``X`` (dense or CSR) and their labels."""
+
+    polish_blocker = None
+
+    def __init__(self, X, y, kernels):
+        self.X = X
+        self.y = y
+        self.kernels = kernels  # the estimator's parameter, as given
+        self.n_samples, self.n_features_in = X.shape
+
+    def fingerprint_data(self):
+        return self.X
+
+    def support_vectors(self, indices):
+        return self.X[indices]
+
+    def combined_gram(self, weights):
+        Xc = as_csr(self.X)  # a bank's kernels as specs: the polish's budget keeps them few
+        return combined_kernel(KernelSet(self.kernels, self.n_features_in), Xc, Xc, weights)
+
+    def cross_validation_input(self, size: int, seed: int):
+        return self
+
+    def fold_data(self, kept, train, test):
+        return self.X[train], self.X[test], {"kernels": kept}
+
+
+class FeatureInput(_FeatureData):
+    """Feature rows with a :class:`KernelSet` (any kernel specs)."""
+
+    traces = None  # added up by the shards
+
+    def __init__(self, X, y, kernels):
+        super().__init__(X, y, kernels)
+        self.kernel_set = KernelSet(kernels, self.n_features_in)
+        self.kernel_names = self.kernel_set.names()
+        self._csr = as_csr(X)
+
+    def binary(self, y_pm):
+        return FeatureProblem(self._csr, y_pm, self.kernel_set)
+
+    def subset(self, rows):
+        return self if len(rows) == self.n_samples else FeatureInput(self.X[rows], self.y[rows], self.kernels)
+
+    def combined_gram(self, weights):
+        return combined_kernel(self.kernel_set, self._csr, self._csr, weights)
+
+    def kernels_with_trace(self, rows, check: bool = False):
+        if bank_of(self.kernels) is not None:
+            return self.kernels  # Gaussians: K(x, x) = 1, never a zero trace
+        traces = kernel_traces(self.kernel_set, self.X[rows])
+        if check:
+            check_traces(traces, self.kernel_names)
+        if np.all(traces > 0):
+            return self.kernels
+        return [spec for spec, r in zip(self.kernel_set.specs, traces) if r > 0]
+
+
+class BankInput(_FeatureData):
+    """Feature rows with one :class:`RandomGaussianBank`: flat per-kernel tables, never ``m`` spec objects."""
+
+    def __init__(self, X, y, kernels, bank: RandomGaussianBank):
+        super().__init__(X, y, kernels)
+        self.bank = bank
+        self.kernel_names = BankKernelNames(bank, self.n_features_in)
+        self.traces = np.full(bank.n_kernels, float(self.n_samples))  # K_i(x, x) = 1 exactly: every trace is n
+
+    def binary(self, y_pm):
+        return BankProblem(self.X, y_pm, self.bank)
+
+    def subset(self, rows):
+        return self if len(rows) == self.n_samples else BankInput(self.X[rows], self.y[rows], self.kernels, self.bank)
+
+    def kernels_with_trace(self, rows, check: bool = False):
+        return self.kernels  # Gaussians: never a zero trace
+
+
+class PrecomputedInput:
+    """Precomputed training kernels ``K`` of shape ``(m, n, n)``."""
+
+    polish_blocker = None
+
+    def __init__(self, K, y):
+        self.K = K
+        self.y = y
+        self.n_samples = self.n_features_in = K.shape[1]
+        self.kernel_names = [f"precomputed[{i}]" for i in range(K.shape[0])]
+        # Exactly rounded, as a kernel store's traces: the same model from memory or from a store.
+        self.traces = exact_to_float(exact_column_sums(np.diagonal(K, axis1=1, axis2=2).T))
+
+    def binary(self, y_pm):
+        return PrecomputedProblem(self.K, y_pm)
+
+    def subset(self, rows):
+        if len(rows) == self.n_samples:
+            return self
+        sub = PrecomputedInput(self.K[np.ix_(np.arange(self.K.shape[0]), rows, rows)], self.y[rows])
+        sub.n_features_in = self.n_features_in  # test kernels keep all n_train columns (support_ indexes them)
+        return sub
+
+    def fingerprint_data(self):
+        return self.K
+
+    def support_vectors(self, indices):
+        return None
+
+    def combined_gram(self, weights):
+        # Kernel-major memory fixes einsum's summation order (the order fits have always used).
+        return np.einsum("i,ijk->jk", weights, np.asfortranarray(self.K))
+
+    def cross_validation_input(self, size: int, seed: int):
+        return self
+
+    def kernels_with_trace(self, rows, check: bool = False):
+        traces = np.diagonal(self.K, axis1=1, axis2=2)[:, rows].sum(axis=1)  # a view: no (m, n, n) copy
+        if check:
+            check_traces(traces, self.kernel_names)
+        return np.flatnonzero(traces > 0)
+
+    def fold_data(self, kept, train, test):
+        return self.K[np.ix_(kept, train, train)], self.K[np.ix_(kept, test, train)], {}
+
+
+class _StoreData:
+    """What the store inputs share: the labels and the content come from the store."""
+
+    polish_blocker = "a fit from a store (the data are not in memory)"
+
+    def __init__(self, store):
+        self.store = store
+        self.y = store.y
+        self.n_samples = store.n_samples
+
+    def fingerprint_data(self):
+        return self.store.content_id()
+
+    def combined_gram(self, weights):
+        raise ValueError(f"{self.store.path}: no Gram matrix for {self.polish_blocker}")
+
+    def kernels_with_trace(self, rows, check: bool = False):
+        raise ValueError(f"{self.store.path}: cross-validate on cross_validation_input(), read into memory")
+
+    def fold_data(self, kept, train, test):
+        raise ValueError(f"{self.store.path}: cross-validate on cross_validation_input(), read into memory")
+
+    def subset(self, rows):
+        raise ValueError(
+            f"{self.store.path}: sample_weight is not supported for a fit from a store (class_weight is); "
+            "fit from arrays, or write a store of the rows and labels you want"
+        )
+
+
+class DataStoreInput(_StoreData):
+    """Features in a :class:`~mwumkl_dist.stores.DataStore`, with a kernel set or one random bank."""
+
+    def __init__(self, store: DataStore, kernels):
+        super().__init__(store)
+        self.kernels = kernels
+        self.n_features_in = store.n_features
+        self._bank = bank_of(kernels)
+        if self._bank is not None:
+            self._kernels = self._bank
+            self.kernel_names = BankKernelNames(self._bank, store.n_features)
+            self.traces = np.full(self._bank.n_kernels, float(store.n_samples))  # K_i(x, x) = 1 exactly
+        else:
+            self._kernels = KernelSet(kernels, store.n_features)
+            self.kernel_names = self._kernels.names()
+            self.traces = None
+
+    def binary(self, y_pm):
+        return DataStoreProblem(self.store, y_pm, self._kernels)
+
+    def support_vectors(self, indices):
+        return self.store.take_rows(indices)
+
+    def cross_validation_input(self, size: int, seed: int):
+        """About ``2 * size`` of the store's rows, whole chunks in a random order, in memory."""
+        X, y = self.store.sample_rows(size, seed)
+        if self._bank is not None:
+            return BankInput(X, y, self.kernels, self._bank)
+        return FeatureInput(X, y, self.kernels)
+
+
+class KernelStoreInput(_StoreData):
+    """Precomputed kernels in a :class:`~mwumkl_dist.stores.KernelStore`."""
+
+    def __init__(self, store: KernelStore):
+        super().__init__(store)
+        self.n_features_in = store.n_samples
+        self.kernel_names = store.kernel_names
+        self.traces = store.traces
+
+    def binary(self, y_pm):
+        return KernelStoreProblem(self.store, y_pm)
+
+    def support_vectors(self, indices):
+        return None
+
+    def cross_validation_input(self, size: int, seed: int):
+        return None  # (m, r, r) blocks of scattered rows: not read (C="auto" takes a fixed value)
+
+
+# ----------------------------------------------------------------------------- the factories
+
+
+def _check_precomputed(X, *, training: bool) -> np.ndarray:
+    if sp.issparse(X):
+        raise TypeError("precomputed kernels must be a dense (m, n_samples, n_train) array")
+    K = np.asarray(X, dtype=np.float64)
+    if K.ndim != 3:
+        raise ValueError(f"precomputed kernels must be a 3-d array (m, n_samples, n_train), got shape {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise ValueError("precomputed kernels contain NaN or infinity")
+    if training and K.shape[1] != K.shape[2]:
+        raise ValueError(f"training kernels must be (m, n, n), got shape {K.shape}")
+    return K
+
+
+def _store_input(store, y, kernels) -> TrainingInput:
+    if isinstance(store, KernelStore) and not is_precomputed(kernels):
+        raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
+    if is_precomputed(kernels) and not isinstance(store, KernelStore):
+        raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
+    if y is not None:
+        raise ValueError(f"{store.path}: the labels come from the store; call fit(store) with y=None")
+    return KernelStoreInput(store) if isinstance(store, KernelStore) else DataStoreInput(store, kernels)
+
+
+def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
+    """The training input of ``(X, y)`` for the estimator parameter ``kernels``.
+
+    The one place that tells the kinds of input apart.
+
+    ``X`` is an array or sparse matrix of features, ``(m, n, n)`` kernels with
+    ``kernels="precomputed"``, or a store (then ``y`` must be None).  Feature
+    arrays are validated by scikit-learn's ``validate_data``, which also sets
+    ``estimator.n_features_in_`` (and ``feature_names_in_``).
+    """
+    store = as_store(X)
+    if store is not None:
+        return _store_input(store, y, kernels)
+    if is_precomputed(kernels):
+        K = _check_precomputed(X, training=True)
+        y = np.asarray(y)
+        if y.ndim != 1 or len(y) != K.shape[1]:
+            raise ValueError(f"y must be 1-d with {K.shape[1]} labels, got shape {y.shape}")
+        return PrecomputedInput(K, y)
+    X, y = validate_data(
+        estimator, X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False
+    )
+    bank = bank_of(kernels)
+    # Bank shards hold dense rows: very large sparse data keeps the kernel-set path.
+    if bank is not None and (not sp.issparse(X) or X.shape[0] * X.shape[1] <= BANK_DENSE_ENTRIES):
+        return BankInput(X, y, kernels, bank)
+    return FeatureInput(X, y, kernels)
+
+
+class _FeatureRowsPredictor:
+    """Feature rows against the support vectors; ``X`` is checked as scikit-learn does."""
+
+    def check_input(self, estimator, X):
+        return validate_data(estimator, X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, reset=False)
+
+
+class _KernelSetPredictor(_FeatureRowsPredictor):
+    """Kernels of a :class:`KernelSet` (from the model's kernel names)."""
+
+    def __init__(self, kernel_names, n_features: int):
+        self.kernel_set = KernelSet(list(kernel_names), n_features)
+
+    def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
+        plan = self.kernel_set.plan
+        Xq = as_csr(X)
+        sv = as_csr(support_vectors)
+        sv_sq = _columns.group_sqnorms(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        return _columns.weighted_kernel_sums(
+            Xq.indptr, Xq.indices, Xq.data, self.kernel_set.n_features, sv.indptr, sv.indices, sv.data, sv_sq,
+            np.ascontiguousarray(dual_coef), np.ascontiguousarray(raw_weights), *plan_args(plan),
+        )  # fmt: skip
+
+
+class _BankPredictor(_FeatureRowsPredictor):
+    """Kernels of a random bank, through its flat tables."""
+
+    def __init__(self, bank: RandomGaussianBank):
+        self.bank = bank
+
+    def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
+        return bank_decision_function(X, support_vectors, dual_coef, raw_weights, self.bank)
+
+
+class _PrecomputedPredictor:
+    """Test kernels ``(m, n_samples, n_train)`` against the training points."""
+
+    def __init__(self, n_kernels: int, n_train: int):
+        self.n_kernels, self.n_train = n_kernels, n_train
+
+    def check_input(self, estimator, X):
+        K = _check_precomputed(X, training=False)
+        if K.shape[0] != self.n_kernels or K.shape[2] != self.n_train:
+            raise ValueError(
+                f"precomputed kernels must have shape (m={self.n_kernels}, n_samples, "
+                f"n_train={self.n_train}), got {K.shape}"
+            )
+        return K
+
+    def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
+        return np.einsum("ktj,oj,ok->to", X[:, :, support], dual_coef, raw_weights, optimize=True)
+
+
+def make_predictor(kernels, kernel_names, n_features_in: int) -> Predictor:
+    """The predictor of a fitted model, from what a saved model keeps.
+
+    Parameters
+    ----------
+    kernels : str, KernelSpec or list
+        The estimator's ``kernels`` parameter (``"precomputed"`` or not).
+    kernel_names : sequence of str
+        The model's ``kernel_names_`` (a :class:`~mwumkl_dist._bank.BankKernelNames` after a bank fit).
+    n_features_in : int
+        The model's ``n_features_in_`` (``n_train`` for precomputed kernels).
+    """
+    if is_precomputed(kernels):
+        return _PrecomputedPredictor(len(kernel_names), n_features_in)
+    if isinstance(kernel_names, BankKernelNames):
+        return _BankPredictor(kernel_names.bank)
+    return _KernelSetPredictor(kernel_names, n_features_in)
+
+
+def prediction_blocks(X) -> Iterator:
+    """``X`` itself, or a data store's rows one chunk at a time (a kernel store cannot be predicted)."""
+    store = as_store(X)
+    if store is None:
+        yield X
+        return
+    if isinstance(store, KernelStore):
+        raise TypeError(f"{store.path}: predict from precomputed test kernels (m, n_samples, n_train)")
+    for a, b in store.row_ranges(-(-store.n_samples // store.chunk_rows)):
+        yield store.read_rows(a, b)

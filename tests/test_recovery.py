@@ -1,0 +1,123 @@
+"""Real recoveries on the Dask engine: a worker holding shards is killed mid-fit, its shards rebuilt.
+
+A process-based ``LocalCluster`` (one worker process per nanny): the test kills the worker process
+that holds shard actors with SIGKILL from the fit's own callback, so the loss happens between two
+supersteps of a running fit.  The engine must notice (the shards' sockets close), rebuild every lost
+shard on a live worker, count each rebuild in ``DaskEngine.recoveries``, log it, and end with the
+uninterrupted local fit's model bit for bit (the rebuilt shards replay the log of picks).
+
+``DaskEngine.recoveries`` is read through a spy on ``DaskEngine.close`` (the estimator closes its
+engine at the end of each fit): the narrowest hook that needs no private name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import literal
+
+distributed = pytest.importorskip("distributed")
+
+from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL of a worker process")
+
+#: The fit's callback kills the worker once this iteration is done (the fits run ~130).
+KILL_AT = 20
+
+
+def _data(n=300, d=5, seed=7):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(X[:, 0] + X[:, 1] + 0.3 * rng.standard_normal(n) > 1.0, "yes", "no")
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def process_client():
+    # A nanny per worker restarts a killed worker, so every test starts from two live workers.
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def engine_recoveries(monkeypatch):
+    """The ``recoveries`` count of every Dask engine closed during the test, in order."""
+    counts = []
+    close = DaskEngine.close
+
+    def spy(self):
+        counts.append(self.recoveries)
+        close(self)
+
+    monkeypatch.setattr(DaskEngine, "close", spy)
+    return counts
+
+
+class _KillShardWorker:
+    """A fit callback that SIGKILLs the worker process holding the most shard actors, once."""
+
+    def __init__(self, client):
+        self.client = client
+        self.pids = client.run(os.getpid)  # {worker address: pid}: processes this test's cluster started
+        self.killed_at = None
+        self.victim_shards = 0
+
+    def __call__(self, info):
+        if self.killed_at is None and info.iteration >= KILL_AT:
+            actors = {w: sum("ShardServer" in str(k) for k in keys) for w, keys in self.client.has_what().items()}
+            victim = max(actors, key=actors.get)
+            self.victim_shards = actors[victim]
+            os.kill(self.pids[victim], signal.SIGKILL)
+            self.killed_at = info.iteration
+
+
+def _fit_with_a_killed_worker(client, caplog, **layout):
+    X, y = _data()
+    params = dict(kernels="paper-per-feature", **literal(epsilon=0.3))
+    ref = MWUMKLClassifier(**params).fit(X, y)
+    client.wait_for_workers(2, timeout=120)  # the nanny restarted the worker an earlier test killed
+    kill = _KillShardWorker(client)
+    with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
+        clf = MWUMKLClassifier(**params, engine="dask", client=client, **layout, callback=kill, callback_every=10).fit(
+            X, y
+        )
+    assert kill.killed_at == KILL_AT, "the worker was never killed"
+    assert kill.victim_shards >= 1, "the killed worker held no shard: nothing was lost"
+    assert clf.n_iter_ > KILL_AT
+    # The uninterrupted local fit, to the last bit.
+    np.testing.assert_array_equal(clf.support_, ref.support_)
+    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+    np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))
+    rebuilt = [r for r in caplog.records if r.name == "mwumkl_dist" and "lost" in r.getMessage()]
+    return kill, rebuilt
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_row_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
+    process_client, engine_recoveries, caplog
+):
+    kill, rebuilt = _fit_with_a_killed_worker(process_client, caplog, n_shards=4)
+    # Every shard the dead worker held was rebuilt once, and counted.
+    assert engine_recoveries == [kill.victim_shards]
+    assert len(rebuilt) == kill.victim_shards
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_kernel_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
+    process_client, engine_recoveries, caplog
+):
+    # Row x kernel blocks: the driver sums partial scores and fetches V rows, both over rebuilt blocks.
+    kill, rebuilt = _fit_with_a_killed_worker(process_client, caplog, n_shards=2, n_kernel_shards=3)
+    assert engine_recoveries == [kill.victim_shards]
+    assert len(rebuilt) == kill.victim_shards
