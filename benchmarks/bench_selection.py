@@ -211,6 +211,7 @@ def run_one(method, kernels, rel, Xtr, ytr, Xte, seed):
 
 def run(quick: bool, out: Path, datasets_dir=None, methods=METHODS) -> dict:
     out.mkdir(parents=True, exist_ok=True)
+    info = run_info()  # now: the results describe the code this run loaded, not a later checkout
     rows, examples = [], {}
     for family, name, seed, X, y, kernels, rel in problems(quick, datasets_dir):
         Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=seed, stratify=y)
@@ -242,7 +243,7 @@ def run(quick: bool, out: Path, datasets_dir=None, methods=METHODS) -> dict:
                 examples.setdefault(name, {})[method] = feature_weights(kernels, w, X.shape[1]).tolist()
                 examples[name]["truth"] = feature_weights(kernels, rel / rel.sum(), X.shape[1]).tolist()
     summary = summarise(rows)
-    doc = {"info": run_info(), "quick": quick, "rows": rows, "summary": summary, "feature_weights": examples}
+    doc = {"info": info, "quick": quick, "rows": rows, "summary": summary, "feature_weights": examples}
     (out / "e6.json").write_text(json.dumps(doc, indent=1))
     figure(out, examples)
     (out / "E6.md").write_text(markdown(summary))

@@ -266,7 +266,38 @@ def render(out: Path, report_path: Path) -> str:
         lines += _e4(docs["E4"], rel)
     if "E5" in docs:
         lines += _e5(docs["E5"], rel)
+    lines += _e6(out, rel)
     return "\n".join(lines) + "\n"
+
+
+def _e6(out: Path, rel: str) -> list[str]:
+    """E6, kernel selection (``benchmarks/bench_selection.py``, its own run and output folder ``e6/``)."""
+    path = out / "e6" / "e6.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    info = doc.get("info", {})
+    table = (out / "e6" / "E6.md").read_text().rstrip("\n").splitlines()
+    return [
+        "## E6 — kernel selection",
+        "",
+        "`python -m benchmarks.bench_selection` (commit "
+        f"{info.get('git_commit', '?')}, {'quick' if doc.get('quick') else 'full'} run): problems with a known set "
+        "of relevant kernels, medians over splits (75/25, stratified). (a) `make_classification` with k "
+        "informative of d features (columns shuffled), per-feature kernels; (b) labels from Gaussian bumps of "
+        "one width on 2 features spanning [0, 10], the paper's 12 kernels, relevant = that width and its two "
+        "neighbours; (c) real sets with 30 appended uniform-noise features, per-feature kernels, relevant = the "
+        "original features' kernels. **MWUMKL** = `MWUMKLClassifier()` with no arguments; **MWUMKL-paper** = "
+        '`selectivity="paper"` (the published exponents); **Uniform** = SVC on the average kernel; '
+        "**EasyMKL** = Aiolli & Donini's algorithm as MKLpy implements it (written here, MKLpy's torch "
+        "dependency is not installable), lambda by CV, SVC(C=100); **Oracle** = Uniform on the relevant "
+        "kernels only. E1-E5 above were measured before the relative exponents (`selectivity`) existed.",
+        "",
+        *table,
+        "",
+        _img(f"{rel}/e6", "e6_feature_weights.png", "E6: learned weight per feature against the truth"),
+        "",
+    ]
 
 
 def write_report(out, report_path) -> Path:
