@@ -19,7 +19,8 @@ Methods:
                      every size (built-in selection included in its time);
 ``MWUMKL-paper``     the algorithm as published: ``scale_C=False`` (``C``
                      chosen by cross-validation on a raw grid), the paper's
-                     ``epsilon``, the paper's kernel weights, no polish;
+                     ``epsilon``, the paper's exponents (``selectivity="paper"``),
+                     no polish;
 ``Uniform``, ``LibLinear+``: the baselines of :mod:`benchmarks.baselines`.
 """
 
@@ -95,7 +96,10 @@ def _parallel(jobs, tasks):
 
 def _mwumkl_params(method: str, kernels, C, epsilon) -> dict:
     if method == "MWUMKL-paper":
-        return {"kernels": kernels, "C": C, "scale_C": False, "polish": False, "epsilon": epsilon or 0.2}
+        return {
+            "kernels": kernels, "C": C, "scale_C": False, "polish": False, "epsilon": epsilon or 0.2,
+            "selectivity": "paper",
+        }  # fmt: skip
     if method == "MWUMKL" and C is not None:
         return {"kernels": kernels, "C": C}
     return {"kernels": kernels}

@@ -63,6 +63,25 @@ def test_every_layout_matches_local_engine(threaded_client, reference, n_shards,
     np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
 
 
+@pytest.mark.parametrize("selectivity", [0.0, 100.0, "exact"])
+def test_relative_exponents_are_the_same_in_every_layout(threaded_client, selectivity):
+    """The selectivity acts on the driver's m-vector s only: every layout gives the local model to the bit."""
+    X, y = _data()
+    params = dict(kernels="paper-per-feature", **literal(epsilon=0.3, selectivity=selectivity))
+    ref = MWUMKLClassifier(**params).fit(X, y)
+    assert 1.0 / np.sum(ref.kernel_weights_**2) < 40 or selectivity == 0.0  # it does select (48 kernels)
+    local = MWUMKLClassifier(**params, n_shards=3).fit(X, y)
+    np.testing.assert_array_equal(local.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(local.kernel_weights_, ref.kernel_weights_)
+    for n_shards, n_kernel_shards in [(2, 1), (1, 3), (2, 2)]:
+        clf = MWUMKLClassifier(
+            **params, engine="dask", client=threaded_client, n_shards=n_shards, n_kernel_shards=n_kernel_shards
+        ).fit(X, y)
+        _assert_same_model(clf, ref, X)
+        np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+        np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+
+
 def test_precomputed_kernels_on_dask(threaded_client):
     X, y = _data(n=90)
     ks = KernelSet("linear,gaussian:1,gaussian:2", X.shape[1])
