@@ -291,7 +291,8 @@ def _e6(out: Path, rel: str) -> list[str]:
         '`selectivity="paper"` (the published exponents); **Uniform** = SVC on the average kernel; '
         "**EasyMKL** = Aiolli & Donini's algorithm as MKLpy implements it (written here, MKLpy's torch "
         "dependency is not installable), lambda by CV, SVC(C=100); **Oracle** = Uniform on the relevant "
-        "kernels only. E1-E5 above were measured before the relative exponents (`selectivity`) existed.",
+        "kernels only. E2-E5 above were measured before the relative exponents (`selectivity`) existed; E1 "
+        "with them (its commit line says which code each run used).",
         "",
         *table,
         "",
