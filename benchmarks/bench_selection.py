@@ -42,7 +42,7 @@ from sklearn.svm import SVC
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights
 from mwumkl_dist.kernels import PAPER_SIGMAS, KernelSet
-from mwumkl_dist.polish import combined_kernel, kernel_traces
+from mwumkl_dist.polish import combined_kernel, kernel_matrices, kernel_traces
 
 from . import datasets as D
 from .common import run_info
@@ -128,8 +128,9 @@ def _cv_pick(fit_error, grid, y, seed):
 
 def _normalised(kernels, X, Z, n_train_traces):
     """Trace-normalised kernel values scaled by n (unit mean diagonal), one matrix per kernel."""
-    ks = KernelSet(kernels, X.shape[1])
-    return np.stack([combined_kernel(ks, X, Z, np.eye(len(ks))[i] / n_train_traces[i]) for i in range(len(ks))])
+    K = kernel_matrices(KernelSet(kernels, X.shape[1]), X, Z)
+    K /= n_train_traces[:, None, None]
+    return K
 
 
 def _uniform(kernels, Xtr, ytr, Xte, seed):

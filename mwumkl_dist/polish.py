@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from .kernels import GAUSSIAN, LINEAR, POLYNOMIAL, KernelSet
 
-__all__ = ["kernel_traces", "combined_kernel"]
+__all__ = ["kernel_traces", "combined_kernel", "kernel_matrices"]
 
 #: Entries per temporary block (about 32 MB of float64 each).
 _BLOCK_ENTRIES = 1 << 22
@@ -56,36 +56,22 @@ def kernel_traces(kernels, X) -> np.ndarray:
     return out
 
 
-def combined_kernel(kernels, X, Z, weights) -> np.ndarray:
-    """``sum_i weights[i] K_i(X, Z)`` as a dense ``(n_X, n_Z)`` array.
+def _kernel_blocks(ks: KernelSet, X, Z, wanted: np.ndarray):
+    """Yield ``(i, a, K_i(X[a:a+b], Z))`` for the kernels ``i`` with ``wanted[i]``, block by block.
 
-    Computed one feature group at a time (one matrix product per group, one
-    ``exp`` per Gaussian squaring chain) and in row blocks, so the temporary
-    memory stays near ``2**22`` entries per kernel of a group.
-
-    Parameters
-    ----------
-    kernels : KernelSet, spec string or list of specs
-    X, Z : array-like or sparse matrix with the same number of features
-    weights : array-like of shape (n_kernels,)
+    One feature group at a time (one matrix product per group, one ``exp`` per
+    Gaussian squaring chain), in row blocks of ``X``, so the temporary memory
+    stays near ``2**22`` entries per kernel of a group.  Within a block the
+    kernels come in the plan's chain order.
     """
-    X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-    Z = Z if sp.issparse(Z) else np.asarray(Z, dtype=np.float64)
-    if X.shape[1] != Z.shape[1]:
-        raise ValueError(f"X has {X.shape[1]} features but Z has {Z.shape[1]}")
-    ks = _as_kernel_set(kernels, X.shape[1])
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != (len(ks),):
-        raise ValueError(f"weights must have shape ({len(ks)},), got {w.shape}")
     plan = ks.plan
     n_x, n_z = X.shape[0], Z.shape[0]
-    out = np.zeros((n_x, n_z))
     block = max(1, min(n_x, _BLOCK_ENTRIES // max(n_z, 1)))
     order = [int(i) for i in plan.order]
     for g, cols in enumerate(_group_features(ks)):
         members = [i for i in order if plan.group[i] == g]
         needed = {int(plan.square_of[i]) for i in members if plan.square_of[i] >= 0}
-        if not any(w[i] != 0.0 for i in members):
+        if not any(wanted[i] for i in members):
             continue
         Zg = _columns_dense(Z, cols)
         sqz = (Zg**2).sum(axis=1)
@@ -94,7 +80,6 @@ def combined_kernel(kernels, X, Z, weights) -> np.ndarray:
             dot = Xg @ Zg.T
             d2 = None
             values: dict[int, np.ndarray] = {}
-            acc = out[a : a + block]
             for i in members:
                 kind = plan.kind[i]
                 if kind == LINEAR:
@@ -113,8 +98,43 @@ def combined_kernel(kernels, X, Z, weights) -> np.ndarray:
                     raise ValueError(f"unknown kernel kind {kind}")
                 if i in needed:
                     values[i] = k
-                if w[i] != 0.0:
-                    acc += w[i] * k
+                if wanted[i]:
+                    yield i, a, k
+
+
+def _dense_pair(kernels, X, Z):
+    X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    Z = Z if sp.issparse(Z) else np.asarray(Z, dtype=np.float64)
+    if X.shape[1] != Z.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} features but Z has {Z.shape[1]}")
+    return _as_kernel_set(kernels, X.shape[1]), X, Z
+
+
+def combined_kernel(kernels, X, Z, weights) -> np.ndarray:
+    """``sum_i weights[i] K_i(X, Z)`` as a dense ``(n_X, n_Z)`` array.
+
+    Parameters
+    ----------
+    kernels : KernelSet, spec string or list of specs
+    X, Z : array-like or sparse matrix with the same number of features
+    weights : array-like of shape (n_kernels,)
+    """
+    ks, X, Z = _dense_pair(kernels, X, Z)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(ks),):
+        raise ValueError(f"weights must have shape ({len(ks)},), got {w.shape}")
+    out = np.zeros((X.shape[0], Z.shape[0]))
+    for i, a, k in _kernel_blocks(ks, X, Z, w != 0.0):
+        out[a : a + k.shape[0]] += w[i] * k
+    return out
+
+
+def kernel_matrices(kernels, X, Z) -> np.ndarray:
+    """Every kernel's values ``K_i(X, Z)`` as a dense ``(n_kernels, n_X, n_Z)`` array (one pass per group)."""
+    ks, X, Z = _dense_pair(kernels, X, Z)
+    out = np.empty((len(ks), X.shape[0], Z.shape[0]))
+    for i, a, k in _kernel_blocks(ks, X, Z, np.ones(len(ks), dtype=bool)):
+        out[i, a : a + k.shape[0]] = k
     return out
 
 

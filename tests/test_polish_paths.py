@@ -122,3 +122,20 @@ def test_polish_after_a_multiclass_bank_fit():
     for k, cls in enumerate(clf.classes_):
         expected = _independent_polish(X, y, specs, clf.raw_kernel_weights_[k], cls)(X)
         np.testing.assert_allclose(scores[:, k], expected, rtol=0, atol=2e-4 * np.abs(expected).max())
+
+
+def test_kernel_matrices_are_each_kernel_and_sum_to_the_combined_kernel():
+    from conftest import explicit_kernels
+
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.polish import combined_kernel, kernel_matrices
+
+    rng = np.random.default_rng(5)
+    X, Z = rng.random((70, 4)), rng.random((9, 4))
+    ks = KernelSet("paper@0-1,linear@2,gaussian:0.5@3,poly:2", 4)  # groups, squaring chains, all features
+    K = kernel_matrices(ks, X, Z)
+    np.testing.assert_allclose(K, explicit_kernels(ks.specs, X, Z), rtol=1e-12, atol=1e-12)
+    w = rng.random(len(ks))
+    np.testing.assert_allclose(np.einsum("i,ijk->jk", w, K), combined_kernel(ks, X, Z, w), rtol=1e-12)
+    Ks = kernel_matrices(ks, sp.csr_matrix(X), Z)  # sparse rows give the same values
+    np.testing.assert_allclose(Ks, K, rtol=1e-13, atol=1e-13)
