@@ -18,9 +18,10 @@ Cases (``benchmarks/README.md`` explains each and records the figures)::
        and the Python overhead per iteration
 
 Every figure is wall-clock time.  The numba path runs on one thread unless
-stated (``--threads N`` adds N-thread figures; the library's default is one
-thread, see ``mwumkl_dist._columns.set_num_threads``).  Run it on an otherwise
-idle machine: the load average at start and end is printed with the results.
+stated (``--threads N`` adds N-thread figures, default: the usable cores; the
+library's own default is every core, see the estimator's ``n_jobs`` and
+:mod:`mwumkl_dist.threads`).  Run it on an otherwise idle machine: the load
+average at start and end is printed with the results.
 
 Usage::
 
@@ -53,7 +54,11 @@ from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 
 import mwumkl_dist
-from mwumkl_dist import MWUMKLClassifier, _columns, mwu
+from mwumkl_dist import (
+    MWUMKLClassifier,
+    _columns,  # case e only: the kernel functions timed one by one
+    mwu,
+)
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import KernelSet
 from mwumkl_dist.problems import FeatureProblem
@@ -93,7 +98,12 @@ def machine_info(argv) -> dict:
         ).stdout.strip()
         if dirty and commit != "unknown":
             commit += " (with uncommitted changes)"
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        from mwumkl_dist.threads import available_cpus
+
+        usable = available_cpus()  # affinity and cgroup quota
+    except ImportError:  # versions before mwumkl_dist.threads
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "command": shlex.join(["python", *argv]),
         "cwd": os.getcwd(),
@@ -115,24 +125,22 @@ def machine_info(argv) -> dict:
 
 
 def has_threads() -> bool:
-    """Whether the library has a thread setting (versions before it ran on one thread)."""
-    return hasattr(_columns, "set_num_threads")
+    """Whether the library takes ``n_jobs`` (versions before it ran on one thread)."""
+    return "n_jobs" in MWUMKLClassifier().get_params()
 
 
 @contextlib.contextmanager
 def threads(n: int):
-    """The library's thread setting for the duration of a block."""
+    """The library's threads in this thread for the duration of a block (public API: mwumkl_dist.threads)."""
     if not has_threads():
         if n != 1:
             raise RuntimeError("this mwumkl_dist has no thread setting; run with --threads 1")
         yield
         return
-    before = _columns.get_num_threads()
-    _columns.set_num_threads(n)
-    try:
+    from mwumkl_dist.threads import thread_limit
+
+    with thread_limit(n):
         yield
-    finally:
-        _columns.set_num_threads(before)
 
 
 class Timer:
@@ -182,6 +190,8 @@ def fit_timed(X, y, n_threads: int, **params) -> dict:
     if "polish" in MWUMKLClassifier().get_params():
         params.setdefault("polish", False)  # time the MWU algorithm alone
     params.setdefault("C", 100.0)  # the default until C="auto" became it: no cross-validation inside the timing
+    if has_threads():
+        params.setdefault("n_jobs", n_threads)
     clf = MWUMKLClassifier(**params)
     with threads(n_threads), timed_solver(record), Timer() as fit:
         clf.fit(X, y)
@@ -207,17 +217,15 @@ def error_rate(clf, scores, y) -> float:
 
 
 def warm_up(X, y, specs, n_threads_list):
-    """Compile (or load from numba's cache) every kernel the runs below use."""
+    """Compile (or load from numba's cache) every kernel the runs below use.
+
+    A few iterations on all the rows, so that the parallel paths are taken as in the runs.
+    """
     start = time.perf_counter()
     for spec in specs:
         for n_threads in n_threads_list:
-            saved = getattr(_columns, "PARALLEL_MIN_ROWS", None)
-            _columns.PARALLEL_MIN_ROWS = 16  # make a small problem take the parallel path too
-            try:
-                clf = fit_timed(X[:400], y[:400], n_threads, kernels=spec, epsilon=EPS, rho=RHO, max_iter=5)["clf"]
-                decision_timed(clf, X[:200], n_threads)
-            finally:
-                _columns.PARALLEL_MIN_ROWS = saved
+            clf = fit_timed(X, y, n_threads, kernels=spec, epsilon=EPS, rho=RHO, max_iter=3)["clf"]
+            decision_timed(clf, X[:2000], n_threads)
     return time.perf_counter() - start
 
 

@@ -15,11 +15,12 @@ Run on demand (not a test), when the machine is otherwise quiet::
     python benchmarks/bench_million_kernels.py --subset-size 5         # (almost) all kernels distinct
     python benchmarks/bench_million_kernels.py --kernels 20000 --check # small: compare with the local engine
 
-With 2-feature subsets of 60 features the bank holds at most 1770 * 9 = 15930
-distinct kernels (each one ~63 times); a shard then takes each ``exp`` once
-per distinct (subset, bandwidth) and shares it, bit-identically.  With
-``--subset-size 5`` (5.5 million subsets) nearly every kernel is distinct and
-every kernel value is computed; both runs keep the full ``(166, 10^6)`` ``V``.
+The bank runs through the ordinary kernel plan (one feature group per distinct
+subset, Gaussian squaring chains within a subset).  With 2-feature subsets of
+60 features the bank holds at most 1770 subsets (each kernel's value is still
+computed, or squared from its chain source); with ``--subset-size 5`` (5.5
+million subsets) nearly every subset is distinct; both runs keep the full
+``(166, 10^6)`` ``V``.
 """
 
 from __future__ import annotations

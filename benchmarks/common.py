@@ -68,7 +68,7 @@ def machine_info() -> dict:
     import sklearn
 
     import mwumkl_dist
-    import mwumkl_dist._columns
+    from mwumkl_dist import threads
 
     cpu = platform.processor() or "unknown"
     try:
@@ -84,6 +84,7 @@ def machine_info() -> dict:
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "available_cpus": threads.available_cpus(),
         "memory_gib": mem,
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -93,7 +94,8 @@ def machine_info() -> dict:
         "numba": numba.__version__,
         "numba_threads": numba.get_num_threads(),
         "blas_threads": _blas_threads(),
-        "mwumkl_threads": mwumkl_dist._columns.get_num_threads(),
+        # The threads a fit started here uses (MWUMKL_NUM_THREADS, thread limits and numba's pool included).
+        "mwumkl_threads": threads.current_threads(),
         "mwumkl_dist": mwumkl_dist.__version__,
         "git_commit": _git_commit(),
     }

@@ -7,6 +7,7 @@ A source-checkout tool: the installed package has no ``bench`` command (it ships
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -97,10 +98,19 @@ def main(argv=None) -> int:
         if names != ["report"]:
             from threadpoolctl import threadpool_limits
 
-            # One BLAS thread, like the solver's default numba thread: every method gets the same
-            # single core, and parallel cross-validation jobs do not oversubscribe the machine.
-            with threadpool_limits(1, user_api="blas"):
-                experiments.run([n for n in names if n != "report"], ctx)
+            # One BLAS thread and one solver thread (MWUMKL_NUM_THREADS=1, inherited by the joblib
+            # workers): every method gets the same single core, and parallel cross-validation jobs do
+            # not oversubscribe the machine.
+            saved = os.environ.get("MWUMKL_NUM_THREADS")
+            os.environ["MWUMKL_NUM_THREADS"] = "1"
+            try:
+                with threadpool_limits(1, user_api="blas"):
+                    experiments.run([n for n in names if n != "report"], ctx)
+            finally:
+                if saved is None:
+                    os.environ.pop("MWUMKL_NUM_THREADS", None)
+                else:
+                    os.environ["MWUMKL_NUM_THREADS"] = saved
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

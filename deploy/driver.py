@@ -25,8 +25,10 @@ few workers, bad data file, failed fit), 2 a bad command line.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -39,7 +41,7 @@ class DriverError(Exception):
 
 # ----------------------------------------------------------------------------- arguments
 
-from mwumkl_dist.cli.args import C_or_auto, epsilon_or_auto, positive_float, positive_int  # noqa: E402
+from mwumkl_dist.cli.args import C_or_auto, epsilon_or_auto, n_jobs, positive_float, positive_int  # noqa: E402
 
 
 def _fraction(text: str) -> float:
@@ -93,6 +95,14 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
         "the estimator's default)",
     )
     model.add_argument("--max-iter", type=positive_int, metavar="T", help="run exactly T iterations")
+    model.add_argument(
+        "--n-jobs",
+        type=n_jobs,
+        default=None,
+        metavar="N",
+        help="threads of the driver's own work (C='auto' cross-validation, predictions, --compare-local): -1 "
+        "all cores, N that many (default: every core the driver may use); the shards use their workers' threads",
+    )
 
     dist = parser.add_argument_group("distribution")
     dist.add_argument(
@@ -109,7 +119,13 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
 
     out = parser.add_argument_group("output and resilience")
     out.add_argument("--model", metavar="OUT", help="save the fitted model here (.npz)")
-    out.add_argument("--checkpoint", metavar="PATH", help="write the driver state here every --checkpoint-every")
+    out.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="write the driver state here every --checkpoint-every; '{fit}' in PATH becomes the data file's name "
+        "and a hash of the data file and the model settings (e.g. ckpt-{fit}.npz -> ckpt-train-3f2a9c01b7de.npz), "
+        "so fits of other data or settings in the same folder never share a checkpoint",
+    )
     out.add_argument(
         "--checkpoint-every", type=positive_int, default=100, metavar="K", help="iterations between checkpoints"
     )
@@ -147,9 +163,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The settings a checkpoint name's ``{fit}`` hash covers: those that change the data fitted or the model
+#: (not the sharding, the threads or the checkpoint interval, which leave the model as it is).
+FIT_SETTINGS = ("kernels", "epsilon", "C", "max_iter", "test_size", "seed", "scale")
+
+
+def fit_key(args) -> str:
+    """``NAME-HASH``: the data file's name and 12 hex digits of a hash of the data file and the fit's settings.
+
+    The data file counts by its absolute path, size and modification time (no read), the
+    settings by :data:`FIT_SETTINGS`.  Two jobs of the same fit get the same key (a resubmitted
+    job resumes), two different fits different keys.
+    """
+    if args.data is None:
+        name, identity = "breast-cancer", ["sklearn.datasets.load_breast_cancer"]
+    else:
+        path = os.path.abspath(args.data)
+        name = os.path.basename(path).split(".")[0]
+        try:
+            info = os.stat(path)
+            identity = [path, info.st_size, info.st_mtime_ns]
+        except OSError:  # reported when the data is loaded
+            identity = [path]
+    settings = {key: getattr(args, key, None) for key in FIT_SETTINGS}
+    digest = hashlib.sha256(json.dumps([identity, settings], sort_keys=True, default=str).encode()).hexdigest()
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "data"
+    return f"{name}-{digest[:12]}"
+
+
+def expand_checkpoint(args) -> None:
+    """Replace ``{fit}`` in ``--checkpoint`` by :func:`fit_key` (``--resume auto`` then looks for that file)."""
+    if args.checkpoint and "{fit}" in args.checkpoint:
+        args.checkpoint = args.checkpoint.replace("{fit}", fit_key(args))
+    if args.resume and "{fit}" in args.resume:
+        args.resume = args.resume.replace("{fit}", fit_key(args))
+
+
 def check_args(args, parser) -> None:
     if args.resume == "auto" and not args.checkpoint:
         parser.error("--resume auto needs --checkpoint PATH")
+    expand_checkpoint(args)
     # Found now rather than after a long fit.
     for option in ("model", "checkpoint", "json"):
         path = getattr(args, option)
@@ -234,13 +287,37 @@ def connect(address: str, n_workers: int, timeout: float):
     return client
 
 
-def wait_for_workers(client, n_workers: int, timeout: float) -> None:
-    try:
-        client.wait_for_workers(n_workers, timeout=timeout)
-    except Exception:
-        have = len(client.nthreads())  # every worker (scheduler_info may list only some)
-        client.close()
-        raise DriverError(f"only {have} of {n_workers} Dask workers connected within {timeout:g} s") from None
+def wait_for_workers(client, n_workers: int, timeout: float, out=None) -> None:
+    """Wait until ``n_workers`` workers are connected, saying so on ``out`` (stderr) after 2 s, then every 10 s."""
+    from mwumkl_dist.engines.dask import WAIT_FIRST_REPORT, WAIT_REPORT_EVERY
+
+    out = sys.stderr if out is None else out
+    start = time.monotonic()
+    report_at = start + WAIT_FIRST_REPORT
+    while True:
+        try:
+            have = len(client.nthreads())  # every worker (scheduler_info may list only some)
+        except Exception as exc:  # the scheduler went away while we waited
+            client.close()
+            raise DriverError(
+                f"lost the connection to the Dask scheduler at {client.scheduler.address} while waiting for "
+                f"workers ({type(exc).__name__}: {exc})"
+            ) from None
+        if have >= n_workers:
+            return
+        now = time.monotonic()
+        if now - start > timeout:
+            client.close()
+            raise DriverError(f"only {have} of {n_workers} Dask workers connected within {timeout:g} s")
+        if now >= report_at:
+            print(
+                f"{PROG}: waiting for Dask workers: {have} of {n_workers} connected ({now - start:.0f} s of "
+                f"{timeout:g} s, --timeout)",
+                file=out,
+                flush=True,
+            )
+            report_at = now + WAIT_REPORT_EVERY
+        time.sleep(0.1)
 
 
 # ----------------------------------------------------------------------------- fit
@@ -267,6 +344,7 @@ def fit_and_report(client, args, data=None, out=None) -> dict:
         epsilon=args.epsilon,
         C=args.C,
         max_iter=args.max_iter,
+        n_jobs=getattr(args, "n_jobs", None),
         n_shards=n_shards,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
@@ -279,6 +357,8 @@ def fit_and_report(client, args, data=None, out=None) -> dict:
         file=out,
     )
     print(f"shards           {n_shards} row x {args.kernel_shards} kernel", file=out)
+    if args.checkpoint:
+        print(f"checkpoint       {args.checkpoint}", file=out)
     if resume:
         print(f"resuming from    {resume}", file=out)
     out.flush()

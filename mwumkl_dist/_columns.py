@@ -20,8 +20,17 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   (:func:`dense_copy`) gives the same dot products in straight loops over
   rows: on cod-rna (8 features, 12 kernels) a 10^4-point fit went from 0.60 s
   to 0.47 s;
-* rows are then processed in blocks of ``B`` rows, kernel by kernel inside a
-  block, so every inner loop is a straight, vectorisable loop over rows;
+* the kernels are cut into tiles of :data:`TILE_KERNELS` (:func:`kernel_tiles`,
+  never splitting a Gaussian squaring chain; a function of the plan only).  A
+  row's score ``g_j`` is the sum, in tile order, of its tile partials, each a
+  sequential sum over the tile's kernels from 0; kernel shards return their
+  tiles' partials and the Dask driver adds them in the same order
+  (:func:`mwumkl_dist.shard.sum_tile_partials`), so every layout gives the
+  same bits, ties included;
+* the work is (row block x tile) tasks, each with tile-local feature groups
+  (a plan with 10^5 groups costs per task only its tile's groups and their
+  features), rows processed in blocks of ``B`` rows, kernel by kernel inside
+  a block, so every inner loop is a straight, vectorisable loop over rows;
 * the blocks' scratch (:func:`superstep_workspace`) is kept by the shard:
   allocated per superstep, megabytes of it with many kernels went back to the
   system and were faulted in again every iteration;
@@ -32,9 +41,11 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   ``V[:, i]`` is then contiguous (any layout gives the same numbers);
 * the rows' squared norms per feature group are computed once per shard
   (``row_sq``) instead of every superstep;
-* optionally (:func:`set_num_threads`) the rows are split over threads into
-  contiguous chunks (``prange``) whose per-class maxima are reduced in row
-  order, ties to the lowest index, so the result is the same as on one thread.
+* threads by work (rows x kernels, at least :data:`PARALLEL_MIN_WORK` per
+  thread; :func:`get_num_threads`, :func:`thread_limit`): the tasks run in
+  contiguous runs per thread (``prange``), then a pass over row chunks adds the
+  tile partials; per-chunk maxima are reduced in row order, ties to the lowest
+  index, so the result is the same for every thread count.
 
 Floating point: no ``fastmath`` and no FMA contraction, so vectorised and
 scalar code paths give bit-identical values for a row.
@@ -43,7 +54,10 @@ scalar code paths give bit-identical values for a row.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
+from contextlib import contextmanager
 
 import numba
 import numpy as np
@@ -57,70 +71,153 @@ __all__ = [
     "superstep_columns",
     "dense_copy",
     "superstep_workspace",
+    "SuperstepWorkspace",
+    "kernel_tiles",
     "group_sqnorms",
     "weighted_kernel_sums",
     "point_kernels",
     "exp_block",
+    "thread_limit",
     "set_num_threads",
     "get_num_threads",
-    "parallel_threads",
-    "PARALLEL_MIN_ROWS",
+    "TILE_KERNELS",
+    "PARALLEL_MIN_WORK",
 ]
 
 _CACHE = True
 # error_model="numpy": no Python zero-division checks in the loops, so they vectorise.
-_OPTS = {"cache": _CACHE, "error_model": "numpy"}
+# nogil: shards run by threads (a Dask worker's) compute concurrently.
+_OPTS = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 
-#: A superstep is split over threads only when each thread gets at least this many rows.
-PARALLEL_MIN_ROWS = 4096
+#: Kernels per tile (a tile is longer only where a Gaussian squaring chain would be cut).
+#: Scores are summed per tile and then over tiles in tile order, so this constant is part of
+#: the numbers: a model with at most this many kernels is summed exactly as before tiles.
+TILE_KERNELS = 64
 
-# One parallel numba region at a time: the "workqueue" threading layer aborts on
-# concurrent launches (e.g. Dask threads); a busy lock means "run on this thread".
+#: A call is split over threads only with at least this much work (rows x kernels) per thread.
+PARALLEL_MIN_WORK = 32768
+
+# ----------------------------------------------------------------------------- threads
+#
+# The thread count of a call: ``thread_limit(n)`` (this Python thread only) if one is active,
+# else the process-wide ``set_num_threads`` value if set, else ``threads.default_threads()``
+# (all usable cores, capped by a Dask worker's nthreads, OMP_NUM_THREADS, threadpoolctl;
+# MWUMKL_NUM_THREADS overrides), always capped by numba's pool size.  Numba's own thread
+# mask is thread-local: it is set around each parallel call so the cap really holds.
+#
+# _PARALLEL_LOCK: numba's "workqueue" threading layer (used when neither TBB nor OpenMP is
+# available) aborts the process when two Python threads launch parallel regions at once
+# (e.g. several shards on the threads of one Dask worker).  Under that layer (and before
+# the layer is known) a parallel call first takes this lock without blocking; a busy lock
+# means "run on this thread" (same numbers, results never depend on the thread count).
+# Under "omp" and "tbb" concurrent launches are safe and no lock is taken.
 _PARALLEL_LOCK = threading.Lock()
+_LAYER: list = []  # the threading layer once known
+_local = threading.local()
+_num_threads: int | None = None  # set_num_threads' process-wide override (None: the default)
+_DEFAULT_TTL = 0.25  # seconds a resolved default is reused in a thread (resolving it takes 10-100 us)
 
 
-def _threads_from_env() -> int:
-    text = os.environ.get("MWUMKL_NUM_THREADS", "1").strip().lower()
-    if text in ("", "auto", "0"):
-        return 0
+@contextmanager
+def thread_limit(n_threads: int):
+    """Cap the threads of supersteps and predictions made in this (Python) thread during the block.
+
+    Thread-local: other threads keep their own setting.  Nested blocks apply
+    the innermost cap.  Results do not depend on the thread count.
+    """
+    if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 1:
+        raise ValueError(f"thread_limit needs a positive integer, got {n_threads!r}")
+    before = getattr(_local, "limit", None)
+    _local.limit = int(n_threads)
     try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"MWUMKL_NUM_THREADS must be a non-negative integer or 'auto', got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"MWUMKL_NUM_THREADS must be a non-negative integer or 'auto', got {text!r}")
-    return value
+        yield int(n_threads)
+    finally:
+        _local.limit = before
 
 
-_num_threads = _threads_from_env()
+def set_num_threads(n_threads: int | None) -> None:
+    """Process-wide thread count of supersteps and predictions (``None``: the default).
 
-
-def set_num_threads(n_threads: int) -> None:
-    """Threads the supersteps and the decision function may use; 1 (the default) is serial.
-
-    ``0`` means every numba thread (:func:`numba.get_num_threads`).  The
-    initial value comes from the ``MWUMKL_NUM_THREADS`` environment variable
-    (an integer or ``auto``).  Threads are opt-in because on a machine whose
-    cores are busy with other work a parallel region waits for the slowest
-    thread and can run several times slower than the serial path.  Results
-    do not depend on the thread count.
+    ``0`` means every numba thread.  The default (``None``) is
+    :func:`mwumkl_dist.threads.default_threads`: every core the process may use.
+    A :func:`thread_limit` block takes precedence in its thread.
     """
     global _num_threads
-    if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 0:
-        raise ValueError(f"n_threads must be a non-negative integer, got {n_threads!r}")
-    _num_threads = int(n_threads)
+    if n_threads is not None and (
+        isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 0
+    ):
+        raise ValueError(f"n_threads must be None or a non-negative integer, got {n_threads!r}")
+    _num_threads = None if n_threads is None else int(n_threads)
+
+
+def _pool_size() -> int:
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def _default_threads() -> int:
+    key = (os.environ.get("MWUMKL_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"), len(sys.modules))
+    cached = getattr(_local, "default", None)
+    now = time.monotonic()
+    if cached is not None and cached[0] == key and now - cached[1] < _DEFAULT_TTL:
+        return cached[2]
+    try:
+        from .threads import default_threads
+    except ImportError:  # pragma: no cover - threads.py missing
+        n = numba.get_num_threads()
+    else:
+        n = default_threads()
+    _local.default = (key, now, int(n))
+    return int(n)
 
 
 def get_num_threads() -> int:
-    """The thread setting of :func:`set_num_threads` resolved against numba's thread count."""
-    available = numba.get_num_threads()
-    return available if _num_threads == 0 else min(_num_threads, available)
+    """The threads a superstep or prediction started now in this thread may use (>= 1)."""
+    limit = getattr(_local, "limit", None)
+    if limit is None:
+        limit = _num_threads
+        if limit is None:
+            limit = _default_threads()
+        elif limit == 0:
+            limit = _pool_size()
+    return max(1, min(int(limit), _pool_size()))
 
 
-def parallel_threads(n_rows: int, min_rows: int | None = None) -> int:
-    """Threads a call over ``n_rows`` rows uses (1: the serial path)."""
-    per_thread = PARALLEL_MIN_ROWS if min_rows is None else min_rows
-    return max(1, min(get_num_threads(), int(n_rows) // per_thread))
+def _threads_for(work: int) -> int:
+    """Threads for a call of ``work`` units (rows x kernels): at least PARALLEL_MIN_WORK each."""
+    return max(1, min(get_num_threads(), int(work) // max(1, PARALLEL_MIN_WORK)))
+
+
+def _needs_lock() -> bool:
+    if not _LAYER:
+        try:
+            _LAYER.append(numba.threading_layer())
+        except ValueError:  # no parallel region has run yet
+            return True
+    return _LAYER[0] == "workqueue"
+
+
+@contextmanager
+def _parallel(n_threads: int):
+    """Yields the tasks' chunk count (1: run serially); numba's thread mask is set for the block.
+
+    The mask gets ``min(n_threads, pool size)`` threads (a chunk count above
+    the pool, which only tests ask for, runs several chunks per thread).
+    """
+    if n_threads <= 1:
+        yield 1
+        return
+    locked = _needs_lock()
+    if locked and not _PARALLEL_LOCK.acquire(blocking=False):
+        yield 1
+        return
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(n_threads, _pool_size()))
+        yield n_threads
+    finally:
+        numba.set_num_threads(before)
+        if locked:
+            _PARALLEL_LOCK.release()
 
 
 # ----------------------------------------------------------------------------- exp
@@ -378,6 +475,206 @@ def _block_size(m):
     return max(16, min(256, ((1 << 22) // max(m, 1)) // 8 * 8))
 
 
+# ----------------------------------------------------------------------------- kernel tiles
+
+
+def _valid_boundaries(square_of) -> np.ndarray:
+    """Kernel boundaries ``b`` (between kernels ``b-1`` and ``b``, ``0..m``) that split no squaring chain."""
+    square_of = np.asarray(square_of)
+    m = len(square_of)
+    if m == 0 or not np.any(square_of >= 0):
+        return np.arange(m + 1)
+    root = np.arange(m)
+    for i in range(m):
+        while square_of[root[i]] >= 0:
+            root[i] = square_of[root[i]]
+    lo = np.full(m, m)
+    hi = np.full(m, -1)
+    np.minimum.at(lo, root, np.arange(m))
+    np.maximum.at(hi, root, np.arange(m))
+    # Boundary b is inside a chain's span when lo < b <= hi.
+    inside = np.zeros(m + 2, np.int64)
+    chains = hi >= 0
+    np.add.at(inside, lo[chains] + 1, 1)
+    np.add.at(inside, hi[chains] + 1, -1)
+    return np.flatnonzero(np.cumsum(inside)[: m + 1] == 0)
+
+
+def kernel_tiles(square_of) -> np.ndarray:
+    """Tile boundaries ``[0, b1, ..., m]`` of a kernel plan (``square_of``, or ``m`` without chains).
+
+    Tiles hold :data:`TILE_KERNELS` kernels each (the last fewer), a tile
+    running on to the next boundary where a Gaussian squaring chain would be
+    cut.  A function of the plan only: every shard, block, thread count and
+    engine cuts the kernels the same way, and a kernel block that starts on a
+    tile boundary tiles its kernels exactly as the whole set does.
+    """
+    valid = _valid_boundaries(np.full(int(square_of), -1) if np.ndim(square_of) == 0 else square_of)
+    m = int(valid[-1])
+    bounds = [0]
+    while bounds[-1] < m:
+        target = bounds[-1] + TILE_KERNELS
+        bounds.append(m if target >= m else int(valid[np.searchsorted(valid, target)]))
+    return np.asarray(bounds, np.int64)
+
+
+@njit(**_OPTS)
+def _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """Tile-local maps: each tile's groups, its kernels' local groups, chains and order, its features.
+
+    Returns ``gptr, gfeat`` (group -> its features, ascending), ``tg_ptr,
+    tg_group`` (tile -> its groups, local group ``lg`` of tile ``t`` is
+    ``tg_group[tg_ptr[t] + lg]``), ``lgrp`` (kernel -> local group), ``lsq``
+    (kernel -> local index of its squaring source or -1), ``torder`` (per
+    tile, the local kernel indices in evaluation order), ``tf_ptr, tf_feat``
+    (tile -> its distinct features, ascending) and ``tf_gptr, tf_lg`` (such a
+    feature -> the tile's local groups containing it).
+    """
+    m = grp.shape[0]
+    n_tiles = tile_ptr.shape[0] - 1
+    d = feat_ptr.shape[0] - 1
+    gptr = np.zeros(n_groups + 1, np.int64)
+    for f in range(d):
+        for u in range(feat_ptr[f], feat_ptr[f + 1]):
+            gptr[feat_groups[u] + 1] += 1
+    for g in range(n_groups):
+        gptr[g + 1] += gptr[g]
+    gfeat = np.empty(gptr[n_groups], np.int64)
+    fill = gptr[:n_groups].copy()
+    for f in range(d):
+        for u in range(feat_ptr[f], feat_ptr[f + 1]):
+            g = feat_groups[u]
+            gfeat[fill[g]] = f
+            fill[g] += 1
+    tid = np.empty(m, np.int64)
+    mark = np.full(n_groups, -1, np.int64)
+    lidx = np.zeros(n_groups, np.int64)
+    tg_ptr = np.zeros(n_tiles + 1, np.int64)
+    tg_tmp = np.empty(m, np.int64)
+    lgrp = np.empty(m, np.int64)
+    n_lg = 0
+    n_pairs = 0
+    for t in range(n_tiles):
+        for i in range(tile_ptr[t], tile_ptr[t + 1]):
+            tid[i] = t
+            g = grp[i]
+            if mark[g] != t:
+                mark[g] = t
+                lidx[g] = n_lg - tg_ptr[t]
+                tg_tmp[n_lg] = g
+                n_lg += 1
+                n_pairs += gptr[g + 1] - gptr[g]
+            lgrp[i] = lidx[g]
+        tg_ptr[t + 1] = n_lg
+    tg_group = tg_tmp[:n_lg].copy()
+    lsq = np.full(m, -1, np.int64)
+    for i in range(m):
+        if square_of[i] >= 0:
+            lsq[i] = square_of[i] - tile_ptr[tid[i]]
+    torder = np.empty(m, np.int64)
+    pos = tile_ptr[:n_tiles].copy()
+    for k in range(m):
+        i = order[k]
+        t = tid[i]
+        torder[pos[t]] = i - tile_ptr[t]
+        pos[t] += 1
+    # Each tile's (feature, local group) pairs sorted by feature.
+    tf_ptr = np.zeros(n_tiles + 1, np.int64)
+    tf_feat = np.empty(n_pairs, np.int64)
+    tf_gptr = np.zeros(n_pairs + 1, np.int64)
+    tf_lg = np.empty(n_pairs, np.int64)
+    n_feat = 0
+    n_done = 0
+    for t in range(n_tiles):
+        a, b = tg_ptr[t], tg_ptr[t + 1]
+        cnt = 0
+        for lg in range(b - a):
+            g = tg_group[a + lg]
+            cnt += gptr[g + 1] - gptr[g]
+        pf = np.empty(cnt, np.int64)
+        pl = np.empty(cnt, np.int64)
+        c = 0
+        for lg in range(b - a):
+            g = tg_group[a + lg]
+            for u in range(gptr[g], gptr[g + 1]):
+                pf[c] = gfeat[u]
+                pl[c] = lg
+                c += 1
+        perm = np.argsort(pf, kind="mergesort")
+        for k in range(cnt):
+            f = pf[perm[k]]
+            if k == 0 or f != pf[perm[k - 1]]:
+                tf_feat[n_feat] = f
+                tf_gptr[n_feat] = n_done
+                n_feat += 1
+            tf_lg[n_done] = pl[perm[k]]
+            n_done += 1
+        tf_ptr[t + 1] = n_feat
+    tf_gptr[n_feat] = n_done
+    return gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat[:n_feat].copy(), \
+        tf_gptr[: n_feat + 1].copy(), tf_lg  # fmt: skip
+
+
+class SuperstepWorkspace:
+    """What :func:`superstep_features` keeps across supersteps for one block of rows and one plan.
+
+    The plan's tiles and tile-local maps (:func:`kernel_tiles`,
+    :func:`_tile_maps`), per-thread scratch (grown when a call uses more
+    threads; never allocated per superstep) and ``partial``: the last
+    superstep's score partials per tile, ``(n_tiles, n_rows)``.
+    """
+
+    def __init__(self, n_rows, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+        self.n_rows = int(n_rows)
+        self.n_groups = int(n_groups)
+        self.tile_ptr = kernel_tiles(square_of)
+        tile_of = np.searchsorted(self.tile_ptr, np.arange(len(square_of)), "right")
+        chained = np.flatnonzero(np.asarray(square_of) >= 0)
+        if np.any(tile_of[np.asarray(square_of)[chained]] != tile_of[chained]):
+            raise AssertionError("a squaring chain crosses a tile")  # pragma: no cover
+        self.maps = _tile_maps(self.tile_ptr, grp, square_of, order, feat_ptr, feat_groups, self.n_groups)
+        self.n_tiles = len(self.tile_ptr) - 1
+        tile_len = np.diff(self.tile_ptr)
+        tile_groups = np.diff(self.maps[2])
+        self.max_tile = int(tile_len.max()) if self.n_tiles else 1
+        self.max_groups = int(tile_groups.max()) if self.n_tiles else 1
+        self.B = min(_block_size(self.max_tile), max(8, -(-self.n_rows // 8) * 8))
+        self.partial = np.zeros((self.n_tiles, self.n_rows))
+        self.g = np.empty(self.n_rows)
+        self.slots = 0
+        self.scratch = None
+        self._with_rows = False
+
+    def ensure(self, n_slots: int, with_rows: bool):
+        """Scratch for ``n_slots`` concurrent tasks (``with_rows``: column-pass dots for whole row ranges)."""
+        if self.scratch is None or n_slots > self.slots or (with_rows and not self._with_rows):
+            n_slots = max(n_slots, self.slots)
+            with_rows = with_rows or self._with_rows
+            B, G, T = self.B, self.max_groups, self.max_tile
+            self.scratch = (
+                np.empty((n_slots, 4, G, B)),  # dots and squared distances to p and q
+                np.empty((n_slots, 2, T, B)),  # the tile's kernel values against p and q
+                np.empty((n_slots, 4, B)),  # exp argument, row factors, tile partial of the block
+                np.empty((n_slots, 2 * B), np.int64),  # exp scratch
+                np.empty((n_slots, 2, G)),  # the points' squared norms per local group
+                np.empty((n_slots, 2, self.n_rows if with_rows else 0)),  # column-pass dots
+            )
+            self.slots = n_slots
+            self._with_rows = with_rows
+        return self.scratch
+
+
+def superstep_workspace(n_rows: int, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """A :class:`SuperstepWorkspace` for ``n_rows`` rows and a plan (:func:`mwumkl_dist.shard.plan_args` order).
+
+    Reusing it matters: with many kernels the blocks of kernel values take
+    megabytes, and allocating them every superstep let the C allocator give
+    the pages back and fault them in again each time (on sonar with 720
+    kernels most of the fit went to the kernel's page-fault handling).
+    """
+    return SuperstepWorkspace(n_rows, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+
+
 # ----------------------------------------------------------------------------- superstep
 
 
@@ -391,85 +688,202 @@ def _update_column(Vi, kpi, kqi, sp, sq, w, c, gb, nb):
 
 
 @njit(**_OPTS)
-def _block_buffers(n_groups, m, B):
-    """Scratch for one block of ``B`` rows: dots and distances to both points, kernel values, exp work."""
-    return (
-        np.empty((n_groups, B)),
-        np.empty((n_groups, B)),
-        np.empty((n_groups, B)),
-        np.empty((n_groups, B)),
-        np.empty((m, B)),
-        np.empty((m, B)),
-        np.empty(B),
-        np.empty(2 * B, np.int64),
-    )
+def _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, out, xbuf, kbits):
+    """:func:`_block_values` for the tile ``[k0, k0 + mt)`` with local groups and indices."""
+    for u in range(mt):
+        li = torder[k0 + u]
+        i = k0 + li
+        src = lsq[i]
+        if src >= 0:  # Gaussian with twice the gamma of kernel src: K_i = K_src ** 2
+            _square_row(out[src], out[li], nb)
+            continue
+        g = lgrp[i]
+        kd = kind[i]
+        if kd == 0:
+            out[li, :nb] = dot[g, :nb]
+        elif kd == 1:
+            _poly_row(dot[g], pb[i], int(pa[i]), out[li], nb)
+        else:
+            _gauss_row(dist2[g], pa[i], out[li], xbuf, kbits, nb)
 
 
 @njit(**_OPTS)
-def _workspace(n_groups, m, B, n_rows):
-    """All scratch of a superstep: :func:`_block_buffers`, per-row factors and scores, column-pass dots."""
-    dp, dq, d2p, d2q, kp, kq, xbuf, kbits = _block_buffers(n_groups, m, B)
-    return (dp, dq, d2p, d2q, kp, kq, xbuf, kbits, np.empty(B), np.empty(B), np.empty(B), np.empty(n_rows),
-            np.empty(n_rows))  # fmt: skip
+def _dense_group_dots(dense_t, j0, nb, p, q, tg_group, a, ng, gptr, gfeat, dp, dq):
+    """Dots of block rows with ``p``/``q`` per local group from the dense copy, features ascending."""
+    for lg in range(ng):
+        g = tg_group[a + lg]
+        for b in range(nb):
+            dp[lg, b] = 0.0
+            dq[lg, b] = 0.0
+        for u in range(gptr[g], gptr[g + 1]):
+            f = gfeat[u]
+            pf = p[f]
+            qf = q[f]
+            if pf == 0.0 and qf == 0.0:
+                continue
+            _axpy2(dense_t[f, j0 : j0 + nb], pf, qf, dp[lg], dq[lg], nb)
 
 
-def superstep_workspace(n_rows: int, n_kernels: int, n_groups: int):
-    """Scratch for :func:`superstep_features` on ``n_rows`` rows, to pass to every superstep.
+@njit(**_OPTS)
+def _merge_dots(indptr, indices, data, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, tf_lg, ng, dp, dq):
+    """Dots per local group by merging each row's sorted entries with the tile's sorted features.
 
-    Reusing it matters: with many kernels the blocks of kernel values take
-    megabytes, and allocating them every superstep let the C allocator give
-    the pages back and fault them in again each time (on sonar with 720
-    kernels most of the fit went to the kernel's page-fault handling).
+    A group's terms arrive in increasing feature order, as in a full row pass.
     """
-    B = min(_block_size(n_kernels), max(8, -(-int(n_rows) // 8) * 8))
-    return _workspace(int(n_groups), int(n_kernels), B, int(n_rows))
+    dp[:ng, :nb] = 0.0
+    dq[:ng, :nb] = 0.0
+    for b in range(nb):
+        k = indptr[j0 + b]
+        ke = indptr[j0 + b + 1]
+        u = fa
+        while k < ke and u < fb:
+            f = indices[k]
+            h = tf_feat[u]
+            if f < h:
+                k += 1
+            elif f > h:
+                u += 1
+            else:
+                v = data[k]
+                a = v * p[f]
+                c = v * q[f]
+                for w in range(tf_gptr[u], tf_gptr[u + 1]):
+                    lg = tf_lg[w]
+                    dp[lg, b] += a
+                    dq[lg, b] += c
+                k += 1
+                u += 1
 
 
 @njit(**_OPTS)
-def _superstep_range(
-    start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V,
-    row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order,
-    feat_ptr, feat_groups, n_groups, B, work,
+def _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, tf_lg, ng, dp, dq):
+    """Dots per local group from the CSC copy: the tile's features ascending, each column's entries in the block.
+
+    A group's terms reach each row in increasing feature order, as in a row
+    pass; features where both points are zero add only ``+-0`` and are skipped.
+    """
+    dp[:ng, :nb] = 0.0
+    dq[:ng, :nb] = 0.0
+    stop = j0 + nb
+    for u in range(fa, fb):
+        f = tf_feat[u]
+        pf = p[f]
+        qf = q[f]
+        if pf == 0.0 and qf == 0.0:
+            continue
+        a0 = csc_ptr[f]
+        e = csc_ptr[f + 1]
+        k = a0 + np.searchsorted(csc_rows[a0:e], j0)
+        w0 = tf_gptr[u]
+        w1 = tf_gptr[u + 1]
+        while k < e and csc_rows[k] < stop:
+            r = csc_rows[k] - j0
+            v = csc_vals[k]
+            a = v * pf
+            c = v * qf
+            for w in range(w0, w1):
+                lg = tf_lg[w]
+                dp[lg, r] += a
+                dq[lg, r] += c
+            k += 1
+
+
+@njit(**_OPTS)
+def _local_sqnorms(point, tg_group, a, ng, gptr, gfeat, out):
+    """``|point|_g^2`` per local group, features ascending (as :func:`_point_group_sqnorms`)."""
+    for lg in range(ng):
+        g = tg_group[a + lg]
+        s = 0.0
+        for u in range(gptr[g], gptr[g + 1]):
+            v = point[gfeat[u]]
+            if v != 0.0:
+                s += v * v
+        out[lg] = s
+
+
+@njit(**_OPTS)
+def _add_ridge_tile(V, lx, diag, coef, gb, j0, nb, k0, k1):
+    """``V[lx, k0:k1] += diag`` when local row ``lx`` lies in ``[j0, j0 + nb)``, and its tile partial redone."""
+    if j0 <= lx < j0 + nb:
+        g = 0.0
+        for i in range(k0, k1):
+            v = V[lx, i] + diag
+            V[lx, i] = v
+            g += coef[i] * v
+        gb[lx - j0] = g
+
+
+@njit(**_OPTS)
+def _task(
+    r0, r1, t, slot, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset,
+    V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr,
+    maps, B, scratch, partial,
 ):  # fmt: skip
-    """The fused superstep on local rows ``[start, stop)``; see :func:`superstep_features`.
+    """Rows ``[r0, r1)`` x tile ``t``: kernel values, the ``V`` update and the tile partials of the rows.
 
-    ``work`` is a :func:`_workspace` for blocks of ``B`` rows and at least ``stop - start`` rows.
+    Returns the best row of each class by the tile partial (meaningful when there is one tile).
     """
-    m = kind.shape[0]
+    gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
+    dots, vals, rowbuf, kbits_all, norms, rows_all = scratch
+    dp, dq, d2p, d2q = dots[slot, 0], dots[slot, 1], dots[slot, 2], dots[slot, 3]
+    kp, kq = vals[slot, 0], vals[slot, 1]
+    xbuf, sp, sq, gb = rowbuf[slot, 0], rowbuf[slot, 1], rowbuf[slot, 2], rowbuf[slot, 3]
+    kbits = kbits_all[slot]
+    lpp, lpq = norms[slot, 0], norms[slot, 1]
+    k0 = tile_ptr[t]
+    k1 = tile_ptr[t + 1]
+    mt = k1 - k0
+    ga = tg_ptr[t]
+    ng = tg_ptr[t + 1] - ga
     single = n_groups == 1
-    dp, dq, d2p, d2q, kp, kq, xbuf, kbits, sp, sq, gb, all_p, all_q = work
-    if use_csc:
-        _csc_dots(start, stop, y.shape[0], csc_ptr, csc_rows, csc_vals, pm, qm, all_p, all_q)
+    _local_sqnorms(p, tg_group, ga, ng, gptr, gfeat, lpp)
+    _local_sqnorms(q, tg_group, ga, ng, gptr, gfeat, lpq)
+    all_p, all_q = rows_all[slot, 0], rows_all[slot, 1]
+    if single and use_csc:
+        _csc_dots(r0, r1, y.shape[0], csc_ptr, csc_rows, csc_vals, pm, qm, all_p, all_q)
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
     lp = ip - row_offset
     lq = iq - row_offset
-    for j0 in range(start, stop, B):
-        nb = min(B, stop - j0)
-        if use_dense:
-            _dense_block_dots(dense_t, j0, nb, pm, qm, dp, dq)
-        elif use_csc:
-            for b in range(nb):
-                dp[0, b] = all_p[j0 - start + b]
-                dq[0, b] = all_q[j0 - start + b]
+    for j0 in range(r0, r1, B):
+        nb = min(B, r1 - j0)
+        if single:
+            if use_dense:
+                _dense_block_dots(dense_t, j0, nb, pm, qm, dp, dq)
+            elif use_csc:
+                for b in range(nb):
+                    dp[0, b] = all_p[j0 - r0 + b]
+                    dq[0, b] = all_q[j0 - r0 + b]
+            else:
+                _block_dots(indptr, indices, data, j0, nb, pm, qm, tile_ptr, tile_ptr, True, dp, dq)
+        elif use_dense:
+            _dense_group_dots(dense_t, j0, nb, p, q, tg_group, ga, ng, gptr, gfeat, dp, dq)
+        elif csc_ptr.shape[0] == p.shape[0] + 1:
+            _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr,
+                            tf_lg, ng, dp, dq)  # fmt: skip
         else:
-            _block_dots(indptr, indices, data, j0, nb, pm, qm, feat_ptr, feat_groups, single, dp, dq)
-        _block_dist2(row_sq, j0, nb, ppp, dp, d2p)
-        _block_dist2(row_sq, j0, nb, ppq, dq, d2q)
-        _block_values(nb, dp, d2p, kind, pa, pb, grp, square_of, order, kp, xbuf, kbits)
-        _block_values(nb, dq, d2q, kind, pa, pb, grp, square_of, order, kq, xbuf, kbits)
+            _merge_dots(indptr, indices, data, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr, tf_lg, ng,
+                        dp, dq)  # fmt: skip
+        for lg in range(ng):
+            g = tg_group[ga + lg]
+            _dist2_row(row_sq_t[g, j0 : j0 + nb], lpp[lg], dp[lg], d2p[lg], nb)
+            _dist2_row(row_sq_t[g, j0 : j0 + nb], lpq[lg], dq[lg], d2q[lg], nb)
+        _tile_values(nb, k0, mt, dp, d2p, kind, pa, pb, lgrp, lsq, torder, kp, xbuf, kbits)
+        _tile_values(nb, k0, mt, dq, d2q, kind, pa, pb, lgrp, lsq, torder, kq, xbuf, kbits)
         for b in range(nb):
             yj = y[j0 + b]
             sp[b] = 0.5 * yj * yp
             sq[b] = 0.5 * yj * yq
             gb[b] = 0.0
-        for i in range(m):
-            _update_column(V[j0 : j0 + nb, i], kp[i], kq[i], sp, sq, inv_trace[i], coef[i], gb, nb)
-        # The ridge on the diagonal: row j gets its own once per picked column j; its score is redone.
-        _add_ridge(V, lp, 0.5 * ridge_p, coef, gb, j0, nb)
-        _add_ridge(V, lq, 0.5 * ridge_q, coef, gb, j0, nb)
+        for u in range(mt):
+            i = k0 + u
+            _update_column(V[j0 : j0 + nb, i], kp[u], kq[u], sp, sq, inv_trace[i], coef[i], gb, nb)
+        # The ridge on the diagonal: row j gets its own once per picked column j; its partial is redone.
+        _add_ridge_tile(V, lp, 0.5 * ridge_p, coef, gb, j0, nb, k0, k1)
+        _add_ridge_tile(V, lq, 0.5 * ridge_q, coef, gb, j0, nb, k0, k1)
         for b in range(nb):
             g = gb[b]
+            partial[t, j0 + b] = g
             if y[j0 + b] > 0:
                 if g > g_pos:
                     g_pos = g
@@ -481,66 +895,86 @@ def _superstep_range(
 
 
 @njit(**_OPTS)
-def _add_ridge(V, lx, diag, coef, gb, j0, nb):
-    """``V[lx, :] += diag`` when local row ``lx`` lies in the block ``[j0, j0 + nb)``, and its score redone."""
-    if j0 <= lx < j0 + nb:
-        g = 0.0
-        for i in range(V.shape[1]):
-            v = V[lx, i] + diag
-            V[lx, i] = v
-            g += coef[i] * v
-        gb[lx - j0] = g
-
-
-@njit(**_OPTS)
-def _superstep_setup(p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t):
-    pm, qm, ppp, ppq, cost = _prepare_points(p, q, feat_ptr, feat_groups, n_groups, csc_ptr)
-    # A dense copy (dense data, one group) beats both sparse passes: contiguous, vectorised loops.
-    use_dense = n_groups == 1 and dense_t.shape[0] == p.shape[0] and dense_t.shape[1] == indptr.shape[0] - 1
-    # A column pass pays a scattered update per entry, a row pass a sequential sum: prefer rows near parity.
-    use_csc = not use_dense and cost >= 0 and cost < 0.75 * (indptr[indptr.shape[0] - 1] - indptr[0])
-    return pm, qm, ppp, ppq, use_csc, use_dense
+def _sum_rows(r0, r1, y, partial, gsum):
+    """``g = partial[0] + partial[1] + ...`` (tile order) on rows ``[r0, r1)``, and the best row of each class."""
+    n_tiles = partial.shape[0]
+    for j in range(r0, r1):
+        gsum[j] = partial[0, j]
+    for t in range(1, n_tiles):
+        for j in range(r0, r1):
+            gsum[j] += partial[t, j]
+    best_pos, best_neg = -1, -1
+    g_pos, g_neg = -np.inf, -np.inf
+    for j in range(r0, r1):
+        g = gsum[j]
+        if y[j] > 0:
+            if g > g_pos:
+                g_pos = g
+                best_pos = j
+        elif g > g_neg:
+            g_neg = g
+            best_neg = j
+    return best_pos, g_pos, best_neg, g_neg
 
 
 @njit(**_OPTS)
 def _superstep_serial(
-    indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
+    indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
+    q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch,
+    partial, gsum,
 ):  # fmt: skip
-    pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
-        p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
-    )
-    return _superstep_range(
-        0, y.shape[0], indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-        row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp,
-        square_of, order, feat_ptr, feat_groups, n_groups, B, work,
-    )  # fmt: skip
+    n = y.shape[0]
+    n_tiles = tile_ptr.shape[0] - 1
+    for t in range(n_tiles):
+        r = _task(
+            0, n, t, 0, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
+            row_offset, V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb,
+            n_groups, tile_ptr, maps, B, scratch, partial,
+        )  # fmt: skip
+        if n_tiles == 1:
+            return r
+    return _sum_rows(0, n, y, partial, gsum)
 
 
 @njit(parallel=True, **_OPTS)
 def _superstep_parallel(
-    indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, row_offset, V, row_sq, p, q, ip, iq, yp, yq,
-    inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, work,
-    n_chunks,
+    indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
+    q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch,
+    partial, gsum, n_chunks, n_rb,
 ):  # fmt: skip
-    pm, qm, ppp, ppq, use_csc, use_dense = _superstep_setup(
-        p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
-    )
+    """Tasks (row block, tile), row-block major, in ``n_chunks`` contiguous runs (one per thread and scratch slot).
+
+    Then, with several tiles, a pass over row chunks sums the tile partials in
+    tile order; per-chunk maxima are reduced in row order (ties: lowest row).
+    """
     n = y.shape[0]
-    bp = np.empty(n_chunks, np.int64)
-    bn = np.empty(n_chunks, np.int64)
-    gp = np.empty(n_chunks)
-    gn = np.empty(n_chunks)
+    n_tiles = tile_ptr.shape[0] - 1
+    n_tasks = n_rb * n_tiles
+    tb = np.empty((n_tasks, 2), np.int64)
+    tg = np.empty((n_tasks, 2))
     for c in prange(n_chunks):
-        start, stop = (n * c) // n_chunks, (n * (c + 1)) // n_chunks
-        # Chunk 0 uses the caller's scratch; the others their own (a parallel call has >= 4096 rows per chunk).
-        chunk_work = work if c == 0 else _workspace(n_groups, kind.shape[0], B, stop - start)
-        bp[c], gp[c], bn[c], gn[c] = _superstep_range(
-            start, stop, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-            row_offset, V, row_sq, pm, qm, ppp, ppq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb,
-            grp, square_of, order, feat_ptr, feat_groups, n_groups, B, chunk_work,
-        )  # fmt: skip
-    return _reduce_chunks(bp, gp, bn, gn)
+        for task in range((n_tasks * c) // n_chunks, (n_tasks * (c + 1)) // n_chunks):
+            rb = task // n_tiles
+            t = task - rb * n_tiles
+            bp, gp, bn, gn = _task(
+                (n * rb) // n_rb, (n * (rb + 1)) // n_rb, t, c, indptr, indices, data, csc_ptr, csc_rows, csc_vals,
+                use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace,
+                ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
+            )  # fmt: skip
+            tb[task, 0] = bp
+            tb[task, 1] = bn
+            tg[task, 0] = gp
+            tg[task, 1] = gn
+    if n_tiles > 1:
+        tb = np.empty((n_chunks, 2), np.int64)
+        tg = np.empty((n_chunks, 2))
+        for c in prange(n_chunks):
+            bp, gp, bn, gn = _sum_rows((n * c) // n_chunks, (n * (c + 1)) // n_chunks, y, partial, gsum)
+            tb[c, 0] = bp
+            tb[c, 1] = bn
+            tg[c, 0] = gp
+            tg[c, 1] = gn
+    return _reduce_chunks(tb[:, 0], tg[:, 0], tb[:, 1], tg[:, 1])
 
 
 @njit(**_OPTS)
@@ -556,6 +990,43 @@ def _reduce_chunks(bp, gp, bn, gn):
             g_neg = gn[c]
             best_neg = bn[c]
     return best_pos, g_pos, best_neg, g_neg
+
+
+@njit(**_OPTS)
+def _mask_points(p, q, feat_ptr, n_groups, csc_ptr):
+    """With one feature group, ``p`` and ``q`` with the features outside it zeroed, and the column pass's cost.
+
+    A row pass with the masked points adds only ``+-0`` terms for the
+    features outside the group, which leaves every partial sum unchanged, so
+    the dot products equal the general path's per-group sums exactly.
+    ``cost`` is the number of stored entries in the columns where ``p`` or
+    ``q`` is non-zero (``-1`` without a CSC copy or with several groups).
+    """
+    d = p.shape[0]
+    if n_groups != 1:
+        return p, q, -1
+    pm = np.empty(d)
+    qm = np.empty(d)
+    cost = 0
+    has_csc = csc_ptr.shape[0] == d + 1
+    for f in range(d):
+        inside = feat_ptr[f + 1] > feat_ptr[f]
+        pm[f] = p[f] if inside else 0.0
+        qm[f] = q[f] if inside else 0.0
+        if has_csc and (pm[f] != 0.0 or qm[f] != 0.0):
+            cost += csc_ptr[f + 1] - csc_ptr[f]
+    return pm, qm, cost if has_csc else -1
+
+
+@njit(**_OPTS)
+def _superstep_setup(p, q, indptr, feat_ptr, n_groups, csc_ptr, dense_t):
+    """Masked points (one group), and which dot pass to use: dense copy, column pass or row pass."""
+    pm, qm, cost = _mask_points(p, q, feat_ptr, n_groups, csc_ptr)
+    # A dense copy (dense data) beats both sparse passes: contiguous, vectorised loops.
+    use_dense = dense_t.shape[0] == p.shape[0] and dense_t.shape[1] == indptr.shape[0] - 1
+    # A column pass pays a scattered update per entry, a row pass a sequential sum: prefer rows near parity.
+    use_csc = not use_dense and cost >= 0 and cost < 0.75 * (indptr[indptr.shape[0] - 1] - indptr[0])
+    return pm, qm, use_csc, use_dense
 
 
 def dense_copy(X) -> np.ndarray | None:
@@ -577,6 +1048,15 @@ def _as_f64(a):
 # No CSC copy; int32 like scipy's index arrays, so no extra numba specialisation is compiled.
 _NO_CSC = (np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0))
 _NO_DENSE = np.zeros((0, 0))
+
+
+def _layout(n_rows: int, n_tiles: int, n_kernels: int) -> tuple[int, int]:
+    """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels), ~4 tasks per thread."""
+    n_threads = _threads_for(n_rows * n_kernels)
+    if n_threads == 1:
+        return 1, 1
+    n_rb = max(1, min(-(-4 * n_threads // n_tiles), n_rows // 32))
+    return n_threads, n_rb
 
 
 def superstep_features(
@@ -617,6 +1097,13 @@ def superstep_features(
     ``yp``/``yq``.  ``V`` (``(n_rows, m)``, updated in place) may have any
     memory layout; Fortran order is fastest.
 
+    The score is summed per kernel tile (:func:`kernel_tiles`: each tile's
+    partial a sequential sum over its kernels from 0), then over the tiles
+    in tile order; the partials are left in ``workspace.partial``.  The work
+    is split into (row block, tile) tasks over the threads of
+    :func:`get_num_threads` when there is enough of it; every row's numbers,
+    and so the result, are the same for every thread count.
+
     Parameters
     ----------
     ridge : float or tuple of two floats
@@ -625,20 +1112,22 @@ def superstep_features(
         diagonal a superstep touches).
     row_sq : ndarray of shape (n_rows, n_groups), optional
         :func:`group_sqnorms` of the rows; computed here when ``None`` (a
-        shard passes its cached copy).
+        shard passes its cached copy, best as the transpose of a C-ordered
+        ``(n_groups, n_rows)`` array: it is used in that layout).
     csc : tuple of (indptr, indices, data), optional
         The same rows in CSC form with sorted row indices.  With one feature
         group the dot products are then computed over the columns where ``p``
-        or ``q`` is non-zero when that touches fewer entries than a row pass
+        or ``q`` is non-zero when that touches fewer entries than a row pass;
+        with several groups each task visits its tile's columns only
         (identical numbers, fewer operations on sparse data).
     dense_t : ndarray of shape (n_features, n_rows), optional
         The same rows as a dense, C-contiguous transposed copy (:func:`dense_copy`).
-        With one feature group the dot products then come from contiguous,
-        vectorised loops over rows (identical numbers; on dense low-dimensional
-        data such as cod-rna the dots cost about a tenth of a CSR pass).
-    workspace : tuple, optional
-        :func:`superstep_workspace` for these rows, kept by the caller across
-        supersteps (allocated here, for this call only, when ``None``).
+        The dot products then come from contiguous, vectorised loops over rows
+        (identical numbers; on dense low-dimensional data such as cod-rna the
+        dots cost about a tenth of a CSR pass).
+    workspace : SuperstepWorkspace, optional
+        :func:`superstep_workspace` for these rows and this plan, kept by the
+        caller across supersteps (made here, for this call only, when ``None``).
 
     Returns
     -------
@@ -650,35 +1139,36 @@ def superstep_features(
     n_groups = int(n_groups)
     if row_sq is None:
         row_sq = group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups)
+    row_sq_t = np.ascontiguousarray(np.asarray(row_sq).T)
     csc_ptr, csc_rows, csc_vals = _NO_CSC if csc is None else csc
     dense_t = _NO_DENSE if dense_t is None else dense_t
     if workspace is None:
-        workspace = superstep_workspace(len(y), len(kind), n_groups)
+        workspace = superstep_workspace(len(y), kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
     ridge_p, ridge_q = (ridge, ridge) if np.ndim(ridge) == 0 else ridge
-    args = (
-        indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, y, int(row_offset), V, row_sq, _as_f64(p),
-        _as_f64(q), int(ip), int(iq), float(yp), float(yq), inv_trace, float(ridge_p), float(ridge_q), coef, kind,
-        pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, workspace[4].shape[1], workspace,
-    )  # fmt: skip
-    n_threads = parallel_threads(len(y))
-    if n_threads > 1 and _PARALLEL_LOCK.acquire(blocking=False):
-        try:
-            bp, gp, bn, gn = _superstep_parallel(*args, n_threads)
-        finally:
-            _PARALLEL_LOCK.release()
-    else:
-        bp, gp, bn, gn = _superstep_serial(*args)
+    p = _as_f64(p)
+    q = _as_f64(q)
+    pm, qm, use_csc, use_dense = _superstep_setup(p, q, indptr, feat_ptr, n_groups, csc_ptr, dense_t)
+    n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
+    with _parallel(n_threads) as n_threads:
+        scratch = workspace.ensure(n_threads, bool(use_csc))
+        args = (
+            indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
+            int(row_offset), V, row_sq_t, p, q, pm, qm, int(ip), int(iq), float(yp), float(yq), inv_trace,
+            float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr, workspace.maps,
+            workspace.B, scratch, workspace.partial, workspace.g,
+        )  # fmt: skip
+        if n_threads > 1:
+            bp, gp, bn, gn = _superstep_parallel(*args, n_threads, n_rb)
+        else:
+            bp, gp, bn, gn = _superstep_serial(*args)
     return int(bp), float(gp), int(bn), float(gn)
 
 
 @njit(**_OPTS)
-def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef):
-    """The same update as :func:`superstep_features` from materialised raw columns ``(n, m)``.
-
-    ``ridge_p`` and ``ridge_q`` are the ridges of the picked rows ``ip`` and ``iq``.
-    """
+def _superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, tile_ptr,
+                       partial):  # fmt: skip
     n = V.shape[0]
-    m = V.shape[1]
+    n_tiles = tile_ptr.shape[0] - 1
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
     lp = ip - row_offset
@@ -689,15 +1179,19 @@ def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, r
         sp = 0.5 * y[j] * yp
         sq = 0.5 * y[j] * yq
         g = 0.0
-        for i in range(m):
-            v = V[j, i] + (sp * colp[j, i] + sq * colq[j, i]) * inv_trace[i]
-            # The ridge, as superstep_features adds it: once per picked column through row j.
-            if j == lp:
-                v = v + diag_p
-            if j == lq:
-                v = v + diag_q
-            V[j, i] = v
-            g += coef[i] * v
+        for t in range(n_tiles):
+            s = 0.0
+            for i in range(tile_ptr[t], tile_ptr[t + 1]):
+                v = V[j, i] + (sp * colp[j, i] + sq * colq[j, i]) * inv_trace[i]
+                # The ridge, as superstep_features adds it: once per picked column through row j.
+                if j == lp:
+                    v = v + diag_p
+                if j == lq:
+                    v = v + diag_q
+                V[j, i] = v
+                s += coef[i] * v
+            partial[t, j] = s
+            g = s if t == 0 else g + s
         if y[j] > 0:
             if g > g_pos:
                 g_pos = g
@@ -708,7 +1202,42 @@ def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, r
     return best_pos, g_pos, best_neg, g_neg
 
 
+def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, tile_ptr=None,
+                      partial=None):  # fmt: skip
+    """The same update as :func:`superstep_features` from materialised raw columns ``(n, m)``.
+
+    ``ridge_p`` and ``ridge_q`` are the ridges of the picked rows ``ip`` and
+    ``iq``.  Scores are summed per tile (``tile_ptr``, by default
+    :func:`kernel_tiles` of ``m`` chain-free kernels) and then over tiles in
+    order; ``partial`` ``(n_tiles, n_rows)`` receives the tile partials.
+    """
+    if tile_ptr is None:
+        tile_ptr = kernel_tiles(V.shape[1])
+    if partial is None:
+        partial = np.empty((len(tile_ptr) - 1, V.shape[0]))
+    bp, gp, bn, gn = _superstep_columns(
+        y, int(row_offset), V, colp, colq, int(ip), int(iq), float(yp), float(yq), inv_trace, float(ridge_p),
+        float(ridge_q), coef, tile_ptr, partial,
+    )  # fmt: skip
+    return int(bp), float(gp), int(bn), float(gn)
+
+
 # ----------------------------------------------------------------------------- columns, diagonal, points
+
+
+@njit(**_OPTS)
+def _block_buffers(n_groups, m, B):
+    """Scratch for one block of ``B`` rows: dots and distances to both points, kernel values, exp work."""
+    return (
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((n_groups, B)),
+        np.empty((m, B)),
+        np.empty((m, B)),
+        np.empty(B),
+        np.empty(2 * B, np.int64),
+    )
 
 
 @njit(**_OPTS)
@@ -786,17 +1315,16 @@ def point_kernels(p, q, kind, pa, pb, grp, square_of, order, feat_ptr, feat_grou
 
 
 @njit(**_OPTS)
-def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """``K_i(x_j, x_j)`` as an ``(n_rows, m)`` array (traces are its column sums)."""
-    n = indptr.shape[0] - 1
+def _diag_rows(r0, r1, out, indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups,
+               n_groups):  # fmt: skip
+    """Rows ``[r0, r1)`` of :func:`kernel_diagonal`."""
     m = kind.shape[0]
-    out = np.empty((n, m))
     sqx = np.empty((n_groups, 1))
     zero = np.zeros((n_groups, 1))
     vals = np.empty((m, 1))
     xbuf = np.empty(1)
     kbits = np.empty(2, np.int64)
-    for j in range(n):
+    for j in range(r0, r1):
         sqx[:, 0] = 0.0
         for k in range(indptr[j], indptr[j + 1]):
             f = indices[k]
@@ -807,6 +1335,28 @@ def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, 
         _block_values(1, sqx, zero, kind, pa, pb, grp, square_of, order, vals, xbuf, kbits)
         for i in range(m):
             out[j, i] = vals[i, 0]
+
+
+@njit(parallel=True, **_OPTS)
+def _diag_parallel(out, indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups,
+                   n_chunks):  # fmt: skip
+    n = indptr.shape[0] - 1
+    for c in prange(n_chunks):
+        _diag_rows((n * c) // n_chunks, (n * (c + 1)) // n_chunks, out, indptr, indices, data, kind, pa, pb, grp,
+                   square_of, order, feat_ptr, feat_groups, n_groups)  # fmt: skip
+
+
+def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """``K_i(x_j, x_j)`` as an ``(n_rows, m)`` array (traces are its column sums); rows over threads by work."""
+    n = len(indptr) - 1
+    n_groups = int(n_groups)
+    out = np.empty((n, len(kind)))
+    args = (indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+    with _parallel(min(_threads_for(n * (len(kind) + n_groups)), max(1, n // 16))) as n_threads:
+        if n_threads > 1:
+            _diag_parallel(out, *args, min(n, 4 * n_threads))
+        else:
+            _diag_rows(0, n, out, *args)
     return out
 
 
@@ -950,7 +1500,7 @@ def weighted_kernel_sums(
     a CSC copy of the support vectors (only the entries on the row's non-zero
     features are visited).  Every output row is summed over the support
     vectors in order, on one thread, so the result does not depend on the
-    thread count (see :func:`set_num_threads`).
+    thread count (:func:`get_num_threads`, :func:`thread_limit`).
     """
     n = len(indptr) - 1
     n_features = int(n_features)
@@ -969,13 +1519,10 @@ def weighted_kernel_sums(
         _as_f64(sv_sq), coef, weights, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups,
         _block_size(len(kind)),
     )  # fmt: skip
-    # Each output row costs a pass over all support vectors: worth threads from a few rows on.
-    n_threads = parallel_threads(n, min_rows=64)
-    if n_threads > 1 and _PARALLEL_LOCK.acquire(blocking=False):
-        try:
-            _wks_parallel(*args, 4 * n_threads)
-        finally:
-            _PARALLEL_LOCK.release()
-    else:
-        _wks_rows(0, n, *args)
+    # Threads by work (rows x support vectors x kernels); rows are independent, so any split gives the same numbers.
+    with _parallel(min(_threads_for(n * max(n_sv, 1) * max(len(kind), 1)), max(1, n // 4))) as n_threads:
+        if n_threads > 1:
+            _wks_parallel(*args, min(n, 4 * n_threads))
+        else:
+            _wks_rows(0, n, *args)
     return out

@@ -77,47 +77,65 @@ def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, pi
         raise
 
 
+def _damaged(path: str, reason) -> ValueError:
+    """The one message every unreadable or damaged checkpoint gets."""
+    return ValueError(
+        f"{path}: not a readable mwumkl_dist checkpoint (damaged or not a checkpoint: {reason}); "
+        "delete it to start the fit afresh, or resume from another checkpoint"
+    )
+
+
 def load_checkpoint(path, fp: str) -> dict:
-    """Read a checkpoint and check it belongs to this fit (same data, kernels and settings)."""
+    """Read a checkpoint and check it belongs to this fit (same data, kernels and settings).
+
+    A file that cannot be read in full (not an ``.npz`` archive, truncated, a
+    member whose CRC does not match, metadata or arrays missing) raises one
+    ``ValueError``: ``"PATH: not a readable mwumkl_dist checkpoint (...)"``.
+    A checkpoint of another fit raises ``ValueError`` saying so.
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        data = np.load(path, allow_pickle=False)
-        meta = json.loads(str(data["__meta__"]))
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable mwumkl_dist checkpoint ({exc})") from None
-    with data:
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path}: not a mwumkl_dist checkpoint")
-        if meta.get("version", 0) > _VERSION:
-            raise ValueError(f"{path}: checkpoint version {meta['version']} is newer than this package reads")
-        if meta["fingerprint"] != fp:
-            raise ValueError(
-                f"{path}: checkpoint was written for different data, labels, kernels or settings; "
-                "refusing to resume from it"
-            )
+        # Every member read now, inside this try: np.load reads lazily, and a damaged member
+        # (bad CRC: zipfile.BadZipFile; bad deflate data: zlib.error) fails only when read.
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["__meta__"]))
+            arrays = {name: data[name] for name in data.files if name != "__meta__"}
+    except Exception as exc:  # BadZipFile, zlib.error, OSError, EOFError, ValueError, KeyError, ...
+        raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise ValueError(f"{path}: not a mwumkl_dist checkpoint")
+    if meta.get("version", 0) > _VERSION:
+        raise ValueError(f"{path}: checkpoint version {meta['version']} is newer than this package reads")
+    if meta.get("fingerprint") != fp:
+        raise ValueError(
+            f"{path}: checkpoint was written for different data, labels, kernels or settings; "
+            "refusing to resume from it"
+        )
+    try:
         finished = [
             MWUResult(
-                data[f"done{k}_alpha"],
-                data[f"done{k}_weights"],
+                arrays[f"done{k}_alpha"],
+                arrays[f"done{k}_weights"],
                 f["bias"],
                 f["n_iter"],
-                data[f"done{k}_s"],
+                arrays[f"done{k}_s"],
                 f["interrupted"],
             )
             for k, f in enumerate(meta["finished"])
         ]
-        picks = data["picks"]
         return {
-            "problem_index": meta["problem_index"],
-            "iteration": meta["iteration"],
-            "s": data["s"],
-            "picks": [tuple(p) for p in picks.tolist()],
-            "pos": (int(data["pos_index"]), float(data["pos_g"]), data["pos_v"]),
-            "neg": (int(data["neg_index"]), float(data["neg_g"]), data["neg_v"]),
+            "problem_index": int(meta["problem_index"]),
+            "iteration": int(meta["iteration"]),
+            "s": arrays["s"],
+            "picks": [tuple(p) for p in arrays["picks"].tolist()],
+            "pos": (int(arrays["pos_index"]), float(arrays["pos_g"]), arrays["pos_v"]),
+            "neg": (int(arrays["neg_index"]), float(arrays["neg_g"]), arrays["neg_v"]),
             "finished": finished,
         }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _damaged(path, f"missing or bad entry {exc}") from None
 
 
 class Checkpointer:

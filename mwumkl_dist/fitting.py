@@ -24,9 +24,26 @@ from .engines.local import LocalEngine
 from .polish import polish_budget_ok, solve_l2_svm
 from .problems import Problem, TrainingInput, check_traces
 from .stores import merge_cache_stats
+from .two_stage import fit_two_stage, resolve_solver
 from .weights import check_class_weight, check_sample_weight, point_ridge, problem_weights
 
-__all__ = ["SolveSettings", "fit_model", "make_engine", "solve_one_vs_rest", "model_attributes", "polish_model"]
+__all__ = [
+    "SolveSettings",
+    "fit_model",
+    "make_engine",
+    "check_shard_count",
+    "solve_one_vs_rest",
+    "model_attributes",
+    "polish_model",
+    "MIN_ROWS_PER_SHARD",
+    "DEFAULT_WORKER_TIMEOUT",
+]
+
+#: Fewer rows than this per row shard draws a warning: a shard's fixed cost per superstep (and,
+#: on Dask, its actor and socket) then outweighs its work.  More shards than rows is an error.
+MIN_ROWS_PER_SHARD = 16
+#: Seconds a Dask fit waits for workers (the estimator's ``worker_timeout`` default).
+DEFAULT_WORKER_TIMEOUT = 600.0
 
 logger = logging.getLogger("mwumkl_dist")
 
@@ -87,8 +104,11 @@ def fit_model(
         Per-point weights: points of weight 0 are left out (``support_`` still
         indexes all training points), the others get ``C_j = C_eff * w_j``.
     """
+    if resolve_solver(getattr(estimator, "solver", "mwu"), data, C, estimator=estimator, resume=resume) == "two-stage":
+        return fit_two_stage(estimator, data, epsilon=epsilon, C=C, rho=rho, seed=seed, sample_weight=sample_weight)
     data, kept, sample_weight = drop_zero_weights(data, sample_weight)
     classes = training_classes(data.y)
+    check_shard_count(estimator.n_shards, data.n_samples)
     class_weight = check_class_weight(estimator.class_weight, classes)
     n, m = data.n_samples, len(data.kernel_names)
     calibration_data = probability_input(estimator, data, seed)
@@ -99,6 +119,7 @@ def fit_model(
         polish=estimator.polish, C=C, n_samples=n, n_kernels=m, in_memory=data.polish_blocker is None,
     )  # fmt: skip
     attrs = {"classes_": classes, "kernel_names_": data.kernel_names, "n_features_in_": data.n_features_in}
+    attrs["solver_"] = "mwu"
     attrs.update(epsilon_=plan.epsilon, fit_warnings_=[])
     if plan.warning is not None:  # before any fitting, C="auto"'s included
         warnings.warn(plan.warning, auto.FewIterationsWarning, stacklevel=3)
@@ -109,6 +130,7 @@ def fit_model(
         from .engines.dask import connect_client
 
         client, owns_client = connect_client(estimator.client, timeout=estimator.scheduler_timeout)
+        _say_if_no_workers(client, estimator)
     try:
         targets = one_vs_rest_targets(classes)
         point_weights = [problem_weights(data.y, classes, t, class_weight, sample_weight) for t in targets]
@@ -154,6 +176,20 @@ def fit_model(
     if kept is not None:  # indices into all the training points given, those of weight 0 included
         attrs["support_"] = kept[attrs["support_"]]
     return attrs
+
+
+def _say_if_no_workers(client, estimator) -> None:
+    """Log at once when the cluster has no workers (the engine waits for them, after ``C="auto"``'s folds)."""
+    try:
+        n_workers = len(client.nthreads())
+    except Exception:  # the engine reports a lost scheduler when it needs one
+        return
+    if n_workers == 0:
+        logger.warning(
+            "the Dask scheduler at %s has no workers yet; the fit waits up to %g s (worker_timeout) for them",
+            getattr(client.scheduler, "address", "?"),
+            getattr(estimator, "worker_timeout", DEFAULT_WORKER_TIMEOUT),
+        )
 
 
 def drop_zero_weights(data: TrainingInput, sample_weight):
@@ -226,13 +262,51 @@ def platt_scaling(
     return fit_platt(decisions, ys, classes, sample_weight=weights)
 
 
+def check_shard_count(n_shards, n_samples: int) -> None:
+    """Refuse more row shards than training points; warn below :data:`MIN_ROWS_PER_SHARD` rows per shard.
+
+    Every row shard costs a fixed amount per superstep (on Dask also an actor and a
+    connection set up before the first iteration), whatever its rows: 300 shards of one row
+    each on 208 points ran 93 s where 1 shard takes 2 s.  The model does not depend on the
+    sharding, so fewer shards lose nothing.
+    """
+    if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or n_shards < 1:
+        raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}")
+    n_shards = int(n_shards)
+    if n_shards > n_samples:
+        raise ValueError(
+            f"n_shards={n_shards} row shards for {n_samples} training points: a shard needs at least one row; "
+            f"use at most {max(1, n_samples // MIN_ROWS_PER_SHARD)} shards ({MIN_ROWS_PER_SHARD}+ rows each)"
+        )
+    if n_shards > 1 and n_samples < n_shards * MIN_ROWS_PER_SHARD:
+        warnings.warn(
+            f"n_shards={n_shards} gives {n_samples // n_shards} rows per shard (fewer than {MIN_ROWS_PER_SHARD}): "
+            f"each shard's fixed cost per iteration outweighs its work; "
+            f"{max(1, n_samples // MIN_ROWS_PER_SHARD)} shards or fewer would be faster, with the same model",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def make_engine(estimator, problem: Problem, client) -> mwu.Engine:
-    """The estimator's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards."""
+    """The estimator's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``)."""
+    device = getattr(estimator, "device", "cpu")  # a model unpickled from before device: the CPU
+    if device != "cpu":
+        from . import cuda
+
+        # The local engine's GPU is checked here, at once; Dask workers check their own.
+        problem = cuda.on_device(problem, device, driver_gpu=estimator.engine == "local")
     if estimator.engine == "local":
         return LocalEngine(problem, n_shards=estimator.n_shards)
     from .engines.dask import DaskEngine
 
-    return DaskEngine(problem, client, n_shards=estimator.n_shards, n_kernel_shards=estimator.n_kernel_shards)
+    return DaskEngine(
+        problem,
+        client,
+        n_shards=estimator.n_shards,
+        n_kernel_shards=estimator.n_kernel_shards,
+        timeout=getattr(estimator, "worker_timeout", DEFAULT_WORKER_TIMEOUT),
+    )
 
 
 def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
@@ -265,7 +339,9 @@ def solve_one_vs_rest(estimator, data: TrainingInput, classes, settings: SolveSe
     Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.mwu.MWUResult` of
     each problem solved, the kernels' traces and the engines' shard counters.
     Raises :class:`~mwumkl_dist.mwu.FitInterrupted` when a stop left some of
-    several problems unsolved.
+    several problems unsolved.  A lost Dask cluster (``ConnectionError``, e.g.
+    :class:`~mwumkl_dist.engines.dask.SchedulerLostError`, or a shard that stopped
+    answering) is raised with the checkpoint to resume from added to its message.
     """
     targets = one_vs_rest_targets(classes)
     fp = None
@@ -273,6 +349,24 @@ def solve_one_vs_rest(estimator, data: TrainingInput, classes, settings: SolveSe
         fp = _fingerprint(data, classes, settings)
     resumed = load_checkpoint(resume, fp) if resume is not None else None
     results: list[mwu.MWUResult] = list(resumed["finished"]) if resumed is not None else []
+    try:
+        traces, stats = _solve_problems(estimator, data, targets, settings, client, resumed, results, fp)
+    except _cluster_failures(estimator) as exc:
+        raise _with_checkpoint_note(exc, estimator, fp) from None
+    if len(results) < len(targets):
+        how = (
+            f"resume it with fit(..., resume={estimator.checkpoint!r})"
+            if estimator.checkpoint is not None
+            else "refit with checkpoint=PATH to be able to resume"
+        )
+        raise mwu.FitInterrupted(
+            f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; {how}"
+        )
+    return results, np.asarray(traces, dtype=np.float64), stats
+
+
+def _solve_problems(estimator, data: TrainingInput, targets, settings: SolveSettings, client, resumed, results, fp):
+    """Solve the binary problems not in ``results`` yet (appending to it); ``(traces, stats)``."""
     traces, stats = data.traces, []
     for k in range(len(results), len(targets)):
         problem = data.binary(np.where(data.y == targets[k], 1.0, -1.0))
@@ -298,16 +392,45 @@ def solve_one_vs_rest(estimator, data: TrainingInput, classes, settings: SolveSe
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted
-    if len(results) < len(targets):
-        how = (
-            f"resume it with fit(..., resume={estimator.checkpoint!r})"
-            if estimator.checkpoint is not None
-            else "refit with checkpoint=PATH to be able to resume"
-        )
-        raise mwu.FitInterrupted(
-            f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; {how}"
-        )
-    return results, np.asarray(traces, dtype=np.float64), stats
+    return traces, stats
+
+
+def _cluster_failures(estimator) -> tuple:
+    """The errors of a lost cluster (scheduler, workers, shards): reported with the checkpoint to resume from."""
+    if estimator.engine != "dask":
+        return ()
+    from .engines.dask import ShardLostError
+
+    return (ConnectionError, ShardLostError)
+
+
+def _with_checkpoint_note(exc: Exception, estimator, fp) -> Exception:
+    """``exc`` (same type) whose message also names the checkpoint this fit can resume from, if any."""
+    path = estimator.checkpoint
+    if path is None:
+        if type(exc) is ConnectionError:  # e.g. no workers at the start: nothing to resume
+            return exc
+        note = "the fit wrote no checkpoint (fit with checkpoint=PATH, CLI --checkpoint, to be able to resume)"
+    else:
+        try:
+            saved = load_checkpoint(path, fp)
+        except (OSError, ValueError):
+            saved = None
+        if saved is None:
+            note = (
+                f"no checkpoint of this fit was written yet ({path} is written every "
+                f"{estimator.checkpoint_every} iterations)"
+            )
+        else:
+            note = (
+                f"resume from the checkpoint {path} (iteration {saved['iteration']} of one-vs-rest problem "
+                f"{saved['problem_index'] + 1}): fit(..., resume={str(path)!r}), or the CLI's --resume {path}"
+            )
+    message = f"{exc}; {note}"
+    try:
+        return type(exc)(message)
+    except Exception:  # an exception type with another signature
+        return ConnectionError(message)
 
 
 def resume_state(resumed: dict, problem: Problem, engine: mwu.Engine) -> mwu.SolverState:

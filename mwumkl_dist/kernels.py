@@ -7,14 +7,20 @@ the numba column kernels in :mod:`mwumkl_dist._columns` evaluate.  Kernels on
 the same feature subset form a *group* and share one inner-product /
 distance pass, so two kernel columns for all kernels cost one pass over the
 data.
+
+A :class:`RandomGaussianBank` alone compiles, with array operations and
+without a spec object per kernel, to the very plan of its kernels written out
+as :class:`Gaussian` specs (:func:`bank_plan`), so banks run through the same
+supersteps and predictor as every other kernel set.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -26,6 +32,9 @@ __all__ = [
     "RandomGaussianBank",
     "KernelSet",
     "KernelPlan",
+    "BankKernelNames",
+    "bank_of",
+    "bank_plan",
     "PAPER_SIGMAS",
     "PAPER_DEGREES",
     "paper_family",
@@ -386,10 +395,18 @@ class KernelPlan:
     feat_groups: np.ndarray
     n_groups: int
     n_features: int
+    #: ``(bank, n_features, start, stop)`` for a plan built by :func:`bank_plan`: it is pickled as
+    #: that and rebuilt where it is unpickled (a Dask worker), not shipped as ``O(m)`` arrays.
+    source: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_kernels(self) -> int:
         return len(self.kind)
+
+    def __reduce__(self):
+        if self.source is not None:
+            return bank_plan, self.source
+        return KernelPlan, tuple(getattr(self, f.name) for f in fields(self))
 
 
 class KernelSet:
@@ -401,13 +418,24 @@ class KernelSet:
         See :func:`parse_kernels` for the string form.
     n_features : int
         Number of input features the kernels act on.
+
+    Exactly one random bank (alone, as its spec string or as a one-item list)
+    keeps ``bank`` and builds its plan with :func:`bank_plan`; ``specs`` and
+    :meth:`names` then generate the kernels on demand.  Anything else is
+    expanded into specs (a bank among other kernels included) and compiled.
     """
 
     def __init__(self, kernels, n_features: int):
         if int(n_features) != n_features or n_features < 1:
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
-        self.specs: list[KernelSpec] = self._expand(kernels)
+        #: The random bank when the set is exactly one (its specs are then generated on demand).
+        self.bank: RandomGaussianBank | None = bank_of(kernels)
+        if self.bank is not None:
+            self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
+            self.plan = bank_plan(self.bank, self.n_features)
+            return
+        self.specs = self._expand(kernels)
         if not self.specs:
             raise ValueError("the kernel set is empty")
         for spec in self.specs:
@@ -444,8 +472,20 @@ class KernelSet:
     def __iter__(self):
         return iter(self.specs)
 
-    def names(self) -> list[str]:
+    def names(self) -> Sequence[str]:
+        """The kernels' spec strings (a bank's: a :class:`BankKernelNames`, generated on demand)."""
+        if self.bank is not None:
+            return BankKernelNames(self.bank, self.n_features)
         return [str(s) for s in self.specs]
+
+    def block_plan(self, start: int, stop: int) -> KernelPlan:
+        """The plan of kernels ``[start, stop)`` alone: ``KernelSet(self.specs[start:stop], n_features).plan``."""
+        start, stop = int(start), int(stop)
+        if (start, stop) == (0, len(self)):
+            return self.plan
+        if self.bank is not None:
+            return bank_plan(self.bank, self.n_features, start, stop)
+        return KernelSet(list(self.specs[start:stop]), self.n_features).plan
 
     def _compile(self) -> KernelPlan:
         d = self.n_features
@@ -494,13 +534,233 @@ class KernelSet:
 
 
 def _chain_order(square_of: np.ndarray) -> np.ndarray:
-    """An evaluation order in which every chain source precedes its squares."""
-    m = len(square_of)
-    depth = np.zeros(m, np.int64)
-    for i in range(m):
-        j, k = i, 0
-        while square_of[j] >= 0:
-            j = square_of[j]
-            k += 1
-        depth[i] = k
+    """An evaluation order in which every chain source precedes its squares.
+
+    Kernels sorted (stably) by their depth in their chain, the number of
+    ``square_of`` links down to the chain's source.
+    """
+    square_of = np.asarray(square_of, dtype=np.int64)
+    depth = np.zeros(len(square_of), np.int64)
+    cur = square_of.copy()
+    active = np.flatnonzero(cur >= 0)
+    while len(active):  # one round per chain level (at most the number of distinct gammas)
+        depth[active] += 1
+        cur[active] = square_of[cur[active]]
+        active = active[cur[active] >= 0]
     return np.argsort(depth, kind="stable").astype(np.int64)
+
+
+def _feature_groups(group_feats: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(feat_ptr, feat_groups)``: the groups holding each feature (CSR), groups ascending within a feature.
+
+    ``group_feats`` is ``(n_groups, k)``: group ``g``'s sorted features.
+    """
+    n_groups, k = group_feats.shape
+    feats = group_feats.ravel().astype(np.int64)
+    counts = np.zeros(n_features + 1, np.int64)
+    counts[1:] = np.bincount(feats, minlength=n_features)
+    feat_ptr = np.cumsum(counts)
+    groups = np.repeat(np.arange(n_groups, dtype=np.int64), k)
+    small = np.int16 if n_features < 2**15 else np.int64  # numpy's stable sort is a radix sort on 16-bit keys
+    feat_groups = groups[np.argsort(feats.astype(small), kind="stable")]
+    return feat_ptr, feat_groups
+
+
+# ----------------------------------------------------------------------------- random banks as plans
+
+#: Kernels generated per call of :meth:`RandomGaussianBank.block` (bounds its ``(block, d)`` hash matrix).
+_GEN_BLOCK = 1 << 15
+
+
+def bank_of(kernels) -> RandomGaussianBank | None:
+    """The bank when ``kernels`` is exactly one random bank (object, spec string or one-item list), else None."""
+    if isinstance(kernels, RandomGaussianBank):
+        return kernels
+    if isinstance(kernels, str) and kernels.strip().lower().startswith("random:") and "," not in kernels:
+        parsed = parse_kernels(kernels, 1)
+        if len(parsed) == 1 and isinstance(parsed[0], RandomGaussianBank):
+            return parsed[0]
+    if isinstance(kernels, (list, tuple)) and len(kernels) == 1:
+        return bank_of(kernels[0])
+    return None
+
+
+def _bank_tables(bank: RandomGaussianBank, n_features: int, start: int, stop: int):
+    """Subsets ``(m, k)`` (int32) and sigmas ``(m,)`` of kernels ``[start, stop)``, generated block by block."""
+    k = min(bank.subset_size, n_features)
+    subsets = np.empty((stop - start, k), np.int32)
+    sigmas = np.empty(stop - start)
+    for a in range(start, stop, _GEN_BLOCK):
+        b = min(stop, a + _GEN_BLOCK)
+        subsets[a - start : b - start], sigmas[a - start : b - start] = bank.block(a, b, n_features)
+    return subsets, sigmas
+
+
+def _first_appearance(subsets: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(group, first)``: each row's distinct-row id (numbered in order of first appearance), each id's first row."""
+    m, k = subsets.shape
+    if k * math.log2(max(n_features, 2)) < 62:
+        code = np.zeros(m, np.int64)  # one int64 per subset: sorting codes is much faster than unique(axis=0)
+        for t in range(k):
+            code = code * n_features + subsets[:, t]
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(subsets, axis=0, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), np.int64)
+    rank[by_first] = np.arange(len(first))
+    return rank[inverse.ravel()], first[by_first]
+
+
+def _square_sources(group: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """``square_of`` of Gaussians with these groups and gammas, as :meth:`KernelSet._compile` finds it.
+
+    The source of kernel ``i`` is the first kernel of its group whose
+    ``round(log2 gamma, 12)`` is ``round(log2 gamma_i - 1, 12)``, kept when
+    ``|2 gamma_src - gamma_i| <= 1e-12 gamma_i``; vectorised over the (few)
+    distinct gammas.
+    """
+    m = len(gamma)
+    square_of = np.full(m, -1, np.int64)
+    values, value_of = np.unique(gamma, return_inverse=True)
+    value_of = value_of.ravel()
+    keys = [round(math.log2(float(v)), 12) for v in values]
+    key_ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    n_keys = len(key_ids)
+    key_of_value = np.array([key_ids[key] for key in keys], np.int64)
+    target_of_value = np.array([key_ids.get(round(math.log2(float(v)) - 1.0, 12), -1) for v in values], np.int64)
+    target = target_of_value[value_of]
+    wanted = np.flatnonzero(target >= 0)
+    if not len(wanted):
+        return square_of
+    codes, first = np.unique(group * n_keys + key_of_value[value_of], return_index=True)
+    look = group[wanted] * n_keys + target[wanted]
+    pos = np.minimum(np.searchsorted(codes, look), len(codes) - 1)
+    found = codes[pos] == look
+    i, src = wanted[found], first[pos[found]]
+    ok = np.abs(2.0 * gamma[src] - gamma[i]) <= 1e-12 * gamma[i]
+    square_of[i[ok]] = src[ok]
+    return square_of
+
+
+def bank_plan(bank: RandomGaussianBank, n_features: int, start: int = 0, stop: int | None = None) -> KernelPlan:
+    """The :class:`KernelPlan` of kernels ``[start, stop)`` of a bank, built from its tables.
+
+    Equal, array for array, to ``KernelSet([Gaussian(sigma, features=subset) ...], n_features).plan``
+    of the same kernels (groups are the distinct subsets in order of first
+    appearance, gammas are :attr:`Gaussian.gamma`, squaring chains and the
+    evaluation order found as :meth:`KernelSet._compile` finds them), built
+    with array operations: ``O(m * subset_size)`` memory, never ``m`` spec
+    objects.  Cached (the few most recent): the driver and the shards of one
+    process share a plan; do not modify the arrays of the plan returned.
+    """
+    stop = bank.n_kernels if stop is None else int(stop)
+    if not 0 <= int(start) < stop <= bank.n_kernels:
+        raise ValueError(f"kernel block ({start}, {stop}) is outside the bank's {bank.n_kernels} kernels")
+    return _bank_plan(bank, int(n_features), int(start), stop)
+
+
+@functools.lru_cache(maxsize=4)
+def _bank_plan(bank: RandomGaussianBank, n_features: int, start: int, stop: int) -> KernelPlan:
+    subsets, sigmas = _bank_tables(bank, n_features, start, stop)
+    m = stop - start
+    distinct = sorted(set(bank.sigmas))
+    gammas = np.array([Gaussian(sigma=s).gamma for s in distinct])  # bit-identical to the specs' gamma
+    gamma = np.ascontiguousarray(gammas[np.searchsorted(np.asarray(distinct), sigmas)])
+    group, first = _first_appearance(subsets, n_features)
+    n_groups = len(first)
+    square_of = _square_sources(group, gamma)
+    feat_ptr, feat_groups = _feature_groups(subsets[first], n_features)
+    return KernelPlan(
+        kind=np.full(m, GAUSSIAN, np.int64),
+        param_a=gamma,
+        param_b=np.zeros(m),
+        group=group,
+        square_of=square_of,
+        order=_chain_order(square_of),
+        feat_ptr=feat_ptr,
+        feat_groups=feat_groups,
+        n_groups=n_groups,
+        n_features=n_features,
+        source=(bank, n_features, start, stop),
+    )
+
+
+class _BankSpecs(Sequence):
+    """A bank's kernels as :class:`Gaussian` specs, generated on demand (a read-only list)."""
+
+    def __init__(self, bank: RandomGaussianBank, n_features: int):
+        self.bank = bank
+        self.n_features = int(n_features)
+
+    def __len__(self):
+        return self.bank.n_kernels
+
+    def _specs(self, start: int, stop: int) -> list[Gaussian]:
+        subsets, sig = self.bank.block(start, stop, self.n_features)
+        return [Gaussian(sigma=float(s), features=tuple(int(f) for f in fs)) for fs, s in zip(subsets, sig)]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(self))
+            if step == 1:
+                return self._specs(a, b) if b > a else []
+            return [self[j] for j in range(a, b, step)]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("kernel index out of range")
+        return self._specs(i, i + 1)[0]
+
+    def __iter__(self):
+        for a in range(0, len(self), _GEN_BLOCK):
+            yield from self._specs(a, min(len(self), a + _GEN_BLOCK))
+
+    def __eq__(self, other):
+        if isinstance(other, _BankSpecs):
+            return (self.bank, self.n_features) == (other.bank, other.n_features) or list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+
+class BankKernelNames(Sequence):
+    """``kernel_names_`` of a bank fit: the kernels' spec strings, generated on demand.
+
+    Behaves like a read-only list of ``bank.n_kernels`` strings (``len``,
+    indexing, iteration) without building them all; ``str()`` gives the
+    bank's spec.
+    """
+
+    def __init__(self, bank: RandomGaussianBank, n_features: int):
+        self.bank = bank
+        self.n_features = int(n_features)
+        self._specs = _BankSpecs(bank, n_features)
+
+    def __len__(self):
+        return self.bank.n_kernels
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [str(s) for s in self._specs[i]]
+        return str(self._specs[i])
+
+    def __iter__(self):
+        return (str(s) for s in self._specs)
+
+    def __eq__(self, other):
+        if isinstance(other, BankKernelNames):
+            return self.bank == other.bank and self.n_features == other.n_features
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.bank, self.n_features))
+
+    def __str__(self):
+        return str(self.bank)
+
+    def __repr__(self):
+        return f"BankKernelNames({self.bank!r}, n_features={self.n_features})"

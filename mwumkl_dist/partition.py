@@ -2,8 +2,9 @@
 
 Row shards are contiguous ranges (:func:`mwumkl_dist.shard.split_rows`), on
 a store's chunk boundaries when the data come from one (:func:`aligned_ranges`);
-kernel blocks never split a Gaussian squaring chain (:func:`chain_safe_ranges`),
-so every layout evaluates each kernel with the same operations.
+kernel blocks fall on kernel-tile boundaries (:func:`chain_safe_ranges`), which
+never split a Gaussian squaring chain, so every layout evaluates each kernel
+with the same operations and sums the scores in the same order.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import math
 
 import numpy as np
 
+from ._columns import TILE_KERNELS, kernel_tiles
 from .shard import split_rows
 
-__all__ = ["split_rows", "aligned_ranges", "chain_safe_ranges"]
+__all__ = ["split_rows", "aligned_ranges", "chain_safe_ranges", "kernel_tiles", "TILE_KERNELS"]
 
 
 def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
@@ -32,31 +34,28 @@ def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def chain_safe_ranges(square_of: np.ndarray, n_blocks: int) -> list[tuple[int, int]]:
-    """Near-equal kernel ranges whose boundaries never split a Gaussian squaring chain.
+def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
+    """Near-equal kernel ranges on kernel-tile boundaries (which never split a Gaussian squaring chain).
 
-    A block then evaluates every kernel exactly as the whole set does (same
-    chains, same rounding), so kernel-sharded fits match the local engine.
+    ``square_of`` is the plan's array, or the kernel count for kernels without
+    chains (precomputed kernels, kernel stores).  The boundaries are those of
+    :func:`mwumkl_dist._columns.kernel_tiles` (tiles of ``TILE_KERNELS``
+    kernels): a block then evaluates every kernel exactly as the whole set
+    does (same chains, same rounding) and returns whole tiles' score
+    partials, which the driver adds in tile order, so kernel-sharded fits
+    are bit-identical to the local engine, ties included.  Fewer blocks than
+    asked come back when there are fewer tiles (at most 64 kernels: one block).
     """
-    m = len(square_of)
-    root = np.arange(m)
-    for i in range(m):
-        while square_of[root[i]] >= 0:
-            root[i] = square_of[root[i]]
-    lo = np.full(m, m)
-    hi = np.full(m, -1)
-    np.minimum.at(lo, root, np.arange(m))
-    np.maximum.at(hi, root, np.arange(m))
-    # Boundary b (between kernels b-1 and b) is inside a chain's span when lo < b <= hi.
-    inside = np.zeros(m + 2, np.int64)
-    chains = hi >= 0
-    np.add.at(inside, lo[chains] + 1, 1)
-    np.add.at(inside, hi[chains] + 1, -1)
-    valid = np.flatnonzero(np.cumsum(inside)[: m + 1] == 0)
-    bounds = [0]
-    for target in np.linspace(0, m, min(int(n_blocks), m) + 1)[1:-1]:
-        b = int(valid[np.argmin(np.abs(valid - target))])
-        if b > bounds[-1] and b < m:
-            bounds.append(b)
-    bounds.append(m)
+    if int(n_blocks) != n_blocks or n_blocks < 1:
+        raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
+    tiles = kernel_tiles(square_of)
+    m, n_tiles = int(tiles[-1]), len(tiles) - 1
+    n_blocks = min(int(n_blocks), n_tiles)
+    cut = [0]  # indices into tiles
+    for k in range(1, n_blocks):
+        # the tile boundary nearest the even split that leaves a tile for each block still to come
+        options = np.arange(cut[-1] + 1, n_tiles - (n_blocks - k) + 1)
+        cut.append(int(options[np.argmin(np.abs(tiles[options] - k * m / n_blocks))]))
+    cut.append(n_tiles)
+    bounds = [int(tiles[c]) for c in cut]
     return list(zip(bounds[:-1], bounds[1:]))

@@ -18,8 +18,7 @@ import re
 import numpy as np
 import scipy.sparse as sp
 
-from ._bank import BankKernelNames
-from .kernels import RandomGaussianBank
+from .kernels import BankKernelNames, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
 
@@ -92,6 +91,9 @@ def _model_meta(estimator) -> dict:
         "selectivity_": getattr(estimator, "selectivity_", "paper"),
         "feature_names_in": list(map(str, getattr(estimator, "feature_names_in_", []))) or None,
         "fit_warnings": list(getattr(estimator, "fit_warnings_", [])),
+        "solver_": getattr(estimator, "solver_", "mwu"),
+        "weight_points_": getattr(estimator, "weight_points_", None),
+        "n_components_": np.asarray(estimator.n_components_).tolist() if hasattr(estimator, "n_components_") else None,
     }
 
 
@@ -217,6 +219,11 @@ def _estimator_from(cls, meta: dict, data):
     if meta.get("feature_names_in"):
         est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
     est.fit_warnings_ = list(meta.get("fit_warnings", []))
+    est.solver_ = meta.get("solver_", "mwu")  # files from before the two-stage solver: MWU fits
+    if meta.get("weight_points_") is not None:
+        est.weight_points_ = int(meta["weight_points_"])
+        n_components = meta["n_components_"]
+        est.n_components_ = n_components if isinstance(n_components, int) else np.asarray(n_components)
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

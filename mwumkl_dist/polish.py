@@ -20,13 +20,21 @@ _BLOCK_ENTRIES = 1 << 22
 
 
 def _group_features(ks: KernelSet) -> list[np.ndarray]:
-    """Feature indices of each group of the compiled plan."""
+    """Feature indices of each group of the compiled plan (ascending)."""
     plan = ks.plan
-    feats: list[list[int]] = [[] for _ in range(plan.n_groups)]
-    for f in range(plan.n_features):
-        for t in range(plan.feat_ptr[f], plan.feat_ptr[f + 1]):
-            feats[plan.feat_groups[t]].append(f)
-    return [np.asarray(f, dtype=np.int64) for f in feats]
+    feature = np.repeat(np.arange(plan.n_features, dtype=np.int64), np.diff(plan.feat_ptr))
+    by_group = np.argsort(plan.feat_groups, kind="stable")  # features stay ascending within a group
+    bounds = np.searchsorted(plan.feat_groups[by_group], np.arange(plan.n_groups + 1))
+    feats = feature[by_group]
+    return [feats[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _group_members(plan) -> list[np.ndarray]:
+    """Each group's kernels in the plan's evaluation order (``order`` restricted to the group)."""
+    order = np.asarray(plan.order, dtype=np.int64)
+    by_group = order[np.argsort(plan.group[order], kind="stable")]
+    bounds = np.searchsorted(plan.group[by_group], np.arange(plan.n_groups + 1))
+    return [by_group[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _columns_dense(X, cols: np.ndarray) -> np.ndarray:
@@ -44,9 +52,9 @@ def kernel_traces(kernels, X) -> np.ndarray:
     ks = _as_kernel_set(kernels, X.shape[1])
     plan = ks.plan
     out = np.empty(len(ks))
-    for g, cols in enumerate(_group_features(ks)):
+    for cols, members in zip(_group_features(ks), _group_members(plan)):
         sq = (_columns_dense(X, cols) ** 2).sum(axis=1)
-        for i in np.flatnonzero(plan.group == g):
+        for i in np.sort(members):
             if plan.kind[i] == LINEAR:
                 out[i] = sq.sum()
             elif plan.kind[i] == POLYNOMIAL:
@@ -67,12 +75,11 @@ def _kernel_blocks(ks: KernelSet, X, Z, wanted: np.ndarray):
     plan = ks.plan
     n_x, n_z = X.shape[0], Z.shape[0]
     block = max(1, min(n_x, _BLOCK_ENTRIES // max(n_z, 1)))
-    order = [int(i) for i in plan.order]
-    for g, cols in enumerate(_group_features(ks)):
-        members = [i for i in order if plan.group[i] == g]
-        needed = {int(plan.square_of[i]) for i in members if plan.square_of[i] >= 0}
-        if not any(wanted[i] for i in members):
+    for cols, group_members in zip(_group_features(ks), _group_members(plan)):
+        if not wanted[group_members].any():
             continue
+        members = [int(i) for i in group_members]
+        needed = {int(plan.square_of[i]) for i in members if plan.square_of[i] >= 0}
         Zg = _columns_dense(Z, cols)
         sqz = (Zg**2).sum(axis=1)
         for a in range(0, n_x, block):

@@ -10,7 +10,8 @@
   for ``C="auto"``.
 
 :func:`make_training_input` decides the kind once (arrays with a kernel set,
-arrays with a random bank, precomputed kernels, a data store, a kernel store);
+precomputed kernels, a data store, a kernel store; a random bank is a kernel set
+whose plan is built from the bank's tables);
 :func:`make_predictor` does the same for ``decision_function`` from what a
 saved model keeps (kernel names, the bank, ``n_features_in_``), so prediction
 works after :func:`mwumkl_dist.persistence.load_model` without training data.
@@ -28,9 +29,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from . import _columns
-from ._bank import BankKernelNames, BankProblem, bank_decision_function, bank_of
 from ._exact import exact_column_sums, exact_to_float
-from .kernels import KernelSet, RandomGaussianBank
+from .kernels import BankKernelNames, KernelSet
 from .partition import chain_safe_ranges
 from .polish import combined_kernel, kernel_traces
 from .shard import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
@@ -42,9 +42,7 @@ __all__ = [
     "Predictor",
     "FeatureProblem",
     "PrecomputedProblem",
-    "BankProblem",
     "FeatureInput",
-    "BankInput",
     "PrecomputedInput",
     "DataStoreInput",
     "KernelStoreInput",
@@ -56,10 +54,6 @@ __all__ = [
     "chain_safe_ranges",
 ]
 
-#: A bank on sparse data with more entries than this keeps the kernel-set path: bank shards hold dense rows.
-BANK_DENSE_ENTRIES = 2**27
-
-
 # ----------------------------------------------------------------------------- protocols
 
 
@@ -67,7 +61,7 @@ class Problem(Protocol):
     """A binary training problem: labels ``y`` (+1 / -1) and kernels, cut into shards by the engines.
 
     Every input kind implements it (:class:`FeatureProblem`, :class:`PrecomputedProblem`,
-    :class:`~mwumkl_dist._bank.BankProblem`, :class:`~mwumkl_dist.stores.DataStoreProblem`,
+    :class:`~mwumkl_dist.stores.DataStoreProblem`,
     :class:`~mwumkl_dist.stores.KernelStoreProblem`).
     """
 
@@ -182,7 +176,12 @@ def check_traces(traces: np.ndarray, kernel_names: Sequence[str]) -> None:
 
 
 class FeatureProblem:
-    """Feature rows ``X`` (dense or CSR) with a :class:`KernelSet` computed on the fly."""
+    """Feature rows ``X`` (dense or CSR) with a :class:`KernelSet` computed on the fly.
+
+    A random bank is a kernel set too: its plan (and a kernel block's) is built
+    from the bank's tables and pickles as the bank, so a Dask worker rebuilds
+    it instead of receiving ``O(m)`` arrays.
+    """
 
     def __init__(self, X, y, kernel_set: KernelSet):
         self.X = as_csr(X)
@@ -192,9 +191,9 @@ class FeatureProblem:
         self.n_kernels = len(kernel_set)
 
     def _plan(self, kernels):
-        if kernels is None or tuple(kernels) == (0, self.n_kernels):
+        if kernels is None:
             return self.kernel_set.plan
-        return KernelSet(self.kernel_set.specs[kernels[0] : kernels[1]], self.kernel_set.n_features).plan
+        return self.kernel_set.block_plan(kernels[0], kernels[1])
 
     def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
         """Rows ``[start, stop)`` for all kernels, or for the kernel block ``kernels = (k0, k1)``."""
@@ -236,7 +235,7 @@ class PrecomputedProblem:
         return split_rows(self.n_samples, n_shards)
 
     def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        return split_rows(self.n_kernels, n_blocks)
+        return chain_safe_ranges(self.n_kernels, n_blocks)
 
     def kernel_block(self, p, q):
         p, q = int(p), int(q)
@@ -268,7 +267,7 @@ class _FeatureData:
         return self.X[indices]
 
     def combined_gram(self, weights):
-        Xc = as_csr(self.X)  # a bank's kernels as specs: the polish's budget keeps them few
+        Xc = as_csr(self.X)
         return combined_kernel(KernelSet(self.kernels, self.n_features_in), Xc, Xc, weights)
 
     def cross_validation_input(self, size: int, seed: int):
@@ -279,14 +278,13 @@ class _FeatureData:
 
 
 class FeatureInput(_FeatureData):
-    """Feature rows with a :class:`KernelSet` (any kernel specs)."""
-
-    traces = None  # added up by the shards
+    """Feature rows with a :class:`KernelSet` (any kernel specs, or one random bank)."""
 
     def __init__(self, X, y, kernels):
         super().__init__(X, y, kernels)
         self.kernel_set = KernelSet(kernels, self.n_features_in)
         self.kernel_names = self.kernel_set.names()
+        self.traces = _bank_traces(self.kernel_set, self.n_samples)
         self._csr = as_csr(X)
 
     def binary(self, y_pm):
@@ -299,7 +297,7 @@ class FeatureInput(_FeatureData):
         return combined_kernel(self.kernel_set, self._csr, self._csr, weights)
 
     def kernels_with_trace(self, rows, check: bool = False):
-        if bank_of(self.kernels) is not None:
+        if self.kernel_set.bank is not None:
             return self.kernels  # Gaussians: K(x, x) = 1, never a zero trace
         traces = kernel_traces(self.kernel_set, self.X[rows])
         if check:
@@ -309,23 +307,15 @@ class FeatureInput(_FeatureData):
         return [spec for spec, r in zip(self.kernel_set.specs, traces) if r > 0]
 
 
-class BankInput(_FeatureData):
-    """Feature rows with one :class:`RandomGaussianBank`: flat per-kernel tables, never ``m`` spec objects."""
+def _bank_traces(kernel_set: KernelSet, n_samples: int) -> np.ndarray | None:
+    """A bank's traces, known up front: ``n`` for every kernel (None for other kernel sets).
 
-    def __init__(self, X, y, kernels, bank: RandomGaussianBank):
-        super().__init__(X, y, kernels)
-        self.bank = bank
-        self.kernel_names = BankKernelNames(bank, self.n_features_in)
-        self.traces = np.full(bank.n_kernels, float(self.n_samples))  # K_i(x, x) = 1 exactly: every trace is n
-
-    def binary(self, y_pm):
-        return BankProblem(self.X, y_pm, self.bank)
-
-    def subset(self, rows):
-        return self if len(rows) == self.n_samples else BankInput(self.X[rows], self.y[rows], self.kernels, self.bank)
-
-    def kernels_with_trace(self, rows, check: bool = False):
-        return self.kernels  # Gaussians: never a zero trace
+    A Gaussian's ``K(x, x)`` is exactly 1 in the column kernels (``exp(-gamma * 0)``),
+    so these are the traces the shards would add up, without an ``(n, m)`` diagonal.
+    """
+    if kernel_set.bank is None:
+        return None
+    return np.full(len(kernel_set), float(n_samples))
 
 
 class PrecomputedInput:
@@ -404,21 +394,15 @@ class _StoreData:
 
 
 class DataStoreInput(_StoreData):
-    """Features in a :class:`~mwumkl_dist.stores.DataStore`, with a kernel set or one random bank."""
+    """Features in a :class:`~mwumkl_dist.stores.DataStore`, with a kernel set (or one random bank)."""
 
     def __init__(self, store: DataStore, kernels):
         super().__init__(store)
         self.kernels = kernels
         self.n_features_in = store.n_features
-        self._bank = bank_of(kernels)
-        if self._bank is not None:
-            self._kernels = self._bank
-            self.kernel_names = BankKernelNames(self._bank, store.n_features)
-            self.traces = np.full(self._bank.n_kernels, float(store.n_samples))  # K_i(x, x) = 1 exactly
-        else:
-            self._kernels = KernelSet(kernels, store.n_features)
-            self.kernel_names = self._kernels.names()
-            self.traces = None
+        self._kernels = KernelSet(kernels, store.n_features)
+        self.kernel_names = self._kernels.names()
+        self.traces = _bank_traces(self._kernels, store.n_samples)
 
     def binary(self, y_pm):
         return DataStoreProblem(self.store, y_pm, self._kernels)
@@ -429,8 +413,6 @@ class DataStoreInput(_StoreData):
     def cross_validation_input(self, size: int, seed: int):
         """About ``2 * size`` of the store's rows, whole chunks in a random order, in memory."""
         X, y = self.store.sample_rows(size, seed)
-        if self._bank is not None:
-            return BankInput(X, y, self.kernels, self._bank)
         return FeatureInput(X, y, self.kernels)
 
 
@@ -501,10 +483,6 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
     X, y = validate_data(
         estimator, X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False
     )
-    bank = bank_of(kernels)
-    # Bank shards hold dense rows: very large sparse data keeps the kernel-set path.
-    if bank is not None and (not sp.issparse(X) or X.shape[0] * X.shape[1] <= BANK_DENSE_ENTRIES):
-        return BankInput(X, y, kernels, bank)
     return FeatureInput(X, y, kernels)
 
 
@@ -516,30 +494,30 @@ class _FeatureRowsPredictor:
 
 
 class _KernelSetPredictor(_FeatureRowsPredictor):
-    """Kernels of a :class:`KernelSet` (from the model's kernel names)."""
+    """Kernels of a :class:`KernelSet` (from the model's kernel names, or its bank)."""
 
-    def __init__(self, kernel_names, n_features: int):
-        self.kernel_set = KernelSet(list(kernel_names), n_features)
+    def __init__(self, kernel_names, n_features: int, device: str = "cpu"):
+        if isinstance(kernel_names, BankKernelNames):
+            self.kernel_set = KernelSet(kernel_names.bank, n_features)
+        else:
+            self.kernel_set = KernelSet(list(kernel_names), n_features)
+        self.device = device
 
     def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
         plan = self.kernel_set.plan
         Xq = as_csr(X)
         sv = as_csr(support_vectors)
         sv_sq = _columns.group_sqnorms(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
-        return _columns.weighted_kernel_sums(
+        if self.device == "cuda":
+            from . import cuda  # same arguments, same numbers
+
+            weighted_kernel_sums = cuda.weighted_kernel_sums
+        else:
+            weighted_kernel_sums = _columns.weighted_kernel_sums
+        return weighted_kernel_sums(
             Xq.indptr, Xq.indices, Xq.data, self.kernel_set.n_features, sv.indptr, sv.indices, sv.data, sv_sq,
             np.ascontiguousarray(dual_coef), np.ascontiguousarray(raw_weights), *plan_args(plan),
         )  # fmt: skip
-
-
-class _BankPredictor(_FeatureRowsPredictor):
-    """Kernels of a random bank, through its flat tables."""
-
-    def __init__(self, bank: RandomGaussianBank):
-        self.bank = bank
-
-    def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
-        return bank_decision_function(X, support_vectors, dual_coef, raw_weights, self.bank)
 
 
 class _PrecomputedPredictor:
@@ -561,7 +539,7 @@ class _PrecomputedPredictor:
         return np.einsum("ktj,oj,ok->to", X[:, :, support], dual_coef, raw_weights, optimize=True)
 
 
-def make_predictor(kernels, kernel_names, n_features_in: int) -> Predictor:
+def make_predictor(kernels, kernel_names, n_features_in: int, device: str = "cpu") -> Predictor:
     """The predictor of a fitted model, from what a saved model keeps.
 
     Parameters
@@ -569,15 +547,15 @@ def make_predictor(kernels, kernel_names, n_features_in: int) -> Predictor:
     kernels : str, KernelSpec or list
         The estimator's ``kernels`` parameter (``"precomputed"`` or not).
     kernel_names : sequence of str
-        The model's ``kernel_names_`` (a :class:`~mwumkl_dist._bank.BankKernelNames` after a bank fit).
+        The model's ``kernel_names_`` (a :class:`~mwumkl_dist.kernels.BankKernelNames` after a bank fit).
     n_features_in : int
         The model's ``n_features_in_`` (``n_train`` for precomputed kernels).
+    device : {"cpu", "cuda"}
+        Where feature rows are predicted (precomputed kernels: always the CPU).
     """
     if is_precomputed(kernels):
         return _PrecomputedPredictor(len(kernel_names), n_features_in)
-    if isinstance(kernel_names, BankKernelNames):
-        return _BankPredictor(kernel_names.bank)
-    return _KernelSetPredictor(kernel_names, n_features_in)
+    return _KernelSetPredictor(kernel_names, n_features_in, device)
 
 
 def prediction_blocks(X) -> Iterator:

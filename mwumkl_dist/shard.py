@@ -18,7 +18,15 @@ from ._exact import exact_column_sums
 from .kernels import KernelPlan
 from .mwu import Candidate
 
-__all__ = ["ShardBase", "FeatureShard", "PrecomputedShard", "split_rows", "plan_args", "point_kernel_block"]
+__all__ = [
+    "ShardBase",
+    "FeatureShard",
+    "PrecomputedShard",
+    "split_rows",
+    "plan_args",
+    "point_kernel_block",
+    "sum_tile_partials",
+]
 
 
 def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
@@ -28,6 +36,24 @@ def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
     n_shards = min(int(n_shards), n)
     bounds = np.linspace(0, n, n_shards + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def sum_tile_partials(parts) -> np.ndarray:
+    """Scores ``g`` of a row range from its kernel blocks' tile partials, given in kernel order.
+
+    ``parts`` are the :meth:`ShardBase.superstep_scores` answers of the
+    blocks holding the range, each ``(n_tiles_in_block, n_rows)``.  The tiles
+    are added one after the other, as :func:`mwumkl_dist._columns.superstep_features`
+    adds them for a shard of all kernels: any kernel split (on tile
+    boundaries) gives the same bits.
+    """
+    rows = [np.asarray(row, dtype=np.float64) for part in parts for row in np.atleast_2d(part)]
+    if not rows:
+        raise ValueError("no tile partials to add")
+    g = rows[0].copy()
+    for row in rows[1:]:
+        g += row
+    return g
 
 
 def plan_args(plan: KernelPlan) -> tuple:
@@ -149,9 +175,17 @@ class ShardBase:
         return self._candidate(bp, gp), self._candidate(bn, gn)
 
     def superstep_scores(self, ip: int, iq: int, p, q, coef: np.ndarray) -> np.ndarray:
-        """A superstep, then this block's partial scores ``V @ coef`` for all its rows (kernel blocks)."""
+        """A superstep, then this block's score partials per kernel tile, ``(n_tiles_in_block, n_rows)``.
+
+        The driver adds the blocks' partials of a row range in kernel order
+        (:func:`sum_tile_partials`): the scores are then bit-identical to a
+        shard of all kernels (block boundaries fall on tile boundaries).
+        """
         self.superstep(ip, iq, p, q, coef)
-        return self.V @ coef
+        return self._tile_partials().copy()
+
+    def _tile_partials(self) -> np.ndarray:
+        raise NotImplementedError
 
     def stats(self) -> dict:
         """Counters a shard kind may keep (e.g. a store shard's column cache); none by default."""
@@ -192,19 +226,22 @@ class FeatureShard(ShardBase):
         self.X = X
         self.plan = plan
         self._plan_args = plan_args(plan)
-        # Per-row group norms, needed by every superstep: computed once.
-        self._row_sq = _columns.group_sqnorms(
-            X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
-        )
-        # One group: a dense transposed copy (dense data) or a column copy (sparse data, to visit
-        # only the columns where the two points are non-zero) makes the dot products cheaper.
+        # Per-row group norms, needed by every superstep: computed once, kept group-major
+        # ((n_rows, n_groups) view of a C-ordered (n_groups, n_rows) array: a group's rows are contiguous).
+        row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        self._row_sq = np.ascontiguousarray(row_sq.T).T
+        # A dense transposed copy (dense data) or a column copy (sparse data: one group visits only the
+        # columns where the two points are non-zero, many groups only their tile's) makes the dots cheaper.
         self._csc = None
-        self._dense_t = _columns.dense_copy(X) if plan.n_groups == 1 else None
-        if plan.n_groups == 1 and self._dense_t is None:
+        self._dense_t = _columns.dense_copy(X)
+        if self._dense_t is None:
             C = X.tocsc()
             C.sort_indices()
             self._csc = (C.indptr, C.indices, C.data)
-        self._workspace = _columns.superstep_workspace(X.shape[0], plan.n_kernels, plan.n_groups)
+        self._workspace = _columns.superstep_workspace(X.shape[0], *self._plan_args)
+
+    def _tile_partials(self) -> np.ndarray:
+        return self._workspace.partial
 
     def point(self, local: int) -> np.ndarray:
         X = self.X
@@ -261,6 +298,19 @@ class PrecomputedShard(ShardBase):
         super().__init__(y, row_offset, K_rows.shape[0])
         self.K = K_rows
 
+    def _tiles(self) -> tuple[np.ndarray, np.ndarray]:
+        # Tiles of the block's kernels (chain-free): the same as the whole set's when the block
+        # starts on a tile boundary (problem.kernel_ranges cuts on them).  Made on first use
+        # (subclasses such as the kernel store's shard do not run this __init__).
+        tiles = getattr(self, "_tile_state", None)
+        if tiles is None:
+            tile_ptr = _columns.kernel_tiles(self.n_kernels)
+            tiles = self._tile_state = (tile_ptr, np.zeros((len(tile_ptr) - 1, self.n_rows)))
+        return tiles
+
+    def _tile_partials(self) -> np.ndarray:
+        return self._tiles()[1]
+
     def point(self, local: int) -> int:
         return self.row_offset + local
 
@@ -287,4 +337,5 @@ class PrecomputedShard(ShardBase):
             ridge_p,
             ridge_q,
             coef,
+            *self._tiles(),
         )

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -41,19 +38,15 @@ def _data(sparse: bool):
 def test_threads_do_not_change_the_model(monkeypatch, sparse):
     X, y = _data(sparse)
     params = dict(kernels="linear,poly:2,gaussian:1,gaussian:2@0-5", **literal(epsilon=0.3))
-    before = _columns.get_num_threads()
-    try:
-        _columns.set_num_threads(1)
+    with _columns.thread_limit(1):
         one = MWUMKLClassifier(**params).fit(X, y)
-        monkeypatch.setattr(_columns, "PARALLEL_MIN_ROWS", 64)  # exercise the parallel path on small data
-        _columns.set_num_threads(2)
+    monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 64)  # exercise the parallel path on small data
+    with _columns.thread_limit(2):
         two = MWUMKLClassifier(**params).fit(X, y)
-    finally:
-        _columns.set_num_threads(before)
+        np.testing.assert_array_equal(one.decision_function(X), two.decision_function(X))
     np.testing.assert_array_equal(one.dual_coef_, two.dual_coef_)
     np.testing.assert_array_equal(one.kernel_weights_, two.kernel_weights_)
     np.testing.assert_array_equal(one.intercept_, two.intercept_)
-    np.testing.assert_array_equal(one.decision_function(X), two.decision_function(X))
 
 
 def test_dense_column_and_row_paths_give_identical_bits():
@@ -97,10 +90,28 @@ def test_dense_copy_only_for_dense_enough_data():
     assert _columns.dense_copy(sp.csr_matrix((0, 4))) is None
 
 
-def test_bad_thread_count_in_environment_is_a_clear_error():
-    env = {**os.environ, "MWUMKL_NUM_THREADS": "lots"}
-    proc = subprocess.run(
-        [sys.executable, "-c", "import mwumkl_dist._columns"], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode != 0
-    assert "MWUMKL_NUM_THREADS must be a non-negative integer or 'auto'" in proc.stderr
+def test_bad_thread_count_in_environment_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("MWUMKL_NUM_THREADS", "lots")  # a changed variable is read again at once
+    with pytest.raises(ValueError, match="MWUMKL_NUM_THREADS must be"):
+        _columns.get_num_threads()
+    monkeypatch.setenv("MWUMKL_NUM_THREADS", "1")
+    assert _columns.get_num_threads() == 1
+
+
+def test_thread_limit_is_thread_local_and_nests():
+    import threading
+
+    before = _columns.get_num_threads()
+    seen = []
+    with _columns.thread_limit(1):
+        assert _columns.get_num_threads() == 1
+        with _columns.thread_limit(10**6):  # capped by numba's pool
+            assert _columns.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+        assert _columns.get_num_threads() == 1
+        other = threading.Thread(target=lambda: seen.append(_columns.get_num_threads()))
+        other.start()
+        other.join()
+    assert seen == [before] and _columns.get_num_threads() == before
+    with pytest.raises(ValueError, match="positive integer"):
+        with _columns.thread_limit(0):
+            pass

@@ -595,5 +595,6 @@ def test_allocation_sbatch_runs_with_a_stand_in_srun(tmp_path, dask_options):
 
     model = MWUMKLClassifier.load(out_dir / "mwumkl-model-42.npz")
     assert model.kernel_weights_.shape == (12,)
-    assert (out_dir / "mwumkl-checkpoint.npz").is_file()
+    # Named after the data and the settings ({fit}): another fit in this folder gets its own checkpoint.
+    assert len(list(out_dir.glob("mwumkl-checkpoint-breast-cancer-*.npz"))) == 1
     assert not (out_dir / "mwumkl-scheduler-42.json").exists(), "the scheduler file was not removed"

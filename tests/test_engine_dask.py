@@ -13,7 +13,7 @@ from conftest import closed_port, literal
 
 distributed = pytest.importorskip("distributed")
 
-from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist import MWUMKLClassifier, _columns  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 from mwumkl_dist.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
@@ -43,7 +43,7 @@ def threaded_client():
 
 @pytest.fixture(scope="module")
 def reference():
-    X, y = _data()
+    X, y = _data(d=16)  # 192 kernels: three kernel tiles (72, 72, 48), so kernel shards make up to three blocks
     params = dict(kernels="paper-per-feature", **literal(epsilon=0.3))
     return X, y, params, MWUMKLClassifier(**params).fit(X, y)
 
@@ -66,7 +66,7 @@ def test_every_layout_matches_local_engine(threaded_client, reference, n_shards,
 @pytest.mark.parametrize("selectivity", [0.0, 100.0, "exact"])
 def test_relative_exponents_are_the_same_in_every_layout(threaded_client, selectivity):
     """The selectivity acts on the driver's m-vector s only: every layout gives the local model to the bit."""
-    X, y = _data()
+    X, y = _data(d=8)  # 96 kernels: two kernel tiles (72, 24), so kernel shards make two blocks
     params = dict(kernels="paper-per-feature", **literal(epsilon=0.3, selectivity=selectivity))
     ref = MWUMKLClassifier(**params).fit(X, y)
     assert 1.0 / np.sum(ref.kernel_weights_**2) < 40 or selectivity == 0.0  # it does select (48 kernels)
@@ -82,7 +82,10 @@ def test_relative_exponents_are_the_same_in_every_layout(threaded_client, select
         np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
 
 
-def test_precomputed_kernels_on_dask(threaded_client):
+def test_precomputed_kernels_on_dask(threaded_client, monkeypatch):
+    # Tiles of one kernel (this process only: the threaded client's shards live here) let the 3 kernels
+    # make 3 kernel blocks; without squaring chains they add the scores exactly as one tile does.
+    monkeypatch.setattr(_columns, "TILE_KERNELS", 1)
     X, y = _data(n=90)
     ks = KernelSet("linear,gaussian:1,gaussian:2", X.shape[1])
     from mwumkl_dist.shard import FeatureShard

@@ -12,7 +12,6 @@ from conftest import literal
 from mwumkl_dist import MWUMKLClassifier, mwu
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.problems import (
-    BankInput,
     DataStoreInput,
     FeatureInput,
     KernelStoreInput,
@@ -43,7 +42,7 @@ def inputs(tmp_path_factory):
     return {
         FeatureInput: (X, y, "linear,gaussian:1"),
         "csr": (sp.csr_matrix(X), y, "paper"),
-        BankInput: (X, y, "random:6:size=2:seed=1"),
+        "bank": (X, y, "random:6:size=2:seed=1"),
         PrecomputedInput: (K, y, "precomputed"),
         DataStoreInput: (data, None, "linear,gaussian:1"),
         "store-bank": (data, None, "random:6:size=2:seed=1"),
@@ -55,7 +54,7 @@ def test_the_factory_decides_the_kind_once(inputs):
     kinds = {
         FeatureInput: FeatureInput,
         "csr": FeatureInput,
-        BankInput: BankInput,
+        "bank": FeatureInput,
         PrecomputedInput: PrecomputedInput,
         DataStoreInput: DataStoreInput,
         "store-bank": DataStoreInput,

@@ -50,16 +50,26 @@ def process_client():
 
 @pytest.fixture
 def engine_recoveries(monkeypatch):
-    """The ``recoveries`` count of every Dask engine closed during the test, in order."""
-    counts = []
+    """The ``recoveries`` count of every Dask engine closed during the test, in order.
+
+    ``.placements`` holds each engine's ``(workers of its blocks, live workers)`` at its close.
+    """
+    counts = _Counts()
+    placements = counts.placements = []
     close = DaskEngine.close
 
     def spy(self):
         counts.append(self.recoveries)
+        # Where the shards ended, and the live workers: a rebuilt shard goes to the least loaded worker.
+        placements.append(([b.worker for b in self.blocks], sorted(self.client.nthreads())))
         close(self)
 
     monkeypatch.setattr(DaskEngine, "close", spy)
     return counts
+
+
+class _Counts(list):
+    placements: list
 
 
 class _KillShardWorker:
@@ -80,8 +90,8 @@ class _KillShardWorker:
             self.killed_at = info.iteration
 
 
-def _fit_with_a_killed_worker(client, caplog, **layout):
-    X, y = _data()
+def _fit_with_a_killed_worker(client, caplog, d=5, **layout):
+    X, y = _data(d=d)
     params = dict(kernels="paper-per-feature", **literal(epsilon=0.3))
     ref = MWUMKLClassifier(**params).fit(X, y)
     client.wait_for_workers(2, timeout=120)  # the nanny restarted the worker an earlier test killed
@@ -111,6 +121,11 @@ def test_a_killed_row_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
     # Every shard the dead worker held was rebuilt once, and counted.
     assert engine_recoveries == [kill.victim_shards]
     assert len(rebuilt) == kill.victim_shards
+    # The nanny restarted the killed worker and the rebuilt shards went there, not all onto the
+    # survivor: both live workers hold two of the four shards.
+    [(workers, live)] = engine_recoveries.placements
+    assert len(live) == 2 and sorted(set(workers)) == live, (workers, live)
+    assert [workers.count(w) for w in live] == [2, 2]
 
 
 @pytest.mark.timeout(240)
@@ -118,6 +133,7 @@ def test_a_killed_kernel_shard_worker_is_rebuilt_counted_and_gives_the_same_mode
     process_client, engine_recoveries, caplog
 ):
     # Row x kernel blocks: the driver sums partial scores and fetches V rows, both over rebuilt blocks.
-    kill, rebuilt = _fit_with_a_killed_worker(process_client, caplog, n_shards=2, n_kernel_shards=3)
+    # 13 features: 156 paper-per-feature kernels, three kernel tiles (72, 72, 12), so three kernel blocks.
+    kill, rebuilt = _fit_with_a_killed_worker(process_client, caplog, d=13, n_shards=2, n_kernel_shards=3)
     assert engine_recoveries == [kill.victim_shards]
     assert len(rebuilt) == kill.victim_shards

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import explicit_kernels, literal
 
-from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist import MWUMKLClassifier, _columns
 from mwumkl_dist.kernels import KernelSet
 from mwumkl_dist.mwu import FitInterrupted
 
@@ -72,6 +72,9 @@ def _engine_params(engine, request):
     if engine == "local":
         return {}
     client = request.getfixturevalue("threaded_client")
+    # Kernel tiles of 2 (this process only: the threaded client's shards live here), so that these few
+    # kernels make two kernel blocks; every fit of the test (reference included) runs after this.
+    request.getfixturevalue("monkeypatch").setattr(_columns, "TILE_KERNELS", 2)
     return dict(engine="dask", client=client, n_shards=2, n_kernel_shards=2)
 
 

@@ -18,8 +18,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernels
 
-from mwumkl_dist import MWUMKLClassifier, mwu, polish, weights
-from mwumkl_dist._bank import BankProblem
+from mwumkl_dist import MWUMKLClassifier, _columns, mwu, polish, weights
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial, RandomGaussianBank
 from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
@@ -102,15 +101,16 @@ def _problems(tmp_path):
     """(name, problem, dense raw kernels) for every problem kind, on the same labels."""
     X, y = _data()
     K = explicit_kernels(SPECS, X)
-    bank = RandomGaussianBank(2000, subset_size=2, seed=3)  # 5 features: few (subset, sigma) pairs: shared
-    small_bank = RandomGaussianBank(12, subset_size=2, seed=5)  # direct evaluation
+    bank = RandomGaussianBank(2000, subset_size=2, seed=3)  # 5 features: few subsets, many squaring chains
+    small_bank = RandomGaussianBank(12, subset_size=2, seed=5)
     out = [
         ("features-dense", FeatureProblem(X, y, KernelSet(SPECS, X.shape[1])), K),
         ("features-sparse", FeatureProblem(sp.csr_matrix(X * (X > 0.3)), y, KernelSet(SPECS, X.shape[1])),
          explicit_kernels(SPECS, X * (X > 0.3))),
         ("precomputed", PrecomputedProblem(K, y), K),
-        ("bank-shared", BankProblem(X, y, bank), explicit_kernels(bank.specs(X.shape[1]), X)),
-        ("bank-direct", BankProblem(X, y, small_bank), explicit_kernels(small_bank.specs(X.shape[1]), X)),
+        ("bank-chains", FeatureProblem(X, y, KernelSet(bank, X.shape[1])), explicit_kernels(bank.specs(X.shape[1]), X)),
+        ("bank-small", FeatureProblem(X, y, KernelSet(small_bank, X.shape[1])),
+         explicit_kernels(small_bank.specs(X.shape[1]), X)),
     ]  # fmt: skip
     if tmp_path is not None:
         pytest.importorskip("zarr")
@@ -121,7 +121,7 @@ def _problems(tmp_path):
     return y, out
 
 
-KINDS = ["features-dense", "features-sparse", "precomputed", "bank-shared", "bank-direct", "kernel-store"]
+KINDS = ["features-dense", "features-sparse", "precomputed", "bank-chains", "bank-small", "kernel-store"]
 
 
 def _problem(kind, tmp_path):
@@ -138,10 +138,8 @@ def test_per_point_ridge_matches_brute_force(tmp_path, kind, n_shards):
     n_iter = 80
     ref = brute_force(K, y, ridge, EPS, RHO, n_iter)
     lib = run_library(problem, ridge, n_iter, n_shards=n_shards)
-    if kind == "bank-shared":
-        assert all(s.shared for s in LocalEngine(problem).shards)
-    if kind == "bank-direct":
-        assert not any(s.shared for s in LocalEngine(problem).shards)
+    if kind == "bank-chains":
+        assert (problem.kernel_set.plan.square_of >= 0).sum() > 1000  # most kernels square another
     assert lib["picks"] == ref["picks"]
     np.testing.assert_array_equal(lib["counts"], ref["counts"])
     np.testing.assert_allclose(lib["V"], ref["V"], rtol=1e-10, atol=1e-12 * np.abs(ref["V"]).max())
@@ -244,9 +242,12 @@ def test_shard_refuses_a_ridge_of_another_length():
 # ----------------------------------------------------------------------------- Dask engine
 
 
-def test_dask_engine_ships_each_block_its_ridge_rows():
+def test_dask_engine_ships_each_block_its_ridge_rows(monkeypatch):
     """Row and kernel blocks on Dask, a lost block rebuilt mid-fit: the same model as the local engine, bit for bit."""
     distributed = pytest.importorskip("distributed")
+    # Kernel tiles of 2 (this process only: the threaded client's shards live here): the 5 kernels make
+    # kernel blocks (blocks hold whole tiles; the reference below is computed with the same tiles).
+    monkeypatch.setattr(_columns, "TILE_KERNELS", 2)
     from mwumkl_dist.engines.dask import DaskEngine
 
     X, y = _data()

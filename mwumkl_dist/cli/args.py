@@ -22,6 +22,7 @@ __all__ = [
     "number",
     "positive_float",
     "positive_int",
+    "n_jobs",
     "epsilon_or_auto",
     "C_or_auto",
     "selectivity_choice",
@@ -78,6 +79,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def n_jobs(text: str) -> int:
+    """A non-zero integer, scikit-learn's ``n_jobs``: -1 all cores, -2 all but one, N that many."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be a non-zero integer (-1: all cores, -2: all but one), got '0'")
     return value
 
 

@@ -19,6 +19,7 @@ from ..io import format_label, load_data
 from ..kernels import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
 from ..mwu import FitInterrupted
 from ..stores import KernelStore, open_store
+from ..two_stage import AUTO_TWO_STAGE_POINTS, SOLVERS, weight_points_for
 from .args import (
     EXIT_INTERRUPTED,
     PROG,
@@ -30,6 +31,7 @@ from .args import (
     add_zero_based_argument,
     epsilon_or_auto,
     kernel_spec,
+    n_jobs,
     positive_float,
     positive_int,
     selectivity_choice,
@@ -54,6 +56,18 @@ def add_model_commands(sub, common) -> None:
     _add_fit(sub, [common, model])
     _add_predict(sub, [common])
     _add_evaluate(sub, [common])
+
+
+def _add_n_jobs(parser) -> None:
+    """``--n-jobs N``: the threads of this process (the estimator's ``n_jobs``)."""
+    parser.add_argument(
+        "--n-jobs",
+        type=n_jobs,
+        default=None,
+        metavar="N",
+        help="threads to use: -1 all cores, -2 all but one, N that many (default: every core this process may "
+        "use, or MWUMKL_NUM_THREADS when set); results do not depend on it",
+    )
 
 
 def _model_options() -> argparse.ArgumentParser:
@@ -102,6 +116,14 @@ def _model_options() -> argparse.ArgumentParser:
         help="re-solve the SVM exactly with the learned weights: auto (default) up to 3000 points",
     )
     group.add_argument(
+        "--solver",
+        choices=SOLVERS,
+        default="auto",
+        help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
+        "then a linear solver on Nystroem features of the learned kernel (time ~ n); auto (default): "
+        f"two-stage from {AUTO_TWO_STAGE_POINTS} in-memory points",
+    )
+    group.add_argument(
         "--no-scale-C",
         dest="scale_C",
         action="store_false",
@@ -119,6 +141,7 @@ def _add_demo(sub, parents):
         "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
+    _add_n_jobs(p)
     p.set_defaults(func=cmd_demo)
 
 
@@ -156,12 +179,19 @@ def _add_fit(sub, parents):
         "for 'predict --output proba'",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    _add_n_jobs(p)
     dist = p.add_argument_group("engine and resilience")
     dist.add_argument(
         "--engine",
         choices=["local", "dask"],
         default=None,
         help="where the shards live (default: local; 'dask' when --scheduler is given, else a local threaded cluster)",
+    )
+    dist.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the supersteps run: the CPU, or an NVIDIA GPU (needs the [gpu] extra; default cpu)",
     )
     dist.add_argument(
         "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
@@ -172,6 +202,14 @@ def _add_fit(sub, parents):
     )
     dist.add_argument(
         "--scheduler-timeout", type=positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
+    )
+    dist.add_argument(
+        "--worker-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for Dask workers, at the start and when every worker is gone mid-fit (default 600); "
+        "the wait is reported after 2 s, then every 10 s",
     )
     dist.add_argument(
         "--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations"
@@ -202,6 +240,7 @@ def _add_predict(sub, parents):
         "are comma-separated with a header line naming the classes",
     )
     p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
+    _add_n_jobs(p)
     p.set_defaults(func=cmd_predict)
 
 
@@ -216,6 +255,7 @@ def _add_evaluate(sub, parents):
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     p.add_argument("--data", required=True, metavar="FILE", help="labelled test data")
     add_zero_based_argument(p)
+    _add_n_jobs(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -237,6 +277,8 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
         max_iter=args.max_iter,
         scale_C=args.scale_C,
         polish=POLISH[args.polish],
+        n_jobs=args.n_jobs,
+        solver=args.solver,
         **extra,
     )
 
@@ -269,6 +311,8 @@ def _describe_params(args, clf) -> str:
         C = f"C {clf.C_:g}{auto}"
         C += " (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)"
     polish = ", exact polish" if clf.polished_ else ""
+    if getattr(clf, "solver_", "mwu") == "two-stage":
+        polish = f", two-stage (weights from {clf.weight_points_} points, Nystroem features on {len(clf.support_)})"
     chosen = " (cross-validated)" if getattr(clf, "selectivity_path_", None) else ""
     sel = clf.selectivity_ if isinstance(clf.selectivity_, str) else f"{clf.selectivity_:g}"
     return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
@@ -309,13 +353,17 @@ def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
     return lines
 
 
-def _load_model(path: str):
-    """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled."""
+def _load_model(path: str, n_jobs=None):
+    """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
+
+    The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
+    """
     if os.path.isfile(path) and not zipfile.is_zipfile(path):
         raise CommandError(f"{path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
     model, scaling = load_model_file(path)
     if model.support_vectors_ is None:
         raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
+    model.set_params(n_jobs=n_jobs)
     return model, scaling
 
 
@@ -432,6 +480,13 @@ def _training_data(args):
 
 def _planned_iterations(args, n: int, n_kernels: int) -> int:
     """The iteration count T of each binary problem, resolved as the estimator will."""
+    engine = args.engine or ("dask" if args.scheduler else "local")
+    two_stage = args.solver == "two-stage" or (
+        args.solver == "auto" and args.store is None and n >= AUTO_TWO_STAGE_POINTS and engine == "local"
+        and args.checkpoint is None and args.resume is None and not (args.C != "auto" and math.isinf(args.C))
+    )  # fmt: skip
+    if two_stage:  # the MWU iterations run on the weight subsample only
+        n = weight_points_for(n)
     plan = plan_iterations(
         epsilon=args.epsilon,
         max_iter=args.max_iter,
@@ -457,10 +512,12 @@ def _fit_estimator(args, n_iter: int, progress: _FitProgress) -> MWUMKLClassifie
         callback=progress,
         callback_every=max(1, n_iter // 1000),
         engine=engine,
+        device=args.device,
         client=args.scheduler,
         n_shards=args.shards,
         n_kernel_shards=args.kernel_shards,
         scheduler_timeout=args.scheduler_timeout,
+        worker_timeout=args.worker_timeout,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         probability=args.probability,
@@ -576,7 +633,7 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
-    model, scaling = _load_model(args.model)
+    model, scaling = _load_model(args.model, args.n_jobs)
     if args.output_file is not None:
         _check_writable(args.output_file, "predictions")
     X, _ = _load_points(args, model, scaling, labels="auto")
@@ -593,7 +650,7 @@ def cmd_predict(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
-    model, scaling = _load_model(args.model)
+    model, scaling = _load_model(args.model, args.n_jobs)
     X, y = _load_points(args, model, scaling)
     labels = np.unique(y).tolist()
     known = set(model.classes_.tolist())

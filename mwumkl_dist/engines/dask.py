@@ -2,10 +2,17 @@
 
 Dask places the shards (one actor per shard, pinned to a worker), keeps them
 alive and tells us when a worker is gone.  The supersteps themselves do not
-go through Dask's task or actor machinery: each shard actor opens a direct,
-authenticated socket to the driver (``multiprocessing.connection``), because
-a superstep only has to wait for the shards' small answers (two candidates of
-O(d + m) each), and a Dask actor round trip (~3-5 ms) would dwarf that.
+go through Dask's task or actor machinery: each shard actor listens on its
+worker's host and the driver connects to it (:mod:`._channel`: TLS whenever the
+cluster uses TLS, mutual HMAC authentication with a per-fit secret, framed
+pickles), because a superstep only has to wait for the shards' small answers
+(two candidates of O(d + m) each), and a Dask actor round trip (~3-5 ms) would
+dwarf that. A superstep's message is pickled once and the same bytes go to
+every shard (kernel shards: once per kernel range).
+
+A shard runs with its worker's threads: ``nthreads // (shards on that
+worker)``, at least 1, so one worker per machine with one shard uses the
+whole machine.
 
 Layouts (``SPEC.md`` section 3):
 
@@ -28,25 +35,70 @@ import asyncio
 import concurrent.futures
 import gc
 import logging
-import secrets
 import threading
 import time
 import traceback
-from multiprocessing.connection import Client as _connect
-from multiprocessing.connection import Listener
+import warnings
+import weakref
+from contextlib import nullcontext
 
 import numpy as np
 
 from .._exact import exact_to_float
 from ..mwu import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from . import _channel
 
-__all__ = ["DaskEngine", "connect_client", "ShardLostError"]
+__all__ = ["DaskEngine", "connect_client", "ShardLostError", "SchedulerLostError"]
 
 logger = logging.getLogger("mwumkl_dist")
 
 
 class ShardLostError(RuntimeError):
     """A shard's worker stopped answering (died, or timed out)."""
+
+
+class SchedulerLostError(ConnectionError):
+    """The driver lost its connection to the Dask scheduler (it died, or the network failed)."""
+
+
+#: While waiting for Dask workers, the first message is logged after this many seconds ...
+WAIT_FIRST_REPORT = 2.0
+#: ... and the next ones every this many seconds, until the wait's timeout.
+WAIT_REPORT_EVERY = 10.0
+#: A worker left mid-fit: how long its shards' rebuild waits for a replacement worker to join (a
+#: nanny restarts a killed worker in a few seconds) before using the workers left.
+REPLACEMENT_GRACE = 10.0
+
+
+class _WaitReport:
+    """Logs ``waiting for WHAT (N s of T s)`` at WAIT_FIRST_REPORT s, then every WAIT_REPORT_EVERY s."""
+
+    def __init__(self, what: str, timeout: float, note: str = ""):
+        self.what, self.timeout, self.note = what, float(timeout), note
+        self.start = time.monotonic()
+        self.next = self.start + WAIT_FIRST_REPORT
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def expired(self) -> bool:
+        return self.elapsed > self.timeout
+
+    def tick(self) -> None:
+        if time.monotonic() >= self.next:
+            logger.warning("waiting for %s (%.0f s of %g s)%s", self.what, self.elapsed, self.timeout, self.note)
+            self.next = time.monotonic() + WAIT_REPORT_EVERY
+
+
+def _is_comm_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lost connection (Dask's CommClosedError, an OSError, a timeout)."""
+    try:
+        from distributed.comm.core import CommClosedError
+    except ImportError:  # pragma: no cover
+        CommClosedError = OSError
+    return isinstance(exc, (CommClosedError, OSError, TimeoutError, asyncio.TimeoutError))
 
 
 def connect_client(client=None, timeout: float = 10.0):
@@ -76,6 +128,14 @@ def connect_client(client=None, timeout: float = 10.0):
         gc.collect()
         raise ConnectionError(f"cannot reach the Dask scheduler at {client!r} within {timeout:g} s ({reason})")
     raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}")
+
+
+def _scheduler_address(client) -> str:
+    """The client's scheduler address, for messages."""
+    try:
+        return str(client.scheduler.address)
+    except Exception:  # pragma: no cover - a client without a scheduler rpc
+        return "?"
 
 
 def _probe_scheduler(address: str, timeout: float) -> None:
@@ -131,44 +191,97 @@ def _listen_host(worker_address: str) -> str:
     return host
 
 
-class ShardServer:
-    """Dask actor holding one shard; answers supersteps over a direct socket."""
+#: Live shard servers per worker address (this process): a shard's thread share is
+#: ``nthreads // len(shards on its worker)``.
+_SHARDS_ON_WORKER: dict[str, weakref.WeakSet] = {}
+_SHARDS_LOCK = threading.Lock()
 
-    def __init__(self, shard_factory, authkey: bytes):
+
+def _worker_nthreads(worker) -> int:
+    state = getattr(worker, "state", None)
+    n = getattr(state, "nthreads", None) or getattr(worker, "nthreads", None)
+    return int(n) if n else 1
+
+
+class ShardServer:
+    """Dask actor holding one shard; answers supersteps over a direct socket (:mod:`._channel`).
+
+    It listens on its worker's host, with the worker's TLS server context when the cluster uses
+    TLS, and serves the first peer that proves it holds the fit's secret.
+    """
+
+    def __init__(self, shard_factory, secret: bytes, accept_timeout: float | None = None):
         from distributed import get_worker
 
+        worker = get_worker()
         # Problems ship a factory (e.g. a store path and a row range), not a built shard: the
         # shard is built, and its data read, on the worker.
         self.shard = shard_factory()
-        self._listener = Listener((_listen_host(get_worker().address), 0), authkey=authkey)
+        self._worker_address = worker.address
+        self._nthreads = _worker_nthreads(worker)
+        ssl_context = None
+        if worker.address.startswith("tls://"):
+            ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
+            if ssl_context is None:
+                raise RuntimeError(f"worker {worker.address} listens on TLS but its Security has no TLS context")
+        self._listener = _channel.Listener(_listen_host(worker.address), secret, ssl_context)
+        self._accept_timeout = accept_timeout  # no driver by then: stop listening
+        with _SHARDS_LOCK:
+            _SHARDS_ON_WORKER.setdefault(self._worker_address, weakref.WeakSet()).add(self)
         self._thread = threading.Thread(target=self._serve, name="mwumkl-shard", daemon=True)
         self._thread.start()
 
     def address(self):
-        return self._listener.address
+        """``(host, port, tls)`` of the shard's channel."""
+        return (*self._listener.address, self._listener.tls)
+
+    def threads(self) -> int:
+        """The threads this shard's supersteps use: its share of its worker's threads (>= 1)."""
+        with _SHARDS_LOCK:
+            n_shards = len(_SHARDS_ON_WORKER.get(self._worker_address, ())) or 1
+        return max(1, self._nthreads // n_shards)
+
+    def _unregister(self):
+        with _SHARDS_LOCK:
+            _SHARDS_ON_WORKER.get(self._worker_address, weakref.WeakSet()).discard(self)
 
     def _serve(self):
+        from .. import _columns
+
+        thread_limit = getattr(_columns, "thread_limit", None)
         try:
-            conn = self._listener.accept()
-        except OSError:
+            chan = self._listener.accept(self._accept_timeout)  # strangers are closed; waits for the driver
+        except (OSError, TimeoutError):
+            self._listener.close()
+            self._unregister()
             return
+        try:
+            with chan:
+                while True:
+                    method, args = chan.recv()
+                    if method == "close":
+                        chan.send(("ok", None))
+                        return
+                    try:
+                        with thread_limit(self.threads()) if thread_limit is not None else nullcontext():
+                            value = getattr(self, "_do_" + method)(*args)
+                        frame = _channel.encode(("ok", value))
+                    except Exception:  # report to the driver instead of dying silently
+                        frame = _channel.encode(("error", traceback.format_exc()))
+                    chan.send_frame(frame)
+        except (EOFError, OSError):
+            return  # the driver closed the channel, or died
         finally:
-            self._listener.close()  # one driver connection per shard
-        with conn:
-            while True:
-                try:
-                    method, args = conn.recv()
-                except (EOFError, OSError):
-                    return
-                if method == "close":
-                    conn.send(("ok", None))
-                    return
-                try:
-                    conn.send(("ok", getattr(self, "_do_" + method)(*args)))
-                except Exception:  # report to the driver instead of dying silently
-                    conn.send(("error", traceback.format_exc()))
+            self._unregister()
 
     # -- the shard's operations (run in the server thread) --------------------------------
+    def _do_threads(self):
+        """The threads this shard's supersteps run with (inside its thread limit)."""
+        from .. import _columns
+
+        get = getattr(_columns, "get_num_threads", None)
+        return self.threads(), (get() if get is not None else None)
+
     def _do_trace_parts(self):
         return self.shard.trace_parts()
 
@@ -222,7 +335,16 @@ class DaskEngine:
     n_kernel_shards : int
         Kernel shards (blocks of kernels over the rows of each row shard).
     timeout : float
-        Seconds to wait for a shard's answer before declaring it lost.
+        Seconds to wait for Dask workers (at the start, and for a live worker when every
+        worker is gone mid-fit) and for a shard's answer before declaring it lost; the
+        estimator's ``worker_timeout``.  While it waits for workers it logs a warning
+        ``waiting for Dask workers (N s of T s)`` after 2 s, then every 10 s.
+
+    A lost shard is rebuilt on the live worker holding the fewest shards; when a worker
+    left, the rebuild first gives a replacement (a nanny's restart, an autoscaler's new
+    worker) up to :data:`REPLACEMENT_GRACE` seconds to join, so the restarted worker is used.
+    A lost scheduler raises :class:`SchedulerLostError` ("lost the connection to the Dask
+    scheduler at ADDR").
     """
 
     def __init__(self, problem, client=None, n_shards: int = 2, n_kernel_shards: int = 1, timeout: float = 600.0):
@@ -231,49 +353,162 @@ class DaskEngine:
         self.n_kernels = problem.n_kernels
         self.timeout = float(timeout)
         self.client, self._owns_client = connect_client(client)
-        self._authkey = secrets.token_bytes(32)
+        self._secret = _channel.new_secret()  # per fit: authenticates the shard channels
+        self._tls_context = None
         self._picks: list[tuple[int, int]] = []
         self._points: dict[int, object] = {}
         self._replayed = 0
         self._config = None
         row_ranges = problem.row_ranges(n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
+        if len(kernel_ranges) < n_kernel_shards:
+            from .._columns import TILE_KERNELS
+
+            warnings.warn(
+                f"n_kernel_shards={n_kernel_shards} but {problem.n_kernels} kernels make only "
+                f"{len(kernel_ranges)} kernel block(s): blocks hold whole kernel tiles of about {TILE_KERNELS} "
+                "kernels (so that every layout gives the same model); using "
+                f"{len(kernel_ranges)}",
+                UserWarning,
+                stacklevel=2,
+            )
         self.partial = len(kernel_ranges) > 1
         self.blocks = [_Block(r, k) for r in row_ranges for k in kernel_ranges]
         self.recoveries = 0
+        self._scheduler_address = _scheduler_address(self.client)
+        self._departed: set[str] = set()  # workers whose shards were lost: never chosen again
         try:
-            workers = self._workers()
-            for i, block in enumerate(self.blocks):
-                self._start(block, workers[i % len(workers)])
+            self._n_workers = len(self._workers())
+            for block in self.blocks:
+                self._start(block, self._place(block))
         except BaseException:
             self.close()
             raise
 
     # ------------------------------------------------------------------ placement
+    def _scheduler_lost(self, reason: str) -> SchedulerLostError:
+        return SchedulerLostError(f"lost the connection to the Dask scheduler at {self._scheduler_address} ({reason})")
+
+    def _live_workers(self) -> dict[str, int]:
+        """``{address: threads}`` of the scheduler's workers now (``SchedulerLostError`` when it is gone)."""
+        client = self.client
+        status = getattr(client, "status", "running")
+        report = _WaitReport(f"the Dask scheduler at {self._scheduler_address} to answer again", self.timeout)
+        while status == "connecting":  # the client is reconnecting: it ends "running" or "closed"
+            if report.expired:
+                raise self._scheduler_lost(f"no answer for {self.timeout:g} s")
+            report.tick()
+            time.sleep(0.1)
+            status = client.status
+        if status in ("closing", "closed", "failed"):
+            raise self._scheduler_lost(f"the Dask client is {status}")
+        try:
+            # scheduler_info() lists only 5 workers in some releases: nthreads() lists them all.
+            return dict(client.nthreads())
+        except Exception as exc:
+            if _is_comm_failure(exc) or client.status != "running":
+                raise self._scheduler_lost(f"{type(exc).__name__}: {exc}") from None
+            raise
+
     def _workers(self) -> list[str]:
-        deadline = time.monotonic() + self.timeout
+        """The live workers (sorted); waits for one up to ``timeout`` seconds, saying so every few seconds."""
+        report = _WaitReport(
+            "Dask workers",
+            self.timeout,
+            f": the scheduler at {self._scheduler_address} has none (start some, e.g. 'dask worker "
+            f"{self._scheduler_address}'; the wait ends after worker_timeout = {self.timeout:g} s)",
+        )
         while True:
-            workers = sorted(self.client.nthreads())  # scheduler_info() lists only 5 in some releases
+            live = self._threads = self._live_workers()
+            # Not a worker whose shards were lost (the scheduler may list it a little longer),
+            # unless nothing else is left.
+            workers = sorted(w for w in live if w not in self._departed) or sorted(live)
             if workers:
                 return workers
-            if time.monotonic() > deadline:
-                raise ConnectionError("the Dask cluster has no workers")
+            if report.expired:
+                raise ConnectionError(
+                    f"the Dask scheduler at {self._scheduler_address} has had no workers for {self.timeout:g} s "
+                    "(worker_timeout)"
+                )
+            report.tick()
             time.sleep(0.1)
+
+    def _place(self, block: _Block, avoid=()) -> str:
+        """The live worker for ``block``: the one holding the fewest other blocks (then most threads, address).
+
+        A restarted or added worker holds none, so a rebuilt shard goes there rather than onto a
+        worker that already holds shards.
+        """
+        workers = self._workers()
+        threads = self._threads
+        candidates = [w for w in workers if w not in avoid] or workers
+        load = {w: 0 for w in candidates}
+        for b in self.blocks:
+            w = getattr(b, "worker", None)
+            if b is not block and w in load:
+                load[w] += 1
+        return min(candidates, key=lambda w: (load[w], -threads.get(w, 1), w))
+
+    def _wait_for_replacement(self) -> None:
+        """A worker left: give a replacement (nanny restart, autoscaler) REPLACEMENT_GRACE s to join."""
+        live = [w for w in self._live_workers() if w not in self._departed]
+        if len(live) >= self._n_workers:
+            self._n_workers = len(live)  # workers added since: the count to keep
+            return
+        grace = min(REPLACEMENT_GRACE, self.timeout)
+        logger.warning(
+            "%d of the fit's %d Dask workers left; waiting up to %g s for a replacement before rebuilding "
+            "their shards on the workers still there",
+            self._n_workers - len(live),
+            self._n_workers,
+            grace,
+        )
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            live = [w for w in self._live_workers() if w not in self._departed]
+            if len(live) >= self._n_workers:
+                break
+        self._n_workers = len(live)  # wait once per departure, not once per lost shard
 
     def _start(self, block: _Block, worker: str) -> None:
         # The shard is built on the worker from a small factory (a store shard reads its rows there).
         factory = self.problem.shard_factory(*block.rows, kernels=block.kernels)
         [data] = self.client.scatter([factory], workers=[worker], hash=False)
         block.actor_future = self.client.submit(
-            ShardServer, data, self._authkey, actor=True, workers=[worker], allow_other_workers=True, pure=False
+            ShardServer,
+            data,
+            self._secret,
+            self.timeout,
+            actor=True,
+            workers=[worker],
+            allow_other_workers=True,
+            pure=False,
         )
         actor = block.actor_future.result(timeout=self.timeout)
         address = actor.address().result(timeout=self.timeout)
-        block.conn = _connect(address, authkey=self._authkey)
+        block.conn = self._connect(address, worker)
         block.worker = worker
 
+    def _connect(self, address, worker: str) -> _channel.Channel:
+        """The channel to a shard: TLS with the client's context when the shard's worker uses TLS."""
+        host, port, tls = address
+        security = getattr(self.client, "security", None)
+        ssl_context = None
+        if tls:
+            if self._tls_context is None and security is not None:
+                self._tls_context = security.get_connection_args("client")["ssl_context"]
+            ssl_context = self._tls_context
+            if ssl_context is None:
+                raise RuntimeError(
+                    f"the shard on worker {worker} uses TLS, but the client's Security has no TLS context"
+                )
+        elif getattr(security, "require_encryption", False) and not worker.startswith("inproc://"):
+            raise RuntimeError(f"the cluster requires encryption, but the shard on worker {worker} offers plaintext")
+        return _channel.connect((host, port), self._secret, ssl_context, timeout=self.timeout)
+
     def _recover(self, block: _Block) -> None:
-        """Rebuild a lost block on a live worker and replay the picks it had seen."""
+        """Rebuild a lost block on a live worker (the least loaded) and replay the picks it had seen."""
         self.recoveries += 1
         logger.warning(
             "shard rows %s kernels %s lost; rebuilding it (recovery %d)", block.rows, block.kernels, self.recoveries
@@ -283,15 +518,26 @@ class DaskEngine:
                 block.conn.close()
         except OSError:
             pass
-        deadline = time.monotonic() + self.timeout
+        if getattr(block, "worker", None) is not None:
+            self._departed.add(block.worker)
+        self._wait_for_replacement()
+        report = _WaitReport(f"a Dask worker to rebuild shard rows {block.rows} on", self.timeout)
+        failed: set[str] = set()
         while True:
-            workers = [w for w in self._workers() if w != getattr(block, "worker", None)] or self._workers()
+            worker = self._place(block, avoid=failed)
             try:
-                self._start(block, workers[self.recoveries % len(workers)])
+                self._start(block, worker)
                 break
-            except Exception:
-                if time.monotonic() > deadline:
+            except SchedulerLostError:
+                raise
+            except Exception as exc:
+                if not self._scheduler_alive():
+                    raise self._scheduler_lost(f"{type(exc).__name__}: {exc}") from None
+                if report.expired:
                     raise
+                failed.add(worker)
+                report.note = f": rebuilding on {worker} failed ({type(exc).__name__}: {exc}); trying again"
+                report.tick()
                 time.sleep(0.5)
         if self._config is not None:
             inv_trace, ridge = self._config
@@ -300,14 +546,22 @@ class DaskEngine:
             if done:
                 self._call(block, "replay", np.asarray(done, dtype=np.int64), self._points)
 
+    def _scheduler_alive(self) -> bool:
+        try:
+            self._live_workers()
+        except SchedulerLostError:
+            return False
+        return True
+
     # ------------------------------------------------------------------ messaging
-    def _send(self, block: _Block, method: str, args) -> None:
-        block.conn.send((method, args))
+    def _send(self, block: _Block, method: str, args, frame=None) -> None:
+        block.conn.send_frame(frame if frame is not None else _channel.encode((method, args)))
 
     def _recv(self, block: _Block):
-        if not block.conn.poll(self.timeout):
-            raise ShardLostError(f"shard rows {block.rows} did not answer within {self.timeout:g} s")
-        status, value = block.conn.recv()
+        try:
+            status, value = block.conn.recv()
+        except TimeoutError:
+            raise ShardLostError(f"shard rows {block.rows} did not answer within {self.timeout:g} s") from None
         if status == "error":
             raise RuntimeError(f"shard rows {block.rows} kernels {block.kernels} failed:\n{value}")
         return value
@@ -316,16 +570,27 @@ class DaskEngine:
         self._send(block, method, args)
         return self._recv(block)
 
-    def _broadcast(self, method: str, args_for=lambda b: (), blocks=None) -> list:
+    def _broadcast(self, method: str, args_for=None, blocks=None, key=None) -> list:
         """Send to every block first, then gather (the blocks work in parallel).
 
+        The message is pickled once per distinct ``key(block)`` (``args_for`` must give equal
+        arguments to blocks with equal keys) and the same bytes go to each of those blocks;
+        without ``args_for`` every block gets ``()``, without ``key`` each block its own message.
         A block whose worker is gone is rebuilt (see :meth:`_recover`) and asked again.
         """
         blocks = self.blocks if blocks is None else blocks
+        if args_for is None:
+            args_for, key = (lambda b: ()), (lambda b: None)
+        elif key is None:
+            key = id
+        frames: dict = {}
         lost, results = [], {}
         for b in blocks:
+            k = key(b)
+            if k not in frames:
+                frames[k] = _channel.encode((method, args_for(b)))
             try:
-                self._send(b, method, args_for(b))
+                self._send(b, method, None, frames[k])
             except (OSError, EOFError, ValueError):
                 lost.append(b)
         for b in blocks:
@@ -361,7 +626,7 @@ class DaskEngine:
     def _fetch(self, index: int) -> tuple[np.ndarray, object]:
         """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""
         owners = [b for b in self.blocks if b.rows[0] <= index < b.rows[1]]
-        answers = self._broadcast("fetch", lambda b: (index - b.rows[0],), owners)
+        answers = self._broadcast("fetch", lambda b: (index - b.rows[0],), owners, key=lambda b: b.rows)
         v_row = np.empty(self.n_kernels)
         for b, (v, _) in zip(owners, answers):
             v_row[b.kernels[0] : b.kernels[1]] = v
@@ -392,19 +657,28 @@ class DaskEngine:
         self._points.setdefault(neg.index, neg.point)
         self._replayed = len(self._picks) - 1
         method = "step_partial" if self.partial else "step"
+        # Pickled once per kernel range (once in all for row shards): the same bytes to every shard.
         results = self._broadcast(
-            method, lambda b: (pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef))
+            method,
+            lambda b: (pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)),
+            key=lambda b: b.kernels,
         )
         self._replayed = len(self._picks)
         if not self.partial:
             return reduce_candidates([p for p, _ in results]), reduce_candidates([n for _, n in results])
-        g = np.zeros(self.n_samples)
+        # Each row range's blocks' tile partials, added in kernel (tile) order: the local engine's sums.
+        from ..shard import sum_tile_partials
+
+        by_rows: dict = {}
         for b, part in zip(self.blocks, results):
-            g[b.rows[0] : b.rows[1]] += part
+            by_rows.setdefault(b.rows, []).append((b.kernels[0], part))
+        g = np.empty(self.n_samples)
+        for (r0, r1), parts in by_rows.items():
+            g[r0:r1] = sum_tile_partials([part for _, part in sorted(parts, key=lambda kp: kp[0])])
         return self._select(g)
 
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
-        parts = self._broadcast("support_margins", lambda b: (self._kernel_slice(b, weights),))
+        parts = self._broadcast("support_margins", lambda b: (self._kernel_slice(b, weights),), key=lambda b: b.kernels)
         return class_totals(parts, self.problem.y)
 
     def replay(self, picks) -> None:
@@ -412,7 +686,7 @@ class DaskEngine:
         self._picks = [tuple(p) for p in picks]
         self._points = {j: self.problem.point(j) for pick in self._picks for j in pick}
         picks_arr = np.asarray(self._picks, dtype=np.int64).reshape(-1, 2)
-        self._broadcast("replay", lambda b: (picks_arr, self._points))
+        self._broadcast("replay", lambda b: (picks_arr, self._points), key=lambda b: None)
         self._replayed = len(self._picks)
 
     def stats(self) -> list[dict]:

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from .._exact import exact_column_sums, exact_to_float
 from ..kernels import KernelSet
-from ..partition import aligned_ranges
+from ..partition import aligned_ranges, chain_safe_ranges
 from ..shard import FeatureShard, as_csr
 
 __all__ = [
@@ -233,7 +233,9 @@ class _StoreBase:
     REQUIRED: tuple[str, ...] = ()
 
     def __init__(self, path, *, verify: bool = True):
-        self.path = os.fspath(path)
+        # Resolved here, where the user named it: workers (other processes, other machines with
+        # a shared file system) reopen the store by this path, whatever their working directory.
+        self.path = os.path.abspath(os.fspath(path))
         self.meta = self._open_meta()
         self._group = None
         self._arrays: dict = {}
@@ -759,8 +761,8 @@ class KernelStore(_StoreBase):
         return np.ascontiguousarray(self._read("diag", (slice(k0, k1), slice(r0, r1)), "the diagonal").T)
 
     def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        """Kernel blocks on ``chunk_kernels`` boundaries when possible."""
-        return aligned_ranges(self.n_kernels, self.chunk_kernels, n_blocks)
+        """Kernel blocks on kernel-tile boundaries (see :func:`mwumkl_dist.partition.chain_safe_ranges`)."""
+        return chain_safe_ranges(self.n_kernels, n_blocks)
 
     def __repr__(self):
         return (

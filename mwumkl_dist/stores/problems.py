@@ -1,7 +1,7 @@
 """Problems that fit from a store: each shard reads its own rows (or kernel columns) where it runs.
 
 :class:`DataStoreProblem` (features from a :class:`~mwumkl_dist.stores.DataStore`,
-with a kernel set or a random bank) and :class:`KernelStoreProblem` (precomputed
+with a kernel set, a random bank's included) and :class:`KernelStoreProblem` (precomputed
 kernels from a :class:`~mwumkl_dist.stores.KernelStore`) implement
 :class:`mwumkl_dist.problems.Problem`; their shard factories are small picklable
 callables (a store path and a row range), so the data never pass through the
@@ -20,12 +20,10 @@ import functools
 from collections import OrderedDict
 
 import numpy as np
-import scipy.sparse as sp
 
-from .._bank import BankShard, bank_kernel_block
-from ..kernels import KernelSet, RandomGaussianBank
+from ..kernels import KernelSet
 from ..partition import chain_safe_ranges
-from ..shard import FeatureShard, PrecomputedShard, ShardBase, point_kernel_block, split_rows
+from ..shard import FeatureShard, PrecomputedShard, ShardBase, point_kernel_block
 from .format import DEFAULT_CACHE_BYTES, DataStore, KernelStore
 
 __all__ = [
@@ -103,39 +101,30 @@ def _feature_shard_from_store(store: DataStore, start, stop, y, plan):
     return FeatureShard(store.read_rows(start, stop), y, start, plan)
 
 
-def _bank_shard_from_store(store: DataStore, start, stop, y, bank, kernels):
-    rows = store.read_rows(start, stop)
-    return BankShard(rows.toarray() if sp.issparse(rows) else rows, y, start, bank, kernels)
-
-
 class DataStoreProblem:
     """A binary problem on a :class:`DataStore`: shards read their own rows (on their worker).
 
-    ``kernels`` is a :class:`KernelSet`, or a :class:`RandomGaussianBank`
-    (evaluated by :class:`mwumkl_dist._bank.BankShard`).
+    ``kernels`` is a :class:`KernelSet` (a random bank's plan pickles as the
+    bank: each worker rebuilds it).
     """
 
-    def __init__(self, store: DataStore, y, kernels):
+    def __init__(self, store: DataStore, y, kernels: KernelSet):
         self.store = store
         self.y = np.asarray(y, dtype=np.float64)
         if len(self.y) != store.n_samples:
             raise ValueError(f"{store.path}: {store.n_samples} rows but {len(self.y)} labels")
         self.n_samples = store.n_samples
-        self.bank = kernels if isinstance(kernels, RandomGaussianBank) else None
-        self.kernel_set = None if self.bank is not None else kernels
-        self.n_kernels = self.bank.n_kernels if self.bank is not None else len(kernels)
+        self.kernel_set = kernels
+        self.n_kernels = len(kernels)
 
     def _plan(self, kernels):
-        plan = self.kernel_set.plan
-        if kernels is not None and tuple(kernels) != (0, self.n_kernels):
-            plan = KernelSet(self.kernel_set.specs[kernels[0] : kernels[1]], self.kernel_set.n_features).plan
-        return plan
+        if kernels is None:
+            return self.kernel_set.plan
+        return self.kernel_set.block_plan(kernels[0], kernels[1])
 
     def shard_factory(self, start: int, stop: int, kernels=None):
         """A picklable zero-argument callable that reads rows ``[start, stop)`` where it runs."""
         y = self.y[start:stop].copy()
-        if self.bank is not None:
-            return functools.partial(_bank_shard_from_store, self.store, start, stop, y, self.bank, kernels)
         return functools.partial(_feature_shard_from_store, self.store, start, stop, y, self._plan(kernels))
 
     def make_shard(self, start: int, stop: int, kernels=None):
@@ -145,13 +134,9 @@ class DataStoreProblem:
         return self.store.row_ranges(n_shards)
 
     def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        if self.bank is not None:
-            return split_rows(self.n_kernels, n_blocks)
         return chain_safe_ranges(self.kernel_set.plan.square_of, n_blocks)
 
     def kernel_block(self, p, q):
-        if self.bank is not None:
-            return bank_kernel_block(self.bank, self.store.n_features, p, q)
         return point_kernel_block(self.kernel_set.plan, p, q)
 
     def point(self, j: int) -> np.ndarray:

@@ -1,0 +1,677 @@
+"""GPU shards: the superstep on an NVIDIA GPU with ``numba.cuda`` (``device="cuda"``).
+
+A GPU shard is a :class:`~mwumkl_dist.shard.ShardBase` whose ``V`` block,
+data and kernel plan live in GPU memory; every engine runs it unchanged (the
+local engine in this process, the Dask engine on GPU workers: one worker per
+GPU, as dask-cuda starts them, each seeing its GPU as device 0).  The MWU
+rules stay in :mod:`mwumkl_dist.mwu`; per superstep the driver sends the two
+picked points and ``coef`` (``m`` values) and gets back the best row of each
+class with its ``V`` row.
+
+* :class:`CudaFeatureShard`: feature rows (dense, or CSR when sparse), any
+  kernel plan (linear / polynomial / Gaussian kernels on feature groups,
+  Gaussian squaring chains, random banks);
+* :class:`CudaPrecomputedShard`: rows of precomputed kernels;
+* :func:`on_device`: a problem whose shards are GPU shards (the hook for
+  ``device="cuda"``);
+* :func:`weighted_kernel_sums`: decision values on the GPU (same signature
+  as :func:`mwumkl_dist._columns.weighted_kernel_sums`).
+
+Numbers: the kernels (:mod:`mwumkl_dist._cuda_kernels`) repeat the CPU
+engine's floating-point operations in the same order (no FMA contraction, the
+CPU's ``exp``), so supersteps, kernel weights and decision values equal the
+CPU engine's bit for bit on the same problem; the picks then agree too, ties
+included (equal scores go to the lowest row on both).  Only a difference in
+a GPU's double arithmetic from IEEE 754 (none is known on NVIDIA GPUs) could
+make a pick differ, and only between rows whose scores tie to the last bit.
+
+Traces (``diagonal``) and the final margins (``support_margins``) use the
+CPU code on a host copy of the rows and on ``V`` rows copied back.  The
+picked points' kernel block (``m`` values, each iteration, on the driver) is
+computed on the driver's GPU (:class:`DevicePlan`); the MWU rules
+(:mod:`mwumkl_dist.mwu`) still run on the driver's CPU, on ``m``-vectors.
+
+Per superstep the host sends ``p``, ``q`` and ``coef`` and gets back
+``2 x n_blocks`` candidates and the two picked ``V`` rows; everything else
+stays on the GPU.  GPU memory: :func:`feature_shard_bytes` /
+:func:`precomputed_shard_bytes` (a shard's ``stats()["device_bytes"]``); a
+shard that does not fit raises :class:`DeviceMemoryError` before allocating.
+
+Without a GPU (or without numba's CUDA support) building a GPU shard raises
+a :class:`RuntimeError` that says what is missing.  The tests run the same
+kernels under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from . import _columns
+from .mwu import Candidate
+from .shard import FeatureShard, PrecomputedShard, ShardBase, as_csr, plan_args
+
+__all__ = [
+    "check_device",
+    "gpu_available",
+    "device_memory",
+    "DeviceMemoryError",
+    "CudaFeatureShard",
+    "CudaPrecomputedShard",
+    "on_device",
+    "DeviceProblem",
+    "DevicePlan",
+    "feature_shard_bytes",
+    "precomputed_shard_bytes",
+    "weighted_kernel_sums",
+]
+
+_INSTALL = "pip install 'mwumkl_dist[gpu]' (numba-cuda) and an NVIDIA driver"
+
+
+class DeviceMemoryError(MemoryError):
+    """A shard (or a prediction block) does not fit in the GPU's free memory."""
+
+
+def check_device():
+    """The ``numba.cuda`` module, once CUDA is usable here; else a :class:`RuntimeError` naming what is missing."""
+    try:
+        from numba import cuda
+    except ImportError as exc:  # numba without its CUDA target, or an import error in it
+        raise RuntimeError(f"device='cuda' needs numba's CUDA support (numba-cuda), which cannot be imported: {exc}; "
+                           f"{_INSTALL}") from exc  # fmt: skip
+    try:
+        available = cuda.is_available()
+    except Exception as exc:  # pragma: no cover - driver errors
+        raise RuntimeError(f"device='cuda': the CUDA driver failed ({exc}); {_INSTALL}") from exc
+    if not available:
+        raise RuntimeError(
+            "device='cuda' but no usable CUDA GPU: numba.cuda.is_available() is False (no NVIDIA GPU or driver "
+            f"here, or the CUDA libraries numba-cuda needs are missing); {_INSTALL}, or use device='cpu'"
+        )
+    return cuda
+
+
+def gpu_available() -> bool:
+    """Whether :func:`check_device` passes here (a GPU and numba's CUDA support, or the simulator)."""
+    try:
+        check_device()
+    except RuntimeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels():
+    check_device()
+    from . import _cuda_kernels
+
+    return _cuda_kernels
+
+
+def device_memory() -> tuple[float, float]:
+    """``(free, total)`` bytes of the current GPU (``inf`` where unknown, e.g. under the simulator)."""
+    cuda = check_device()
+    try:
+        free, total = cuda.current_context().get_memory_info()
+    except Exception:  # pragma: no cover - a driver without the query
+        return math.inf, math.inf
+    return float(free), float(total)
+
+
+def _size(n: float) -> str:
+    if not math.isfinite(n):
+        return "unknown"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _check_fits(need: int, what: str) -> None:
+    free, total = device_memory()
+    # Leave a margin for the CUDA context's own allocations and fragmentation.
+    if need > 0.95 * free:
+        raise DeviceMemoryError(
+            f"{what} needs about {_size(need)} of GPU memory but the GPU has {_size(free)} free "
+            f"(of {_size(total)}): use more row shards (n_shards) or kernel blocks (n_kernel_shards) "
+            "spread over several GPUs (Dask GPU workers), or device='cpu'"
+        )
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+def _chains(square_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's chain root and depth (``K_i = K_root ** (2 ** depth)``)."""
+    square_of = np.asarray(square_of, dtype=np.int64)
+    root = np.arange(len(square_of), dtype=np.int64)
+    depth = np.zeros(len(square_of), np.int64)
+    active = np.flatnonzero(square_of >= 0)
+    while len(active):
+        root[active] = square_of[root[active]]
+        depth[active] += 1
+        active = active[square_of[root[active]] >= 0]
+    return root, depth
+
+
+def _group_features(plan) -> tuple[np.ndarray, np.ndarray]:
+    """``(gptr, gfeat)``: each group's features, ascending (the inverse of ``feat_ptr``/``feat_groups``)."""
+    feat_ptr = np.asarray(plan.feat_ptr, dtype=np.int64)
+    feat_groups = np.asarray(plan.feat_groups, dtype=np.int64)
+    feature = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
+    order = np.argsort(feat_groups, kind="stable")
+    counts = np.bincount(feat_groups, minlength=int(plan.n_groups))
+    gptr = np.zeros(int(plan.n_groups) + 1, np.int64)
+    np.cumsum(counts, out=gptr[1:])
+    return gptr, np.ascontiguousarray(feature[order])
+
+
+def _plan_host(plan) -> dict:
+    root, depth = _chains(plan.square_of)
+    gptr, gfeat = _group_features(plan)
+    return {
+        "kind": np.ascontiguousarray(plan.kind, dtype=np.int64),
+        "pa": np.ascontiguousarray(plan.param_a, dtype=np.float64),
+        "pb": np.ascontiguousarray(plan.param_b, dtype=np.float64),
+        "grp": np.ascontiguousarray(plan.group, dtype=np.int64),
+        "square_of": np.ascontiguousarray(plan.square_of, dtype=np.int64),
+        "root": root,
+        "depth": depth,
+        "gptr": gptr,
+        "gfeat": gfeat,
+        "feat_ptr": np.ascontiguousarray(plan.feat_ptr, dtype=np.int64),
+        "feat_groups": np.ascontiguousarray(plan.feat_groups, dtype=np.int64),
+    }
+
+
+def _nbytes(arrays) -> int:
+    return int(sum(a.nbytes for a in arrays))
+
+
+#: Dense rows and kernels on small groups (random banks, per-feature kernels; at most this many features
+#: per kernel on average, several groups): each thread computes its kernels' group dots and norms itself.
+INLINE_MAX_GROUP = 16
+
+
+def inline_groups(plan, dense: bool) -> bool:
+    """Whether a :class:`CudaFeatureShard` computes group dots in the superstep kernel (no ``(G, n)`` arrays)."""
+    if not dense or int(plan.n_groups) < 2 or plan.n_kernels == 0:
+        return False
+    group_size = np.bincount(np.asarray(plan.feat_groups), minlength=int(plan.n_groups))
+    return float(np.mean(group_size[np.asarray(plan.group)])) <= INLINE_MAX_GROUP
+
+
+#: Sparse rows are still kept dense on the GPU, up to this size, when the plan's groups are small
+#: (:func:`inline_groups`): the superstep kernel then needs no ``(G, n)`` arrays (e.g. mushrooms' 1344
+#: per-feature kernels).  The numbers do not depend on the layout.
+DENSE_MAX_BYTES = 256 * 2**20
+
+
+def _dense_rows(X, plan) -> np.ndarray | None:
+    """The rows as a dense ``(d, n)`` copy for the GPU, or None (CSR)."""
+    dense_t = _columns.dense_copy(X)
+    if dense_t is None and 8 * X.shape[0] * X.shape[1] <= DENSE_MAX_BYTES and inline_groups(plan, True):
+        dense_t = np.ascontiguousarray(X.toarray().T)
+    return dense_t
+
+
+def feature_shard_bytes(n_rows: int, plan, X=None, dense: bool | None = None) -> int:
+    """GPU memory of a :class:`CudaFeatureShard` of ``n_rows`` rows (its peak: everything is kept).
+
+    ``V`` (``8 n m``), the tile partials, the rows (dense ``8 n d``, or CSR),
+    unless :func:`inline_groups` the rows' group norms and the two points'
+    group dot products (``3 x 8 n G``), the plan and the per-superstep vectors.
+    """
+    n, m, G, d = int(n_rows), int(plan.n_kernels), int(plan.n_groups), int(plan.n_features)
+    n_tiles = len(_columns.kernel_tiles(plan.square_of)) - 1
+    if dense is None:
+        dense = X is None or _columns.dense_copy(X) is not None
+    rows = 8 * n * d if dense else X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    groups = 0 if inline_groups(plan, dense) else 3 * 8 * n * G
+    plan_bytes = 8 * (9 * m + 2 * len(plan.feat_groups) + len(plan.feat_ptr) + G + 1)
+    per_step = 8 * (2 * d + 3 * m + 2 * G + 2 * n)  # points, coef, inv_trace, gathered rows, norms, y, g
+    return int(8 * n * m + 8 * n * n_tiles + groups + rows + plan_bytes + per_step)
+
+
+def precomputed_shard_bytes(n_rows: int, n_kernels: int, n_samples: int) -> int:
+    """GPU memory of a :class:`CudaPrecomputedShard`: the kernel rows, ``V``, tile partials and vectors."""
+    n, m = int(n_rows), int(n_kernels)
+    n_tiles = len(_columns.kernel_tiles(m)) - 1
+    return int(8 * m * n * int(n_samples) + 8 * n * m + 8 * n * n_tiles + 8 * (4 * m + 2 * n))
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+class _DeviceV:
+    """``shard.V`` of a GPU shard: rows are copied from the GPU when indexed (``V[j]``, ``V[rows]``)."""
+
+    def __init__(self, shard):
+        self._shard = shard
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._shard.n_rows, self._shard.n_kernels)
+
+    def __len__(self) -> int:
+        return self._shard.n_rows
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            n = self._shard.n_rows
+            if not -n <= key < n:
+                raise IndexError(f"row {key} outside a shard of {n} rows")
+            return self._shard._rows(np.asarray([int(key) % n]))[0]
+        rows = np.arange(self._shard.n_rows)[key]
+        if np.ndim(rows) != 1:
+            raise IndexError("a GPU shard's V takes a row index or an index array")
+        return self._shard._rows(rows)
+
+    def __setitem__(self, key, value):
+        if key == slice(None) and np.ndim(value) == 0 and float(value) == 0.0:
+            self._shard._zero_v()
+            return
+        raise TypeError("a GPU shard's V can only be reset (V[:] = 0)")
+
+    def __array__(self, dtype=None, copy=None):
+        out = self._shard._rows(np.arange(self._shard.n_rows))
+        return out if dtype is None else out.astype(dtype)
+
+
+class _CudaShard(ShardBase):
+    """What both GPU shard kinds share: ``V`` (transposed, ``(m, n_rows)``), tile partials, the argmax."""
+
+    def _init_device(self, y, row_offset: int, n_kernels: int, tile_ptr: np.ndarray, need: int, what: str):
+        self._k = _kernels()
+        cuda = check_device()
+        # ShardBase's state without a host V block (V lives on the GPU).
+        ShardBase.__init__(self, y, row_offset, 0)
+        self.n_kernels = int(n_kernels)
+        _check_fits(need, what)
+        self.device_bytes = int(need)
+        self._cuda = cuda
+        self._tile_ptr_host = np.asarray(tile_ptr, dtype=np.int64)
+        self._n_tiles = len(self._tile_ptr_host) - 1
+        self._d_tile_ptr = cuda.to_device(self._tile_ptr_host)
+        self._VT = cuda.device_array((self.n_kernels, self.n_rows), np.float64)
+        self._partial = cuda.device_array((max(self._n_tiles, 1), self.n_rows), np.float64)
+        self._gsum = cuda.device_array(max(self.n_rows, 1), np.float64)
+        self._d_y = cuda.to_device(self.y)
+        n_blocks = max(1, -(-self.n_rows // self._k.TPB))
+        self._best_idx = cuda.device_array((n_blocks, 2), np.int64)
+        self._best_g = cuda.device_array((n_blocks, 2), np.float64)
+        # Per-superstep buffers, allocated once: coef in, the two candidates' V rows out.
+        self._d_coef = cuda.device_array(self.n_kernels, np.float64)
+        self._d_pick = cuda.device_array(2, np.int64)
+        self._d_pick_rows = cuda.device_array((2, self.n_kernels), np.float64)
+        self._inv_host = None
+        self._d_inv = None
+        self.V = _DeviceV(self)
+        self._zero_v()
+
+    # V on the device ------------------------------------------------------------------
+    def _zero_v(self) -> None:
+        k = self._k
+        if self._VT.size:
+            k.fill_zero[k.launch(self._VT.size)](self._VT)
+        if self._partial.size:
+            k.fill_zero[k.launch(self._partial.size)](self._partial)
+
+    def _rows(self, rows) -> np.ndarray:
+        """``V[rows]`` copied to the host, ``(len(rows), m)``."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if len(rows) == 0 or self.n_kernels == 0:
+            return np.zeros((len(rows), self.n_kernels))
+        k = self._k
+        out = self._cuda.device_array((len(rows), self.n_kernels), np.float64)
+        k.gather_rows[k.launch(out.size)](self._VT, self._cuda.to_device(rows), out)
+        return out.copy_to_host()
+
+    def superstep(self, ip: int, iq: int, p, q, coef: np.ndarray):
+        """:meth:`ShardBase.superstep`, with both candidates' ``V`` rows copied back in one transfer."""
+        if self.inv_trace is None:
+            raise RuntimeError("shard not configured: call configure(inv_trace, ridge) first")
+        self._add_alpha(ip, iq)
+        bp, gp, bn, gn = self._step(ip, iq, p, q, np.ascontiguousarray(coef, dtype=np.float64))
+        rows = self._pick_rows(bp, bn)
+        out = []
+        for local, g, row in ((bp, gp, rows[0]), (bn, gn, rows[1])):
+            if local < 0:
+                out.append(Candidate(-1, -np.inf))
+            else:
+                out.append(Candidate(self.row_offset + local, float(g), row, self.point(local)))
+        return out[0], out[1]
+
+    def _pick_rows(self, bp: int, bn: int) -> np.ndarray:
+        k = self._k
+        if self.n_kernels == 0:
+            return np.zeros((2, 0))
+        self._d_pick.copy_to_device(np.asarray([max(bp, 0), max(bn, 0)], dtype=np.int64))
+        k.gather_rows[k.launch(self._d_pick_rows.size)](self._VT, self._d_pick, self._d_pick_rows)
+        return self._d_pick_rows.copy_to_host()
+
+    def _device_inv_trace(self):
+        if self._inv_host is not self.inv_trace:
+            self._d_inv = self._cuda.to_device(np.ascontiguousarray(self.inv_trace, dtype=np.float64))
+            self._inv_host = self.inv_trace
+        return self._d_inv
+
+    def _tile_partials(self) -> np.ndarray:
+        return self._partial.copy_to_host()[: self._n_tiles]
+
+    def _argmax(self) -> tuple[int, float, int, float]:
+        """The best row of each class from the tile partials (ties: lowest row), as the CPU's pass."""
+        k = self._k
+        n_blocks = self._best_idx.shape[0]
+        k.scores_argmax[n_blocks, k.TPB](self._partial, self._d_y, self._gsum, self._best_idx, self._best_g)
+        idx = self._best_idx.copy_to_host()
+        gs = self._best_g.copy_to_host()
+        out = []
+        for c in range(2):  # the highest g, equal maxima to the lowest row (blocks hold finite or +inf g only)
+            valid = idx[:, c] >= 0
+            if not valid.any():
+                out += [-1, -np.inf]
+                continue
+            g_best = gs[valid, c].max()
+            out += [int(idx[valid & (gs[:, c] == g_best), c].min()), float(g_best)]
+        return out[0], out[1], out[2], out[3]
+
+    def scores(self) -> np.ndarray:
+        """The last superstep's ``g`` of this block's rows (for tests and inspection)."""
+        return self._gsum.copy_to_host()[: self.n_rows]
+
+    def _launch_step(self, ip, iq, coef):
+        ridge_p, ridge_q = self.picked_ridge(ip, iq)
+        lp, lq = int(ip) - self.row_offset, int(iq) - self.row_offset
+        self._d_coef.copy_to_device(coef)
+        return lp, lq, 0.5 * ridge_p, 0.5 * ridge_q, self._d_coef, self._device_inv_trace()
+
+    def stats(self) -> dict:
+        return {"device_bytes": self.device_bytes}
+
+
+class CudaFeatureShard(_CudaShard):
+    """:class:`~mwumkl_dist.shard.FeatureShard` on the GPU: same arguments, same numbers."""
+
+    point = FeatureShard.point
+    diagonal = FeatureShard.diagonal
+
+    def __init__(self, X, y, row_offset: int, plan):
+        X = as_csr(X)
+        if X.shape[0] != len(y):
+            raise ValueError(f"shard has {X.shape[0]} rows but {len(y)} labels")
+        if X.shape[1] != plan.n_features:
+            raise ValueError(f"shard data has {X.shape[1]} features, the kernels expect {plan.n_features}")
+        self.X = X
+        self.plan = plan
+        self._plan_args = plan_args(plan)
+        dense_t = _dense_rows(X, plan)
+        n = X.shape[0]
+        need = feature_shard_bytes(n, plan, X, dense=dense_t is not None)
+        what = f"a GPU shard of {n} rows x {plan.n_kernels} kernels ({plan.n_groups} feature groups)"
+        self._init_device(y, row_offset, plan.n_kernels, _columns.kernel_tiles(plan.square_of), need, what)
+        cuda = self._cuda
+        host = _plan_host(plan)
+        self._plan_dev = {key: cuda.to_device(a) for key, a in host.items()}
+        G = int(plan.n_groups)
+        self._dense = dense_t is not None
+        self._inline = inline_groups(plan, self._dense)
+        if self._dense:
+            self._Xt = cuda.to_device(dense_t)  # (d, n)
+        else:
+            self._csr = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (X.indptr, X.indices, X.data))
+        if not self._inline:
+            row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, G)
+            self._d_row_sq = cuda.to_device(np.ascontiguousarray(row_sq.T))  # (G, n)
+            self._dp = cuda.device_array((G, n), np.float64)
+            self._dq = cuda.device_array((G, n), np.float64)
+        self._ppp = cuda.device_array(G, np.float64)
+        self._ppq = cuda.device_array(G, np.float64)
+        self._d_p = cuda.device_array(X.shape[1], np.float64)
+        self._d_q = cuda.device_array(X.shape[1], np.float64)
+
+    def _step(self, ip, iq, p, q, coef):
+        k, P = self._k, self._plan_dev
+        d_p, d_q = self._d_p, self._d_q
+        d_p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
+        d_q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
+        G = self._ppp.shape[0]
+        k.point_sqnorms[k.launch(G)](d_p, d_q, P["gptr"], P["gfeat"], self._ppp, self._ppq)
+        lp, lq, diag_p, diag_q, d_coef, d_inv = self._launch_step(ip, iq, coef)
+        if self._inline:
+            k.superstep_features_inline[k.launch(self.n_rows * self._n_tiles)](
+                self._VT, self._partial, self._Xt, d_p, d_q, P["gptr"], P["gfeat"], self._ppp, self._ppq, self._d_y,
+                1.0, -1.0, d_inv, d_coef, P["kind"], P["pa"], P["pb"], P["grp"], P["square_of"], P["root"],
+                P["depth"], self._d_tile_ptr, lp, lq, diag_p, diag_q,
+            )  # fmt: skip
+            return self._argmax()
+        if self._dense:
+            k.group_dots_dense[k.launch(self._dp.size)](self._Xt, d_p, d_q, P["gptr"], P["gfeat"], self._dp, self._dq)
+        else:
+            k.fill_zero[k.launch(self._dp.size)](self._dp)
+            k.fill_zero[k.launch(self._dq.size)](self._dq)
+            k.group_dots_csr[k.launch(self.n_rows)](*self._csr, d_p, d_q, P["feat_ptr"], P["feat_groups"], self._dp,
+                                                     self._dq)  # fmt: skip
+        k.superstep_features[k.launch(self.n_rows * self._n_tiles)](
+            self._VT, self._partial, self._dp, self._dq, self._d_row_sq, self._ppp, self._ppq, self._d_y, 1.0, -1.0,
+            d_inv, d_coef, P["kind"], P["pa"], P["pb"], P["grp"], P["square_of"], P["root"], P["depth"],
+            self._d_tile_ptr, lp, lq, diag_p, diag_q,
+        )  # fmt: skip
+        return self._argmax()
+
+
+class CudaPrecomputedShard(_CudaShard):
+    """:class:`~mwumkl_dist.shard.PrecomputedShard` on the GPU: the ``(m, n_rows, n)`` kernel rows kept there."""
+
+    point = PrecomputedShard.point
+    diagonal = PrecomputedShard.diagonal
+
+    def __init__(self, K_rows, y, row_offset: int):
+        if K_rows.ndim != 3 or K_rows.shape[1] != len(y):
+            raise ValueError(f"precomputed shard block must be (m, {len(y)}, n), got {K_rows.shape}")
+        self.K = K_rows
+        m, n, n_all = K_rows.shape
+        need = precomputed_shard_bytes(n, m, n_all)
+        self._init_device(y, row_offset, m, _columns.kernel_tiles(m), need,
+                          f"a GPU shard of {n} rows x {m} precomputed kernels over {n_all} points")  # fmt: skip
+        # Kt[i, k, j] = K_i(x_j, x_k): a picked point's column is contiguous over the rows.
+        self._Kt = self._cuda.to_device(np.ascontiguousarray(np.asarray(K_rows, dtype=np.float64).transpose(0, 2, 1)))
+
+    def _step(self, ip, iq, p, q, coef):
+        k = self._k
+        lp, lq, diag_p, diag_q, d_coef, d_inv = self._launch_step(ip, iq, coef)
+        k.superstep_columns[k.launch(self.n_rows * self._n_tiles)](
+            self._VT, self._partial, self._Kt, int(p), int(q), self._d_y, 1.0, -1.0, d_inv, d_coef,
+            self._d_tile_ptr, lp, lq, diag_p, diag_q,
+        )  # fmt: skip
+        return self._argmax()
+
+
+# ----------------------------------------------------------------------------- problems
+
+
+def _device_shard(func, *args):
+    """Build a CPU shard kind's arguments into its GPU twin (picklable: Dask workers run it)."""
+    shard = func(*args)
+    return to_device_shard(shard)
+
+
+def to_device_shard(shard):
+    """The GPU twin of a CPU :class:`FeatureShard` / :class:`PrecomputedShard` (same rows, fresh state)."""
+    if isinstance(shard, _CudaShard):
+        return shard
+    if type(shard) is FeatureShard:
+        return CudaFeatureShard(shard.X, shard.y, shard.row_offset, shard.plan)
+    if type(shard) is PrecomputedShard:
+        return CudaPrecomputedShard(shard.K, shard.y, shard.row_offset)
+    raise NotImplementedError(f"device='cuda' does not run {type(shard).__name__} shards (kernel stores)")
+
+
+def _gpu_factory(factory):
+    if isinstance(factory, functools.partial) and not factory.keywords:
+        if factory.func is FeatureShard:
+            return functools.partial(CudaFeatureShard, *factory.args)
+        if factory.func is PrecomputedShard:
+            return functools.partial(CudaPrecomputedShard, *factory.args)
+    return functools.partial(_device_shard, factory)
+
+
+class DevicePlan:
+    """A kernel plan's arrays on the GPU, and :meth:`point_kernels` there."""
+
+    def __init__(self, plan):
+        self._k = _kernels()
+        cuda = check_device()
+        self.plan = plan
+        self.arrays = {key: cuda.to_device(a) for key, a in _plan_host(plan).items()}
+        self._p = cuda.device_array(int(plan.n_features), np.float64)
+        self._q = cuda.device_array(int(plan.n_features), np.float64)
+        self._out = cuda.device_array((3, int(plan.n_kernels)), np.float64)
+
+    def point_kernels(self, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`mwumkl_dist.shard.point_kernel_block` on the GPU (the same bits)."""
+        k, P = self._k, self.arrays
+        self._p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
+        self._q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
+        if self.plan.n_kernels:
+            k.point_kernels[k.launch(self.plan.n_kernels)](
+                self._p, self._q, P["gptr"], P["gfeat"], P["kind"], P["pa"], P["pb"], P["grp"], P["root"],
+                P["depth"], self._out,
+            )  # fmt: skip
+        out = self._out.copy_to_host()
+        return out[0], out[1], out[2]
+
+
+class DeviceProblem:
+    """A problem whose shards are GPU shards; everything else is the wrapped problem's.
+
+    ``LocalEngine(on_device(problem), n_shards)`` runs the fit on this
+    process's GPU; the Dask engine ships ``shard_factory`` results to its
+    workers, which build the shards on their own GPU.  The picked points'
+    kernel block (``m`` kernels, every iteration on the driver) is computed on
+    the driver's GPU when it has one (a feature problem; the same bits), else
+    on its CPU.
+    """
+
+    def __init__(self, problem, driver_gpu: bool = True):
+        self.problem = problem
+        self._driver_gpu = driver_gpu
+        self._device_plan = None
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_device_plan"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    #: Kernel blocks on the GPU from this many kernels (fewer: the CPU is quicker than a round trip; same bits).
+    kernel_block_min_kernels = 4096
+
+    def kernel_block(self, p, q):
+        kernel_set = getattr(self.problem, "kernel_set", None)
+        if (
+            self._driver_gpu
+            and kernel_set is not None
+            and np.ndim(p) == 1
+            and len(kernel_set) >= self.kernel_block_min_kernels
+        ):
+            if self._device_plan is None:
+                self._device_plan = DevicePlan(kernel_set.plan)
+            return self._device_plan.point_kernels(p, q)
+        return self.problem.kernel_block(p, q)
+
+    def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
+        return _gpu_factory(self.problem.shard_factory(start, stop, kernels))
+
+    def make_shard(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
+        return self.shard_factory(start, stop, kernels)()
+
+
+def on_device(problem, device: str = "cuda", driver_gpu: bool = True):
+    """``problem`` itself for ``device="cpu"``; for ``"cuda"`` a :class:`DeviceProblem`.
+
+    ``driver_gpu=True`` (the local engine) checks the GPU here, at once, and
+    computes the picked points' kernel blocks on it; ``False`` (a Dask driver
+    that may have no GPU: the shards check theirs when the workers build
+    them) computes those on the driver's CPU.
+    """
+    if device == "cpu":
+        return problem
+    if device != "cuda":
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if driver_gpu:
+        check_device()
+    if isinstance(problem, DeviceProblem):
+        problem = problem.problem
+    return DeviceProblem(problem, driver_gpu)
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_sq, coef, weights,
+                         kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, *,
+                         max_block_bytes: int | None = None):  # fmt: skip
+    """:func:`mwumkl_dist._columns.weighted_kernel_sums` on the GPU: the same arguments, the same numbers.
+
+    The support vectors go to the GPU dense (``n_sv x n_features``), the rows
+    in dense blocks sized to the free memory (at most ``max_block_bytes``).
+    """
+    from .kernels import KernelPlan
+
+    k = _kernels()
+    cuda = check_device()
+    n = len(indptr) - 1
+    d = int(n_features)
+    G = int(n_groups)
+    weights = np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64)
+    coef = np.ascontiguousarray(np.atleast_2d(coef), dtype=np.float64)
+    n_out = weights.shape[0]
+    out = np.zeros((n, n_out))
+    n_sv = len(sv_indptr) - 1
+    if n == 0 or n_sv == 0:
+        return out
+    import scipy.sparse as sp
+
+    rows = sp.csr_matrix((data, indices, indptr), shape=(n, d))
+    sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, d)).toarray()
+    plan = KernelPlan(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, G, d)
+    host = _plan_host(plan)
+    fixed = sv.nbytes + 8 * n_sv * G + coef.nbytes + weights.nbytes + sum(a.nbytes for a in host.values())
+    per_row = 8 * (d + G + n_out)
+    free, _ = device_memory()
+    budget = min(0.5 * free - fixed, max_block_bytes if max_block_bytes is not None else 2**31)
+    if budget < per_row:
+        raise DeviceMemoryError(
+            f"prediction needs about {_size(2 * (fixed + per_row))} of GPU memory (the support vectors "
+            f"dense: {n_sv} x {d}) but the GPU has {_size(free)} free: predict on the CPU"
+        )
+    block = int(max(1, min(n, budget // per_row)))
+    P = {key: cuda.to_device(a) for key, a in host.items()}
+    d_sv = cuda.to_device(sv)
+    d_sv_sq = cuda.to_device(np.ascontiguousarray(sv_sq, dtype=np.float64))
+    d_coef = cuda.to_device(coef)
+    d_w = cuda.to_device(weights)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        chunk = rows[a:b]
+        sqx = _columns.group_sqnorms(chunk.indptr, chunk.indices, chunk.data, plan.feat_ptr, plan.feat_groups, G)
+        d_xt = cuda.to_device(np.ascontiguousarray(chunk.toarray().T))
+        d_sqx = cuda.to_device(np.ascontiguousarray(sqx.T))
+        d_out = cuda.device_array((b - a, n_out), np.float64)
+        k.weighted_kernel_sums[k.launch((b - a) * n_out)](
+            d_xt, d_sqx, d_sv, d_sv_sq, d_coef, d_w, P["kind"], P["pa"], P["pb"], P["grp"], P["square_of"],
+            P["root"], P["depth"], P["gptr"], P["gfeat"], d_out,
+        )  # fmt: skip
+        out[a:b] = d_out.copy_to_host()
+    return out

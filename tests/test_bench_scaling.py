@@ -1,0 +1,60 @@
+"""benchmarks/bench_scaling.py: its quick mode runs and reports the same model in every row."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks import bench_scaling
+from mwumkl_dist.threads import available_cpus
+
+
+def _run(tmp_path, *extra):
+    out = tmp_path / "out"
+    rc = bench_scaling.main(["--quick", "--out", str(out), *extra])
+    doc = json.loads((out / "scaling_quick.json").read_text())
+    return rc, doc
+
+
+@pytest.mark.timeout(300)
+def test_quick_local_rows(tmp_path, capsys):
+    rc, doc = _run(tmp_path, "--layouts", "none", "--threads", "1,2")
+    assert rc == 0
+    rows = doc["rows"]
+    assert {r["problem"] for r in rows} == set(bench_scaling.QUICK_PROBLEMS)
+    expected = {1, 2} if available_cpus() >= 2 else {1}
+    for problem in bench_scaling.QUICK_PROBLEMS:
+        mine = [r for r in rows if r["problem"] == problem]
+        assert {r["threads"] for r in mine} == expected
+        assert all(r["same_model"] and r["fit_s"] > 0 and r["n_iter"] > 0 for r in mine)
+        assert [r["speedup"] for r in mine if r["threads"] == 1] == [1.0]
+    assert doc["summary"]["same_model_every_row"] is True
+    assert doc["machine"]["available_cpus"] >= 1
+    assert "same model" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(300)
+def test_quick_dask_layout(tmp_path):
+    # Threaded workers: the Dask rows' code path in seconds (worker processes take ~10 s each to start).
+    args = ["--problems", "quick-kernels", "--threads", "1", "--layouts", "2x1", "--oversubscribe"]
+    rc, doc = _run(tmp_path, *args, "--threaded-cluster")
+    assert rc == 0
+    layouts = [r["layout"] for r in doc["rows"]]
+    assert layouts == ["local 1", "dask 2x1"]
+    assert all(r["same_model"] for r in doc["rows"])
+    assert doc["settings"]["dask_processes"] is False
+
+
+def test_arguments():
+    assert bench_scaling._layouts("1x16, 2x8,none") == [(1, 16), (2, 8)]
+    assert bench_scaling._ints("1,2,4") == [1, 2, 4]
+    for bad in ("2y8", "0x4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench_scaling._layouts(bad)
+    with pytest.raises(SystemExit):
+        bench_scaling.main(["--quick", "--problems", "a9a"])  # a full-size problem is not a quick one
+    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank"}
+    assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank"], 60) == 100_000
+    assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["mushrooms"], 112) == 1344

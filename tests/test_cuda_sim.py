@@ -1,0 +1,495 @@
+"""The GPU shards' CUDA kernels, run under numba's CUDA simulator against the CPU shards.
+
+``NUMBA_ENABLE_CUDASIM=1`` must be set before ``numba.cuda`` is first
+imported, so every check runs in a subprocess (this file run as a script).
+The simulator executes the kernels' Python code thread by thread, so the
+problems are tiny.  Equality is exact (bit for bit), which is stronger than
+the 1e-12 the GPU engine promises.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "fit", "estimator", "dask", "predict", "errors"]
+
+
+@pytest.fixture(scope="module")
+def simulator_run():
+    """All checks in one subprocess (numba and the package imported once): case -> its output."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", MWUMKL_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, __file__, *CASES], env=env, capture_output=True, text=True, timeout=280)
+    out = {}
+    for block in proc.stdout.split("\n=== ")[1:]:
+        case, _, text = block.partition("\n")
+        out[case.strip()] = text
+    return proc, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_kernels_under_simulator(simulator_run, case):
+    proc, out = simulator_run
+    assert case in out, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert out[case].strip().endswith("ok"), out[case]
+
+
+def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():
+    import pickle
+
+    from mwumkl_dist import cuda
+
+    sentinel = object()
+    assert cuda.on_device(sentinel, "cpu") is sentinel
+    # a Dask driver without a GPU: nothing checked on the driver; the problem pickles (shards check on workers)
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem
+
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    problem = FeatureProblem(X, np.array([1.0, -1.0] * 3), KernelSet("linear, gaussian:1", 2))
+    device_problem = cuda.on_device(problem, "cuda", driver_gpu=False)
+    assert device_problem.n_kernels == 2 and device_problem.row_ranges(2) == problem.row_ranges(2)
+    p, q = problem.point(0), problem.point(1)
+    assert all(np.array_equal(a, b) for a, b in zip(device_problem.kernel_block(p, q), problem.kernel_block(p, q)))
+    again = pickle.loads(pickle.dumps(device_problem))
+    assert again.problem.n_samples == 6
+    factory = pickle.loads(pickle.dumps(device_problem.shard_factory(0, 3)))
+    assert factory.func is cuda.CudaFeatureShard
+    with pytest.raises(ValueError, match="device"):
+        cuda.on_device(sentinel, "tpu")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_real_kernels_compile_for_a_gpu_without_fma():
+    """The kernels as a GPU runs them (libdevice ``__dmul_rn``, not the simulator's stand-ins) compile to PTX
+    for an H100 (sm_90), and no double-precision FMA appears in it (FMA would change the CPU's bits).
+
+    Needs numba's NVVM (the CUDA compiler library), not a GPU; skipped where it is missing.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, __file__, "ptx"], env=env, capture_output=True, text=True, timeout=280)
+    if "NO NVVM" in proc.stdout:
+        pytest.skip("numba's NVVM (CUDA compiler library) is not available here")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert "\nok" in proc.stdout, proc.stdout
+
+
+def test_without_a_gpu_device_cuda_is_one_clear_error():
+    from mwumkl_dist import cuda
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem
+
+    try:
+        cuda.check_device()
+    except RuntimeError:
+        pass
+    else:
+        pytest.skip("a CUDA GPU (or the simulator) is available here")
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    problem = FeatureProblem(X, np.array([1.0, -1.0] * 3), KernelSet("linear", 2))
+    with pytest.raises(RuntimeError, match="device='cuda'.*(GPU|numba)"):
+        cuda.on_device(problem, "cuda")
+    with pytest.raises(RuntimeError, match="device='cuda'"):
+        cuda.CudaFeatureShard(X, problem.y, 0, problem.kernel_set.plan)
+    # through the estimator: the same single error, raised before any work
+    from mwumkl_dist import MWUMKLClassifier
+
+    with pytest.raises(RuntimeError, match="device='cuda'"):
+        MWUMKLClassifier(kernels="linear", C=1.0, device="cuda").fit(X, ["a", "b"] * 3)
+
+
+def test_device_must_be_cpu_or_cuda():
+    from mwumkl_dist import MWUMKLClassifier
+
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        MWUMKLClassifier(kernels="linear", C=1.0, device="gpu").fit(X, ["a", "b"] * 3)
+
+
+# ----------------------------------------------------------------------------- the checks (in the subprocess)
+
+
+def _labels(n, rng):
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    y[0], y[1] = 1.0, -1.0
+    return y
+
+
+def _compare_shards(cpu, gpu, problem, n_steps, rng, check_partials=True):
+    """Same supersteps on both shards: candidates, V and tile partials must be identical."""
+    m = cpu.n_kernels
+    inv_trace = 1.0 / np.maximum(np.asarray(cpu.diagonal()).sum(axis=0), 1e-3)
+    assert np.array_equal(np.asarray(cpu.diagonal()), np.asarray(gpu.diagonal()))
+    ridge = np.linspace(0.01, 0.2, cpu.n_rows)
+    for s in (cpu, gpu):
+        s.configure(inv_trace, ridge)
+    a, b = cpu.initial_candidates(), gpu.initial_candidates()
+    assert [(c.index, c.g) for c in a] == [(c.index, c.g) for c in b]
+    assert all(np.array_equal(x.v_row, z.v_row) for x, z in zip(a, b))
+    pos_idx = np.flatnonzero(problem.y > 0)
+    neg_idx = np.flatnonzero(problem.y < 0)
+    for step in range(n_steps):
+        ip = int(pos_idx[step % len(pos_idx)]) if step % 2 else int(a[0].index)
+        iq = int(neg_idx[(3 * step) % len(neg_idx)]) if step % 2 else int(a[1].index)
+        coef = -rng.random(m) * (1.0 if step else 0.0)
+        coef[rng.random(m) < 0.2] = 0.0
+        p, q = problem.point(ip), problem.point(iq)
+        a = cpu.superstep(ip, iq, p, q, coef)
+        b = gpu.superstep(ip, iq, p, q, coef)
+        assert [(c.index, c.g) for c in a] == [(c.index, c.g) for c in b], (step, a, b)
+        assert all(np.array_equal(x.v_row, z.v_row) for x, z in zip(a, b))
+        if check_partials:
+            assert np.array_equal(cpu._tile_partials(), gpu._tile_partials())
+    assert np.array_equal(cpu.V, np.asarray(gpu.V))
+    assert np.array_equal(cpu.alpha_counts(), gpu.alpha_counts())
+    w = rng.random(m)
+    ia, ca, ha = cpu.support_margins(w)
+    ib, cb, hb = gpu.support_margins(w)
+    assert np.array_equal(ia, ib) and np.array_equal(ca, cb) and ha == hb
+    # superstep_scores: the tile partials a Dask kernel block returns
+    ip, iq = int(pos_idx[0]), int(neg_idx[-1])
+    coef = -rng.random(m)
+    pa = cpu.superstep_scores(ip, iq, problem.point(ip), problem.point(iq), coef)
+    pb = gpu.superstep_scores(ip, iq, problem.point(ip), problem.point(iq), coef)
+    assert np.array_equal(pa, pb)
+    # replay rebuilds V
+    gpu.configure(inv_trace, ridge)
+    gpu.replay([(ip, iq)], {ip: problem.point(ip), iq: problem.point(iq)})
+    cpu.configure(inv_trace, ridge)
+    cpu.replay([(ip, iq)], {ip: problem.point(ip), iq: problem.point(iq)})
+    assert np.array_equal(cpu.V, np.asarray(gpu.V))
+
+
+def _feature_case(X, y, kernels, n_steps=3, row_range=None, kernel_range=None):
+    from mwumkl_dist import cuda
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem
+
+    rng = np.random.default_rng(7)
+    problem = FeatureProblem(X, y, KernelSet(kernels, X.shape[1]))
+    start, stop = row_range or (0, len(y))
+    cpu = problem.make_shard(start, stop, kernel_range)
+    device_problem = cuda.on_device(problem)
+    device_problem.kernel_block_min_kernels = 0  # every kernel block on the GPU
+    gpu = device_problem.make_shard(start, stop, kernel_range)
+    assert type(gpu).__name__ == "CudaFeatureShard"
+    for i, j in ((0, 1), (2, 2), (len(y) - 1, 3)):  # the picked points' kernel block, on the GPU
+        want = problem.kernel_block(problem.point(i), problem.point(j))
+        got = device_problem.kernel_block(problem.point(i), problem.point(j))
+        assert all(np.array_equal(a, b) for a, b in zip(want, got)), (i, j)
+    _compare_shards(cpu, gpu, problem, n_steps, rng)
+    return gpu
+
+
+def case_dense():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(26, 4))
+    y = _labels(26, rng)
+    # every kind, squaring chains (sigma 1, sqrt(2)/2, 1/2: gamma doubling), poly degrees, one group
+    kernels = "linear, poly:2, poly:3:coef0=0.5, gaussian:1, gaussian:0.7071067811865476, gaussian:0.5, gaussian:3"
+    gpu = _feature_case(X, y, kernels)
+    assert gpu._dense and not gpu._inline
+    # a row shard that does not start at 0 (global indices, ridge of rows outside)
+    _feature_case(X, y, kernels, row_range=(9, 26))
+
+
+def case_csr_groups():
+    import scipy.sparse as sp
+
+    from mwumkl_dist import cuda
+
+    rng = np.random.default_rng(1)
+    X = sp.random(30, 9, density=0.25, random_state=3, format="csr") * 3.0
+    y = _labels(30, rng)
+    kernels = "linear@0-3, gaussian:1@2-6, gaussian:0.7071067811865476@2-6, poly:2@5+7+8, gaussian:2, linear"
+    gpu = _feature_case(X, y, kernels, n_steps=2)
+    assert gpu._dense and gpu._inline  # small groups: the sparse rows are kept dense on the GPU
+    cuda.DENSE_MAX_BYTES = 0
+    try:
+        gpu = _feature_case(X, y, kernels, n_steps=4)
+    finally:
+        cuda.DENSE_MAX_BYTES = 256 * 2**20
+    assert not gpu._dense
+
+
+def case_bank():
+    from mwumkl_dist.kernels import RandomGaussianBank
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(14, 7))
+    y = _labels(14, rng)
+    from mwumkl_dist import cuda
+
+    bank = RandomGaussianBank(24, subset_size=3, seed=5)
+    assert _feature_case(X, y, bank, n_steps=3)._inline  # group dots in the superstep kernel
+    cuda.INLINE_MAX_GROUP = 0
+    try:
+        gpu = _feature_case(X, y, bank, n_steps=2)  # dense rows, many groups, dots in their own kernel
+    finally:
+        cuda.INLINE_MAX_GROUP = 16
+    assert gpu._dense and not gpu._inline
+
+
+def case_tiles():
+    # more kernels than one tile (64): several tiles, and a kernel block (Dask kernel shards) on a tile boundary
+    from mwumkl_dist import _columns
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(10, 3))
+    y = _labels(10, rng)
+    sigmas = np.geomspace(0.3, 5.0, 70)
+    kernels = ", ".join(f"gaussian:{float(s)!r}" for s in sigmas) + ", gaussian:1, gaussian:0.7071067811865476"
+    gpu = _feature_case(X, y, kernels, n_steps=2)
+    assert gpu._n_tiles == len(_columns.kernel_tiles(gpu.plan.square_of)) - 1 >= 2
+    _feature_case(X, y, kernels, n_steps=2, kernel_range=(64, 72))
+
+
+def case_precomputed():
+    from mwumkl_dist import cuda
+    from mwumkl_dist.problems import PrecomputedProblem
+
+    rng = np.random.default_rng(4)
+    n, m = 22, 5
+    Z = rng.normal(size=(m, n, 3))
+    K = np.einsum("kif,kjf->kij", Z, Z)
+    y = _labels(n, rng)
+    problem = PrecomputedProblem(K, y)
+    for start, stop in ((0, n), (5, 17)):
+        cpu = problem.make_shard(start, stop)
+        gpu = cuda.on_device(problem).make_shard(start, stop)
+        assert type(gpu).__name__ == "CudaPrecomputedShard"
+        _compare_shards(cpu, gpu, problem, 4, np.random.default_rng(9))
+
+
+def case_fit():
+    """A whole fit on the local engine: kernel weights, alpha, bias and decision values identical."""
+    from mwumkl_dist import cuda, mwu
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(24, 5))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=24) > 0, 1.0, -1.0)
+    kernels = KernelSet("linear, poly:2, gaussian:1, gaussian:0.7071067811865476, gaussian:2@0-1", 5)
+    problem = FeatureProblem(X, y, kernels)
+    results = []
+    for prob, shards in ((problem, 1), (cuda.on_device(problem), 2)):
+        with LocalEngine(prob, shards) as engine:
+            inv_trace = 1.0 / engine.traces()
+            engine.configure(inv_trace, 0.05)
+            results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=8))
+    a, b = results
+    assert np.array_equal(a.kernel_weights, b.kernel_weights)
+    assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias and np.array_equal(a.s, b.s)
+
+
+def case_estimator():
+    """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s."""
+    from mwumkl_dist import MWUMKLClassifier
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(30, 4))
+    y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=30) > 0, "yes", "no")
+    params = dict(kernels="linear, gaussian:1, poly:2", C=10.0, epsilon=0.3, polish=False, selectivity=100)
+    cpu = MWUMKLClassifier(**params).fit(X, y)
+    gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
+    for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
+        assert np.array_equal(getattr(cpu, name), getattr(gpu, name)), name
+    assert np.array_equal(cpu.decision_function(X), gpu.decision_function(X))
+
+
+def case_dask():
+    """GPU shards on Dask workers (row shards x kernel blocks), the same model as the CPU's local engine."""
+    import warnings
+
+    import distributed
+
+    from mwumkl_dist import cuda, mwu
+    from mwumkl_dist.engines.dask import DaskEngine
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(12, 3))
+    y = _labels(12, rng)
+    kernels = ", ".join(f"gaussian:{float(s)!r}@{i % 3}" for i, s in enumerate(np.geomspace(0.4, 4.0, 66)))
+    problem = FeatureProblem(X, y, KernelSet(kernels, 3))
+    results = []
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0") as client:
+        for prob, engine_of in (
+            (problem, lambda p: LocalEngine(p, 1)),
+            (cuda.on_device(problem), lambda p: DaskEngine(p, client, n_shards=2, n_kernel_shards=2)),
+        ):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with engine_of(prob) as engine:
+                    assert not isinstance(engine, DaskEngine) or engine.partial
+                    inv_trace = 1.0 / engine.traces()
+                    engine.configure(inv_trace, 0.05)
+                    solved = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=4)
+                    results.append(solved)
+    a, b = results
+    assert np.array_equal(a.kernel_weights, b.kernel_weights)
+    assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias
+
+
+def case_predict():
+    import scipy.sparse as sp
+
+    from mwumkl_dist import _columns, cuda
+    from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
+    from mwumkl_dist.shard import as_csr, plan_args
+
+    rng = np.random.default_rng(6)
+    specs = [
+        ("linear, poly:2, gaussian:1, gaussian:0.7071067811865476, gaussian:0.5, gaussian:2@1-3", False),
+        ("linear@0-2, gaussian:1@2-5, gaussian:0.7071067811865476@2-5, poly:3:coef0=0.2@4+5", True),
+        (RandomGaussianBank(30, subset_size=2, seed=1), False),
+    ]
+    for kernels, sparse in specs:
+        ks = KernelSet(kernels, 6)
+        plan = ks.plan
+        Xq = rng.normal(size=(9, 6))
+        S = rng.normal(size=(7, 6))
+        if sparse:
+            Xq[rng.random(Xq.shape) < 0.5] = 0.0
+            S[rng.random(S.shape) < 0.5] = 0.0
+        Xq, S = as_csr(sp.csr_matrix(Xq)), as_csr(sp.csr_matrix(S))
+        sv_sq = _columns.group_sqnorms(S.indptr, S.indices, S.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        coef = rng.normal(size=(2, 7))
+        coef[0, 3] = 0.0
+        weights = rng.random((2, plan.n_kernels))
+        weights[1, ::3] = 0.0
+        args = (Xq.indptr, Xq.indices, Xq.data, 6, S.indptr, S.indices, S.data, sv_sq, coef, weights, *plan_args(plan))
+        want = _columns.weighted_kernel_sums(*args)
+        got = cuda.weighted_kernel_sums(*args)
+        assert np.array_equal(want, got), (kernels, want - got)
+        got = cuda.weighted_kernel_sums(*args, max_block_bytes=8 * 3 * (6 + plan.n_groups + 2))  # row blocks
+        assert np.array_equal(want, got)
+
+
+def case_errors():
+    from mwumkl_dist import _cuda_kernels, cuda
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
+
+    # the solver's exp, bit for bit (the CPU's fdlibm-style exp), incl. under/overflow and NaN
+    x = np.concatenate([np.linspace(-750, 712, 40), [0.0, -0.0, 1e-300, -1e-12, np.nan, np.inf, -np.inf]])
+    out = np.empty_like(x)
+    _cuda_kernels.exp_values[2, 32](x, out)
+    want = _columns_exp(x)
+    assert np.array_equal(out, want, equal_nan=True)
+    # a problem that does not fit: a clear error, nothing allocated
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(10, 3))
+    y = _labels(10, rng)
+    problem = FeatureProblem(X, y, KernelSet("linear, gaussian:1", 3))
+    real = cuda.device_memory
+    cuda.device_memory = lambda: (1000.0, 4000.0)
+    try:
+        cuda.on_device(problem).make_shard(0, 10)
+    except cuda.DeviceMemoryError as exc:
+        assert "1000 B free" in str(exc) and "n_shards" in str(exc), str(exc)
+    else:
+        raise AssertionError("no DeviceMemoryError")
+    finally:
+        cuda.device_memory = real
+    # the estimate grows with V
+    from mwumkl_dist.kernels import RandomGaussianBank
+
+    plan = KernelSet(RandomGaussianBank(1000, subset_size=5), 60).plan
+    assert cuda.feature_shard_bytes(166, plan) >= 8 * 166 * 1000
+    assert cuda.precomputed_shard_bytes(10, 3, 10) >= 8 * 3 * 10 * 10
+    _ = PrecomputedProblem
+
+
+def case_ptx():
+    """Compile every kernel's real (GPU) code to PTX for sm_90 and check that it has no ``fma.rn.f64``."""
+    import re
+
+    from numba import cuda
+    from numba import types as T
+
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        if not nvvm.is_available():
+            raise ImportError
+    except Exception:
+        print("NO NVVM")
+        return
+    import numba.cuda.dispatcher as dispatcher
+
+    class _H100:  # device functions ask the current device's compute capability; there is no device
+        compute_capability = (9, 0)
+
+    dispatcher.get_current_device = lambda: _H100()
+    from mwumkl_dist import _cuda_kernels as K
+
+    assert not K.SIMULATED
+    f8, i8 = T.float64, T.int64
+    A1, A2, A3 = (T.Array(f8, d, "C") for d in (1, 2, 3))
+    I1, I2, J1 = T.Array(i8, 1, "C"), T.Array(i8, 2, "C"), T.Array(T.int32, 1, "C")
+    plan = (I1, A1, A1, I1, I1, I1, I1)  # kind, pa, pb, grp, square_of, root, depth
+    step = (i8, i8, f8, f8)  # lp, lq, diag_p, diag_q
+    sigs = {
+        "exp_values": (A1, A1),
+        "fill_zero": (A2,),
+        "point_sqnorms": (A1, A1, I1, I1, A1, A1),
+        "group_dots_dense": (A2, A1, A1, I1, I1, A2, A2),
+        "group_dots_csr": (J1, J1, A1, A1, A1, I1, I1, A2, A2),
+        "superstep_features": (A2, A2, A2, A2, A2, A1, A1, A1, f8, f8, A1, A1, *plan, I1, *step),
+        "superstep_features_inline": (A2, A2, A2, A1, A1, I1, I1, A1, A1, A1, f8, f8, A1, A1, *plan, I1, *step),
+        "superstep_columns": (A2, A2, A3, i8, i8, A1, f8, f8, A1, A1, I1, *step),
+        "point_kernels": (A1, A1, I1, I1, I1, A1, A1, I1, I1, I1, A2),
+        "scores_argmax": (A2, A1, A1, I2, A2),
+        "gather_rows": (A2, I1, A2),
+        "weighted_kernel_sums": (A2, A2, A2, A2, A2, A2, *plan, I1, I1, A2),
+    }
+    for name, sig in sigs.items():
+        ptx, _ = cuda.compile_ptx(getattr(K, name).py_func, sig, cc=(9, 0))
+        assert not re.search(r"\bfma\.rn\.f64", ptx), name
+    assert "mul.rn.f64" in cuda.compile_ptx(K.exp_values.py_func, sigs["exp_values"], cc=(9, 0))[0]
+
+
+def _columns_exp(x):
+    from mwumkl_dist import _columns
+
+    return _columns.exp_block(np.ascontiguousarray(x))
+
+
+def _main(cases) -> int:
+    import traceback
+
+    import numba
+
+    assert numba.config.ENABLE_CUDASIM or cases == ["ptx"], "run with NUMBA_ENABLE_CUDASIM=1"
+    import time
+
+    failed = 0
+    for case in cases:
+        print(f"\n=== {case}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            globals()["case_" + case]()
+        except Exception:
+            traceback.print_exc(file=sys.stdout)
+            print("FAILED", flush=True)
+            failed += 1
+        else:
+            print(f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print("ok", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,223 @@
+"""The Dask engine's superstep channel: TLS on TLS clusters, authentication, strangers can't hang or break a fit."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import literal
+
+distributed = pytest.importorskip("distributed")
+
+from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist.engines import _channel  # noqa: E402
+from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
+from mwumkl_dist.kernels import KernelSet  # noqa: E402
+from mwumkl_dist.problems import FeatureProblem  # noqa: E402
+
+
+def _data(n=120, d=4, seed=3):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(X[:, 0] + X[:, 1] + 0.3 * rng.standard_normal(n) > 1.0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def security():
+    pytest.importorskip("cryptography")
+    return distributed.security.Security.temporary()  # self-signed CA + cert, require_encryption=True
+
+
+def _accept_in_thread(listener, timeout=20.0):
+    box = {}
+
+    def run():
+        try:
+            box["chan"] = listener.accept(timeout)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _silent(address):
+    return socket.create_connection(address, timeout=5)
+
+
+def _garbage(address):
+    sock = socket.create_connection(address, timeout=5)
+    sock.sendall(os.urandom(4096))
+    return sock
+
+
+def _closed_after_challenge(sock) -> bool:
+    """The shard sent its challenge, then closed the connection (EOF, or a reset: unread garbage)."""
+    sock.settimeout(5)
+    try:
+        assert sock.recv(100).startswith(b"MWUMKL")
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+# ---------------------------------------------------------------------- the channel alone
+@pytest.mark.timeout(30)
+def test_round_trip_of_arrays_and_objects():
+    secret = _channel.new_secret()
+    listener = _channel.Listener("127.0.0.1", secret)
+    thread, box = _accept_in_thread(listener)
+    with _channel.connect(listener.address, secret, timeout=10) as driver:
+        thread.join(10)
+        shard = box["chan"]
+        big = np.arange(300_000, dtype=np.float64).reshape(1000, 300)
+        message = ("step", (3, 7, big, np.float32(2.5), {"k": [1, 2]}, big[:, ::2]))
+        frame = _channel.encode(message)
+        for _ in range(2):  # the same bytes, sent twice
+            driver.send_frame(frame)
+            method, (i, j, a, f, d, strided) = shard.recv()
+            assert (method, i, j, f, d) == ("step", 3, 7, np.float32(2.5), {"k": [1, 2]})
+            np.testing.assert_array_equal(a, big)
+            np.testing.assert_array_equal(strided, big[:, ::2])
+            assert a.flags.writeable
+        shard.send(("ok", np.zeros(5)))
+        assert driver.recv()[0] == "ok"
+        shard.close()
+        with pytest.raises(EOFError):
+            driver.recv()
+    assert not driver.tls
+
+
+@pytest.mark.timeout(30)
+def test_wrong_secret_silent_and_garbage_peers_are_closed_and_the_driver_still_gets_in():
+    secret = _channel.new_secret()
+    listener = _channel.Listener("127.0.0.1", secret, handshake_timeout=1.0)
+    thread, box = _accept_in_thread(listener)
+    silent = _silent(listener.address)  # stays silent all along
+    garbage = _garbage(listener.address)
+    with pytest.raises((PermissionError, EOFError, OSError)):
+        _channel.connect(listener.address, b"x" * 32, handshake_timeout=5)
+    start = time.monotonic()
+    with _channel.connect(listener.address, secret, timeout=10) as driver:
+        thread.join(10)
+        assert "chan" in box, box
+        assert time.monotonic() - start < 3  # the silent stranger delayed nobody
+        box["chan"].send("hello")
+        assert driver.recv() == "hello"
+    # Strangers are closed: the garbage one at once, the silent one after the handshake timeout.
+    assert _closed_after_challenge(silent)
+    assert _closed_after_challenge(garbage)
+    assert listener.rejected >= 3
+    # Once the driver is in, the shard no longer listens.
+    with pytest.raises(OSError):
+        socket.create_connection(listener.address, timeout=2).recv(1)
+    silent.close()
+    garbage.close()
+
+
+@pytest.mark.timeout(30)
+def test_tls_channel_rejects_plaintext_and_foreign_certificates(security):
+    secret = _channel.new_secret()
+    server_ctx = security.get_listen_args("worker")["ssl_context"]
+    client_ctx = security.get_connection_args("client")["ssl_context"]
+    listener = _channel.Listener("127.0.0.1", secret, server_ctx, handshake_timeout=1.0)
+    assert listener.tls
+    thread, box = _accept_in_thread(listener)
+    # Plaintext, even with the right secret, gets no channel.
+    with pytest.raises((OSError, EOFError, ConnectionError)):
+        _channel.connect(listener.address, secret, handshake_timeout=5)
+    # A TLS client of another CA is refused by certificate.
+    other = distributed.security.Security.temporary().get_connection_args("client")["ssl_context"]
+    with pytest.raises(ssl.SSLError):
+        _channel.connect(listener.address, secret, other, handshake_timeout=5)
+    with _channel.connect(listener.address, secret, client_ctx, timeout=10) as driver:
+        thread.join(10)
+        assert driver.tls and isinstance(driver.sock, ssl.SSLSocket)
+        assert box["chan"].tls
+        driver.send(np.arange(10.0))
+        np.testing.assert_array_equal(box["chan"].recv(), np.arange(10.0))
+
+
+# ---------------------------------------------------------------------- on a Dask cluster
+@pytest.mark.timeout(120)
+def test_tls_cluster_fit_is_tls_and_bit_identical(security):
+    X, y = _data()
+    params = dict(kernels="paper", **literal(epsilon=0.3))
+    ref = MWUMKLClassifier(**params).fit(X, y)
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tls://",
+            security=security,
+            dashboard_address=":0",
+        ) as cluster,
+        distributed.Client(cluster, security=security) as client,
+    ):
+        assert all(w.startswith("tls://") for w in client.nthreads())
+        problem = FeatureProblem(X, y, KernelSet("paper", X.shape[1]))
+        with DaskEngine(problem, client, n_shards=2, n_kernel_shards=2) as engine:
+            assert all(b.conn.tls and isinstance(b.conn.sock, ssl.SSLSocket) for b in engine.blocks)
+        clf = MWUMKLClassifier(**params, engine="dask", client=client, n_shards=3).fit(X, y)
+    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(clf.support_, ref.support_)
+    np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+
+
+@pytest.fixture(scope="module")
+def threaded_client():
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as client:
+        yield client
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("intruder", [_silent, _garbage])
+def test_intruder_during_setup_neither_hangs_nor_breaks_the_fit(threaded_client, monkeypatch, intruder):
+    X, y = _data()
+    params = dict(kernels="paper", **literal(epsilon=0.3))
+    ref = MWUMKLClassifier(**params).fit(X, y)
+    strangers = []
+    connect = DaskEngine._connect
+
+    def first_a_stranger(self, address, worker):
+        strangers.append(intruder(address[:2]))  # gets there before the driver
+        return connect(self, address, worker)
+
+    monkeypatch.setattr(DaskEngine, "_connect", first_a_stranger)
+    start = time.monotonic()
+    clf = MWUMKLClassifier(**params, engine="dask", client=threaded_client, n_shards=2).fit(X, y)
+    assert time.monotonic() - start < 30
+    assert len(strangers) == 2
+    np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+    np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+    for s in strangers:
+        s.close()
+
+
+# ---------------------------------------------------------------------- hybrid layouts
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_shards, expected", [(1, 2), (2, 1), (3, 1)])
+def test_a_shard_runs_with_its_share_of_its_workers_threads(n_shards, expected):
+    X, y = _data()
+    problem = FeatureProblem(X, y, KernelSet("paper", X.shape[1]))
+    with (
+        distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client,
+        DaskEngine(problem, client, n_shards=n_shards) as engine,
+    ):
+        answers = engine._broadcast("threads")
+    assert [share for share, _ in answers] == [expected] * n_shards
+    from mwumkl_dist import _columns
+
+    if hasattr(_columns, "thread_limit"):  # the share is the shard's cap (numba's pool permitting)
+        import numba
+
+        assert all(used == min(expected, numba.config.NUMBA_NUM_THREADS) for _, used in answers)

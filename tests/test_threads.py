@@ -1,0 +1,323 @@
+"""Thread counts: affinity/cgroup-aware cores, n_jobs resolution, the default and its caps."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from mwumkl_dist import threads
+from mwumkl_dist.auto import FewIterationsWarning
+
+
+@pytest.fixture
+def cpus(monkeypatch, tmp_path):
+    """A fake machine: ``cpus(n)`` sets the affinity mask; cgroup files live under tmp_path."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    proc = tmp_path / "proc_self_cgroup"
+    proc.write_text("0::/\n")
+    monkeypatch.setattr(threads, "_CGROUP_ROOT", str(root))
+    monkeypatch.setattr(threads, "_PROC_SELF_CGROUP", str(proc))
+    monkeypatch.setattr(threads, "_CGROUP_TTL", 0.0)
+    for name in (threads.ENV_VAR, "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "_openmp_limit", lambda: None)
+    monkeypatch.setattr(threads, "_dask_worker_threads", lambda: None)
+
+    def set_cpus(n):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
+    set_cpus.root = root
+    set_cpus.proc = proc
+    set_cpus(16)
+    return set_cpus
+
+
+def test_affinity(cpus):
+    cpus(6)
+    assert threads.available_cpus() == 6
+
+
+def test_no_affinity_function_falls_back_to_cpu_count(cpus, monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert threads.available_cpus() == 3
+
+
+def test_cgroup_v2_quota(cpus):
+    (cpus.root / "cpu.max").write_text("250000 100000\n")
+    assert threads.available_cpus() == 3  # 2.5 cores rounded up
+    (cpus.root / "cpu.max").write_text("max 100000\n")
+    assert threads.available_cpus() == 16
+
+
+def test_cgroup_v2_nested_group_and_parent_limits(cpus):
+    cpus.proc.write_text("0::/job/step\n")
+    step = cpus.root / "job" / "step"
+    step.mkdir(parents=True)
+    (step / "cpu.max").write_text("max 100000\n")
+    (cpus.root / "job" / "cpu.max").write_text("400000 100000\n")
+    assert threads.available_cpus() == 4
+    (step / "cpu.max").write_text("100000 100000\n")
+    assert threads.available_cpus() == 1
+
+
+def test_cgroup_quota_never_raises_above_affinity(cpus):
+    cpus(2)
+    (cpus.root / "cpu.max").write_text("800000 100000\n")
+    assert threads.available_cpus() == 2
+
+
+def test_cgroup_v1_quota(cpus):
+    cpus.proc.write_text("4:memory:/x\n1:cpu,cpuacct:/\n")
+    v1 = cpus.root / "cpu,cpuacct"
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.available_cpus() == 16
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    assert threads.available_cpus() == 1
+
+
+def test_cgroup_quota_is_cached(cpus, monkeypatch):
+    monkeypatch.setattr(threads, "_CGROUP_TTL", 60.0)
+    (cpus.root / "cpu.max").write_text("200000 100000\n")
+    assert threads.available_cpus() == 2
+    (cpus.root / "cpu.max").write_text("400000 100000\n")
+    assert threads.available_cpus() == 2  # read again after the TTL only
+    monkeypatch.setattr(threads, "_CGROUP_TTL", 0.0)
+    assert threads.available_cpus() == 4
+
+
+def test_garbage_cgroup_files_are_ignored(cpus):
+    (cpus.root / "cpu.max").write_text("lots 0\n")
+    cpus.proc.write_text("garbage\n")
+    assert threads.available_cpus() == 16
+
+
+def test_resolve_n_jobs_sklearn_meaning(cpus):
+    cpus(8)
+    assert threads.resolve_n_jobs(None) == 8
+    assert threads.resolve_n_jobs(-1) == 8
+    assert threads.resolve_n_jobs(-2) == 7
+    assert threads.resolve_n_jobs(-100) == 1
+    assert threads.resolve_n_jobs(3) == 3
+    assert threads.resolve_n_jobs(np.int64(2)) == 2
+    assert threads.resolve_n_jobs(64) == 8  # capped at the available cores
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, 2.0, "2", "all", True, [2]])
+def test_resolve_n_jobs_rejects(cpus, bad):
+    with pytest.raises(ValueError, match="n_jobs"):
+        threads.resolve_n_jobs(bad)
+
+
+def test_default_is_all_cores(cpus):
+    cpus(12)
+    assert threads.default_threads() == 12
+
+
+def test_env_override(cpus, monkeypatch):
+    cpus(8)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the explicit override wins over the caps
+    monkeypatch.setenv(threads.ENV_VAR, "3")
+    assert threads.default_threads() == 3
+    assert threads.resolve_n_jobs(None) == 3
+    assert threads.resolve_n_jobs(-1) == 8  # an explicit n_jobs is not overridden
+    monkeypatch.setenv(threads.ENV_VAR, "100")
+    assert threads.default_threads() == 8
+    for text in ("auto", "0", " AUTO "):
+        monkeypatch.setenv(threads.ENV_VAR, text)
+        assert threads.default_threads() == 8
+
+
+@pytest.mark.parametrize("bad", ["-1", "two", "1.5"])
+def test_env_override_rejects(cpus, monkeypatch, bad):
+    monkeypatch.setenv(threads.ENV_VAR, bad)
+    with pytest.raises(ValueError, match=threads.ENV_VAR):
+        threads.default_threads()
+
+
+def test_omp_num_threads_caps_the_default(cpus, monkeypatch):
+    cpus(8)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.default_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,2")
+    assert threads.default_threads() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "nonsense")
+    assert threads.default_threads() == 8
+
+
+def test_dask_worker_caps_the_default(cpus, monkeypatch):
+    cpus(8)
+    monkeypatch.setattr(threads, "_dask_worker_threads", lambda: 3)
+    assert threads.default_threads() == 3
+
+
+def test_openmp_limit_caps_the_default(cpus, monkeypatch):
+    cpus(8)
+    monkeypatch.setattr(threads, "_openmp_limit", lambda: 2)
+    assert threads.default_threads() == 2
+
+
+def test_threadpoolctl_limits_are_honoured(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if not threadpoolctl.ThreadpoolController().select(user_api="openmp").lib_controllers:
+        pytest.skip("no OpenMP library loaded")
+    with threadpoolctl.threadpool_limits(limits=1, user_api="openmp"):
+        assert threads.default_threads() == 1
+
+
+def test_not_in_a_dask_worker():
+    assert threads._dask_worker_threads() is None
+
+
+@pytest.mark.timeout(60)
+def test_inside_a_dask_worker():
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        assert client.submit(threads._dask_worker_threads, pure=False).result() == 1
+
+
+# ----------------------------------------------------------------------------- n_jobs of the estimator
+
+
+def _problem(n=300, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    X[::5] = X[1::5][: len(X[::5])]  # duplicated rows: exact ties
+    y = np.where(X[:, 0] + 0.3 * rng.standard_normal(n) > 0.5, 1, -1)
+    y[::5] = y[1::5][: len(y[::5])]
+    return X, y
+
+
+def _fit(n_jobs, **params):
+    from mwumkl_dist import MWUMKLClassifier
+
+    seen = []
+
+    def callback(info):
+        seen.append(threads.current_threads())
+
+    X, y = _problem(600, 10)
+    # 120 kernels (two tiles) x 600 rows: enough work per superstep for the parallel path on 2 threads.
+    params = {"kernels": "paper-per-feature", "C": 1.0, "max_iter": 40, "polish": False, **params}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewIterationsWarning)
+        clf = MWUMKLClassifier(n_jobs=n_jobs, callback=callback, callback_every=10, **params).fit(X, y)
+    return clf, seen, X
+
+
+@pytest.mark.timeout(300)
+def test_models_are_bit_identical_for_every_n_jobs():
+    import numba
+
+    ref, seen, X = _fit(1)
+    assert set(seen) == {1}  # the fit ran under its n_jobs
+    ref_scores = ref.decision_function(X)
+    for n_jobs in (2, -1, None):
+        clf, seen, _ = _fit(n_jobs)
+        if n_jobs is None:  # what this thread uses by default (default_threads() within numba's pool)
+            expected = threads.current_threads()
+        else:
+            expected = min(threads.resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS)
+        assert set(seen) == {expected}, n_jobs
+        for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
+            assert np.array_equal(getattr(clf, name), getattr(ref, name)), (n_jobs, name)
+        assert np.array_equal(clf.decision_function(X), ref_scores), n_jobs
+        clf.set_params(n_jobs=1)
+        assert np.array_equal(clf.decision_function(X), ref_scores), n_jobs
+
+
+@pytest.mark.timeout(300)
+def test_auto_C_folds_use_n_jobs():
+    """C="auto": the cross-validation folds run with the estimator's n_jobs too (and the same choice)."""
+    import mwumkl_dist.fitting as fitting
+
+    seen = []
+    original = fitting.mwu.solve
+
+    def solve(*args, **kwargs):
+        seen.append(threads.current_threads())
+        return original(*args, **kwargs)
+
+    from mwumkl_dist import MWUMKLClassifier
+
+    X, y = _problem(120)
+    params = {"kernels": "linear,gaussian:1", "max_iter": 20, "polish": False, "selectivity": 100.0}
+    try:
+        fitting.mwu.solve = solve
+        one = MWUMKLClassifier(n_jobs=1, **params).fit(X, y)
+        assert set(seen) == {1} and len(seen) > 1  # folds and the final fit
+    finally:
+        fitting.mwu.solve = original
+    two = MWUMKLClassifier(n_jobs=2, **params).fit(X, y)
+    assert one.C_ == two.C_ and np.array_equal(one.dual_coef_, two.dual_coef_)
+
+
+def test_n_jobs_inside_a_caller_limit():
+    """n_jobs=None inside threads.thread_limit(1) keeps the caller's 1 thread."""
+    with threads.thread_limit(1):
+        _, seen, _ = _fit(None, max_iter=20)
+    assert set(seen) == {1}
+
+
+def test_fit_inside_threadpool_limits(monkeypatch):
+    """n_jobs=None inside threadpoolctl's OpenMP limit of 1 fits on 1 thread (also right after another fit)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if not threadpoolctl.ThreadpoolController().select(user_api="openmp").lib_controllers:
+        pytest.skip("no OpenMP library loaded")
+    _fit(None, max_iter=10)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="openmp"):
+        _, seen, _ = _fit(None, max_iter=20)
+    assert set(seen) == {1}
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "all", True])
+def test_bad_n_jobs_is_a_clear_error(bad):
+    from mwumkl_dist import MWUMKLClassifier
+
+    X, y = _problem(40)
+    with pytest.raises(ValueError, match="n_jobs"):
+        MWUMKLClassifier(n_jobs=bad, C=1.0, max_iter=5).fit(X, y)
+
+
+def test_n_jobs_is_a_parameter_and_survives_save(tmp_path):
+    from sklearn.base import clone
+
+    from mwumkl_dist import MWUMKLClassifier
+
+    clf = MWUMKLClassifier(n_jobs=2)
+    assert clone(clf).get_params()["n_jobs"] == 2
+    X, y = _problem(60)
+    clf.set_params(C=1.0, max_iter=10, polish=False).fit(X, y)
+    clf.save(tmp_path / "m.npz")
+    loaded = MWUMKLClassifier.load(tmp_path / "m.npz")
+    assert loaded.n_jobs == 2
+    assert np.array_equal(loaded.decision_function(X), clf.decision_function(X))
+
+
+def test_cli_n_jobs_option(tmp_path):
+    from mwumkl_dist.cli import main
+
+    X, y = _problem(80)
+    data = tmp_path / "train.csv"
+    np.savetxt(data, np.column_stack([X, y]), delimiter=",")
+    model = tmp_path / "m.npz"
+    args = ["fit", "--data", str(data), "--model", str(model), "--C", "1", "--max-iter", "10", "--quiet"]
+    assert main([*args, "--n-jobs", "1"]) == 0
+    assert main(["evaluate", "--model", str(model), "--data", str(data), "--n-jobs", "-1"]) == 0
+    out = str(tmp_path / "p.txt")
+    assert main(["predict", "--model", str(model), "--data", str(data), "--n-jobs", "2", "-o", out]) == 0
+    assert main([*args, "--n-jobs", "0"]) == 2
+    assert main([*args, "--n-jobs", "many"]) == 2
