@@ -192,7 +192,7 @@ def fit_once(X, y, spec: Spec, *, max_iter: int, **params) -> tuple[object, floa
     """``(estimator, fit seconds, solver seconds)`` of one fit."""
     from mwumkl_dist import MWUMKLClassifier
 
-    clf = MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, **params)
+    clf = MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, solver="mwu", **params)
     record: list = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FewIterationsWarning / ConvergenceWarning: max_iter is fixed on purpose

@@ -74,6 +74,7 @@ __all__ = [
     "SuperstepWorkspace",
     "kernel_tiles",
     "group_sqnorms",
+    "group_sqnorms_t",
     "weighted_kernel_sums",
     "point_kernels",
     "exp_block",
@@ -1361,6 +1362,46 @@ def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, 
 
 
 @njit(**_OPTS)
+def _group_sqnorms_csc(n_rows, csc_ptr, csc_rows, csc_vals, feat_ptr, feat_groups, n_groups):
+    d = feat_ptr.shape[0] - 1
+    gptr = np.zeros(n_groups + 1, np.int64)
+    for f in range(d):
+        for u in range(feat_ptr[f], feat_ptr[f + 1]):
+            gptr[feat_groups[u] + 1] += 1
+    for g in range(n_groups):
+        gptr[g + 1] += gptr[g]
+    gfeat = np.empty(gptr[n_groups], np.int64)
+    fill = gptr[:n_groups].copy()
+    for f in range(d):  # each group's features ascending
+        for u in range(feat_ptr[f], feat_ptr[f + 1]):
+            g = feat_groups[u]
+            gfeat[fill[g]] = f
+            fill[g] += 1
+    out = np.zeros((n_groups, n_rows))
+    for g in range(n_groups):
+        o = out[g]
+        for u in range(gptr[g], gptr[g + 1]):
+            f = gfeat[u]
+            for k in range(csc_ptr[f], csc_ptr[f + 1]):
+                v = csc_vals[k]
+                o[csc_rows[k]] += v * v
+    return out
+
+
+def group_sqnorms_t(indptr, indices, data, feat_ptr, feat_groups, n_groups):
+    """:func:`group_sqnorms` as an ``(n_groups, n_rows)`` array (its ``.T`` is Fortran-ordered).
+
+    Computed group by group from a CSC copy: each ``(row, group)`` sum adds
+    the row's entries in increasing feature order, as :func:`group_sqnorms`
+    does, so the numbers are the same.
+    """
+    n = len(indptr) - 1
+    csc = sp.csr_matrix((data, indices, indptr), shape=(n, len(feat_ptr) - 1)).tocsc()
+    csc.sort_indices()
+    return _group_sqnorms_csc(n, csc.indptr, csc.indices, csc.data, feat_ptr, feat_groups, int(n_groups))
+
+
+@njit(**_OPTS)
 def group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups):
     """``|x_j restricted to group g|^2`` as an ``(n_rows, n_groups)`` array."""
     n = indptr.shape[0] - 1
@@ -1378,40 +1419,100 @@ def group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups):
 
 
 @njit(**_OPTS)
-def _wks_rows(
-    start, stop, out, indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_ptr, sv_rows, sv_vals,
-    sv_sq, coef, weights, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B,
-):  # fmt: skip
-    """Rows ``[start, stop)`` of :func:`weighted_kernel_sums`.
+def _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot, dist2):
+    """Dots and squared distances of the row ``x`` to SVs ``[j0, j0 + nb)`` for the local groups of ``tile``."""
+    gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
+    ga = tg_ptr[tile]
+    ng = tg_ptr[tile + 1] - ga
+    stop_sv = j0 + nb
+    if use_dense:
+        for lg in range(ng):
+            g = tg_group[ga + lg]
+            dl = dot[lg]
+            dl[:nb] = 0.0
+            for u in range(gptr[g], gptr[g + 1]):
+                f = gfeat[u]
+                xf = x[f]
+                if xf == 0.0:
+                    continue
+                col = sv_dense_t[f, j0:stop_sv]
+                for b in range(nb):
+                    dl[b] += col[b] * xf
+    else:
+        dot[:ng, :nb] = 0.0
+        for u in range(tf_ptr[tile], tf_ptr[tile + 1]):
+            f = tf_feat[u]
+            xf = x[f]
+            if xf == 0.0:
+                continue
+            a0 = sv_ptr[f]
+            e = sv_ptr[f + 1]
+            kk = a0 if j0 == 0 else a0 + np.searchsorted(sv_rows[a0:e], j0)
+            w0 = tf_gptr[u]
+            w1 = tf_gptr[u + 1]
+            while kk < e and sv_rows[kk] < stop_sv:
+                r = sv_rows[kk] - j0
+                a = sv_vals[kk] * xf
+                for w in range(w0, w1):
+                    dot[tf_lg[w], r] += a
+                kk += 1
+    for lg in range(ng):
+        g = tg_group[ga + lg]
+        sg = sqx[g]
+        dl = dot[lg]
+        d2 = dist2[lg]
+        sq = sv_sq_t[g, j0:stop_sv]
+        for b in range(nb):
+            d2[b] = (sg + sq[b]) - 2.0 * dl[b]
 
-    With one feature group and the support vectors in CSC form (``sv_ptr``,
-    ``sv_rows``, ``sv_vals``), a row's dot products with all support vectors
-    come from the SV columns of the row's non-zero features, visited in
-    increasing feature order; otherwise from a pass over each support vector's
-    entries against the row scattered into a dense scratch vector.  Both add
-    the same non-zero terms in the same order, so they give the same numbers.
+
+@njit(**_OPTS)
+def _wks_rows(
+    start, stop, out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t,
+    coef, weights, kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan,
+    chain_maps,
+):  # fmt: skip
+    """Rows ``[start, stop)`` of :func:`weighted_kernel_sums`, tile by tile over the kernels.
+
+    Per row and block of support vectors, each kernel tile (:func:`kernel_tiles`)
+    gets the dot products and squared distances of its own feature groups
+    only, then its kernels' values; ``acc[o, b]`` adds ``weights[o, i] K_i``
+    over the tiles in order, so each support vector's kernel sum is still one
+    sequential sum over the kernels from the first.  Dot products: with one
+    feature group, from the support vectors' CSC columns of the row's
+    non-zero features (once per row); otherwise per tile group from a dense
+    transposed copy of the support vectors (``use_dense``) or from their CSC
+    columns of the tile's features.  Every path adds a group's products
+    ``sv_f x_f`` in increasing feature order (terms with ``x_f == 0`` are
+    skipped, other zero products add ``+-0`` to a sum that starts at ``+0``,
+    which changes no sum), so all give the numbers of a pass over each
+    support vector's sorted entries.
     """
-    n_sv = sv_indptr.shape[0] - 1
-    n_out, m = weights.shape
-    by_column = n_groups == 1 and sv_ptr.shape[0] == n_features + 1
-    scratch = np.zeros(n_features)
-    all_dots = np.empty(n_sv if by_column else 0)
-    sqx = np.empty(n_groups)
-    dot = np.empty((n_groups, B))
-    dist2 = np.empty((n_groups, B))
-    kv = np.empty((m, B))
-    acc = np.empty(B)
+    n_sv = coef.shape[1]
+    n_out = weights.shape[0]
+    n_tiles = tile_ptr.shape[0] - 1
+    gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
+    single = n_groups == 1
+    x = np.zeros(n_features)
+    sqx = np.zeros(n_groups)
+    all_dots = np.empty(n_sv if single else 0)
+    dot = np.empty((G, B))
+    dist2 = np.empty((G, B))
+    kv = np.empty((T, B))
+    c_kind, c_pa, c_pb = chain_plan
+    n_chain = c_kind.shape[0]
+    chainv = np.empty((n_chain, B))
+    acc = np.empty((n_out, B))
     xbuf = np.empty(B)
     kbits = np.empty(2 * B, np.int64)
     for t in range(start, stop):
-        sqx[:] = 0.0
         for k in range(indptr[t], indptr[t + 1]):
             f = indices[k]
             v = data[k]
-            scratch[f] = v
+            x[f] = v
             for u in range(feat_ptr[f], feat_ptr[f + 1]):
                 sqx[feat_groups[u]] += v * v
-        if by_column:
+        if single:
             all_dots[:] = 0.0
             for k in range(indptr[t], indptr[t + 1]):
                 f = indices[k]
@@ -1422,34 +1523,47 @@ def _wks_rows(
                     all_dots[sv_rows[kk]] += sv_vals[kk] * v
         for j0 in range(0, n_sv, B):
             nb = min(B, n_sv - j0)
-            if by_column:
-                dot[0, :nb] = all_dots[j0 : j0 + nb]
-            else:
-                dot[:, :nb] = 0.0
+            if single:  # every tile's local group 0 is group 0
+                s0 = sqx[0]
                 for b in range(nb):
-                    for k in range(sv_indptr[j0 + b], sv_indptr[j0 + b + 1]):
-                        f = sv_indices[k]
-                        a = sv_data[k] * scratch[f]
-                        if a != 0.0:
-                            for u in range(feat_ptr[f], feat_ptr[f + 1]):
-                                dot[feat_groups[u], b] += a
-            for g in range(n_groups):
-                sg = sqx[g]
-                for b in range(nb):
-                    dist2[g, b] = (sg + sv_sq[j0 + b, g]) - 2.0 * dot[g, b]
-            _block_values(nb, dot, dist2, kind, pa, pb, grp, square_of, order, kv, xbuf, kbits)
+                    d = all_dots[j0 + b]
+                    dot[0, b] = d
+                    dist2[0, b] = (s0 + sv_sq_t[0, j0 + b]) - 2.0 * d
+            if n_chain > 0:  # kernels of squaring chains that cross tiles, evaluated first (as one tile)
+                if not single:
+                    _wks_tile_dist(0, chain_maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
+                                   sv_sq_t, dot, dist2)  # fmt: skip
+                _tile_values(nb, 0, n_chain, dot, dist2, c_kind, c_pa, c_pb, chain_maps[4], chain_maps[5],
+                             chain_maps[6], chainv, xbuf, kbits)  # fmt: skip
+            acc[:, :nb] = 0.0
+            for tile in range(n_tiles):
+                k0 = tile_ptr[tile]
+                mt = tile_ptr[tile + 1] - k0
+                if not single:
+                    _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t,
+                                   dot, dist2)  # fmt: skip
+                _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, kv, xbuf, kbits)
+                if n_chain > 0:
+                    for u in range(mt):
+                        c = chain_slot[k0 + u]
+                        if c >= 0:
+                            kv[u, :nb] = chainv[c, :nb]
+                for o in range(n_out):
+                    ao = acc[o]
+                    for u in range(mt):
+                        _axpy(weights[o, k0 + u], kv[u], ao, nb)
             for o in range(n_out):
-                acc[:nb] = 0.0
-                for i in range(m):
-                    _axpy(weights[o, i], kv[i], acc, nb)
                 s = out[t, o]
                 for b in range(nb):
                     c = coef[o, j0 + b]
                     if c != 0.0:
-                        s += c * acc[b]
+                        s += c * acc[o, b]
                 out[t, o] = s
         for k in range(indptr[t], indptr[t + 1]):
-            scratch[indices[k]] = 0.0
+            f = indices[k]
+            x[f] = 0.0
+            for u in range(feat_ptr[f], feat_ptr[f + 1]):
+                sqx[feat_groups[u]] = 0.0
 
 
 @njit(**_OPTS)
@@ -1460,16 +1574,83 @@ def _axpy(w, x, acc, nb):
 
 @njit(parallel=True, **_OPTS)
 def _wks_parallel(
-    out, indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_ptr, sv_rows, sv_vals, sv_sq, coef,
-    weights, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, B, n_chunks,
+    out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, coef, weights,
+    kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
+    n_chunks,
 ):  # fmt: skip
     n = indptr.shape[0] - 1
     for c in prange(n_chunks):
         _wks_rows(
-            (n * c) // n_chunks, (n * (c + 1)) // n_chunks, out, indptr, indices, data, n_features, sv_indptr,
-            sv_indices, sv_data, sv_ptr, sv_rows, sv_vals, sv_sq, coef, weights, kind, pa, pb, grp, square_of, order,
-            feat_ptr, feat_groups, n_groups, B,
+            (n * c) // n_chunks, (n * (c + 1)) // n_chunks, out, indptr, indices, data, n_features, sv_ptr, sv_rows,
+            sv_vals, sv_dense_t, use_dense, sv_sq_t, coef, weights, kind, pa, pb, feat_ptr, feat_groups, n_groups,
+            tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
         )  # fmt: skip
+
+
+def _predicted_kernels(weights, kind, square_of):
+    """Indices of the kernels a prediction evaluates (ascending), or None for all of them.
+
+    A Gaussian whose weight is exactly 0 for every output adds ``0 * K = +-0``
+    (``K`` is finite) to sums that start at ``+0``, which changes none of them:
+    it is left out unless a kept kernel is its square.  Other kernels are
+    kept (their values may overflow, and ``0 * inf`` is NaN).
+    """
+    square_of = np.asarray(square_of)
+    gaussian = (np.asarray(kind) == 2) | (square_of >= 0)
+    keep = np.any(weights != 0.0, axis=0) | ~gaussian
+    if keep.all():
+        return None
+    while True:  # a kept square needs its source (chains are short)
+        src = square_of[keep & (square_of >= 0)]
+        if keep[src].all():
+            break
+        keep[src] = True
+    return np.flatnonzero(keep)
+
+
+def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """The predictor's kernel tiles: :data:`TILE_KERNELS` kernels each, squaring chains or not.
+
+    (The predictor's numbers do not depend on its tiles.)  The members of
+    chains that span tiles (in a large bank, partners can lie far apart) are
+    evaluated first per block, as one extra tile (``chain_plan``,
+    ``chain_maps``), and their values copied into the tiles (``chain_slot``:
+    kernel -> row of that tile, or -1); the same values as a chain inside a tile.
+    """
+    m = len(kind)
+    square_of = np.asarray(square_of)
+    tile_ptr = np.append(np.arange(0, m, TILE_KERNELS), m).astype(np.int64)
+    slot = np.full(m, -1, np.int64)
+    members = np.zeros(0, np.int64)
+    if np.any(square_of >= 0):
+        root = np.arange(m)
+        while True:
+            nxt = np.where(square_of[root] >= 0, square_of[root], root)
+            if np.array_equal(nxt, root):
+                break
+            root = nxt
+        tile = np.arange(m) // TILE_KERNELS
+        lo = np.full(m, m)
+        hi = np.full(m, -1)
+        np.minimum.at(lo, root, tile)
+        np.maximum.at(hi, root, tile)
+        cross = lo[root] != hi[root]
+        members = np.flatnonzero(cross)
+    if len(members):
+        slot[members] = np.arange(len(members))
+        src = square_of[members]
+        c_sq = np.where(src >= 0, slot[np.maximum(src, 0)], -1).astype(square_of.dtype)
+        order = np.asarray(order)
+        c_order = slot[order[slot[order] >= 0]].astype(order.dtype)
+        chain_plan = (np.asarray(kind)[members], np.asarray(pa)[members], np.asarray(pb)[members])
+        chain_maps = _tile_maps(np.array([0, len(members)], np.int64), np.asarray(grp)[members], c_sq, c_order,
+                                feat_ptr, feat_groups, n_groups)  # fmt: skip
+        square_of = np.where(slot >= 0, -1, square_of).astype(square_of.dtype)
+    maps = _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+    if not len(members):
+        chain_plan = (np.asarray(kind)[:0], np.asarray(pa)[:0], np.asarray(pb)[:0])
+        chain_maps = maps
+    return tile_ptr, maps, slot, chain_plan, chain_maps
 
 
 def weighted_kernel_sums(
@@ -1495,12 +1676,17 @@ def weighted_kernel_sums(
 ):
     """``out[t, k] = sum_j coef[k, j] sum_i weights[k, i] K_i(x_t, sv_j)`` for CSR rows and CSR SVs.
 
-    Support vectors are taken in blocks whose kernel values are evaluated
-    together; with one feature group their dot products with a row come from
-    a CSC copy of the support vectors (only the entries on the row's non-zero
-    features are visited).  Every output row is summed over the support
-    vectors in order, on one thread, so the result does not depend on the
-    thread count (:func:`get_num_threads`, :func:`thread_limit`).
+    Kernels are evaluated tile by tile (:func:`kernel_tiles`), each tile
+    against a block of support vectors with the dot products and distances of
+    its own feature groups only, so the scratch does not grow with the number
+    of groups; Gaussians whose weight is 0 for every output, and support
+    vectors whose coefficient is 0 for every output, are left out (they add
+    nothing).  The sum over kernels for one support vector is sequential in
+    kernel order, and every output row is summed over the support vectors in
+    order on one thread, so the result does not depend on the thread count
+    (:func:`get_num_threads`, :func:`thread_limit`).  ``sv_sq`` is
+    :func:`group_sqnorms` of the support vectors, best Fortran-ordered
+    (``group_sqnorms_t(...).T``): it is read group by group.
     """
     n = len(indptr) - 1
     n_features = int(n_features)
@@ -1508,19 +1694,49 @@ def weighted_kernel_sums(
     weights = _as_f64(np.atleast_2d(weights))
     coef = _as_f64(np.atleast_2d(coef))
     out = np.zeros((n, weights.shape[0]))
-    sv_ptr, sv_rows, sv_vals = _NO_CSC
+    # (n_groups, n_sv), C order: a tile's group reads its norms contiguously (no copy for a Fortran-ordered sv_sq).
+    sv_sq_t = np.ascontiguousarray(np.asarray(sv_sq, dtype=np.float64).T)
+    used = np.flatnonzero(np.any(coef != 0.0, axis=0))
+    if len(used) < coef.shape[1]:  # support vectors that no output uses are never added
+        coef = _as_f64(coef[:, used])
+        sv_sq_t = np.ascontiguousarray(sv_sq_t[:, used])
+        sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(len(sv_indptr) - 1, n_features))[used]
+        sv_indptr, sv_indices, sv_data = sv.indptr, sv.indices, sv.data
+    keep = _predicted_kernels(weights, kind, square_of)
+    if keep is not None:
+        index = np.full(len(kind), -1, np.int64)
+        index[keep] = np.arange(len(keep))
+        src = np.asarray(square_of)[keep]
+        square_of = np.where(src >= 0, index[np.maximum(src, 0)], -1).astype(np.asarray(square_of).dtype)
+        order = np.asarray(order)
+        order = index[order[index[order] >= 0]].astype(order.dtype)
+        kind, pa, pb, grp = (np.ascontiguousarray(np.asarray(a)[keep]) for a in (kind, pa, pb, grp))
+        weights = _as_f64(weights[:, keep])
     n_sv = len(sv_indptr) - 1
-    if n_groups == 1 and n_sv > 0:
-        sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, n_features)).tocsc()
-        sv.sort_indices()
-        sv_ptr, sv_rows, sv_vals = sv.indptr, sv.indices, sv.data
+    m = len(kind)
+    if n == 0 or n_sv == 0 or m == 0:
+        return out
+    sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, n_features))
+    sv_dense_t = dense_copy(sv) if n_groups > 1 else None
+    if sv_dense_t is None:
+        csc = sv.tocsc()
+        csc.sort_indices()
+        sv_ptr, sv_rows, sv_vals = csc.indptr, csc.indices, csc.data
+    else:
+        sv_ptr, sv_rows, sv_vals = _NO_CSC
+    tile_ptr, maps, chain_slot, chain_plan, chain_maps = _predictor_tiles(
+        kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups
+    )
+    T = int(np.diff(tile_ptr).max())
+    G = max(int(np.diff(maps[2]).max()), int(np.diff(chain_maps[2]).max()))
+    B = min(_block_size(T), max(8, -(-n_sv // 8) * 8))
     args = (
-        out, indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_ptr, sv_rows, sv_vals,
-        _as_f64(sv_sq), coef, weights, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups,
-        _block_size(len(kind)),
+        out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals,
+        _NO_DENSE if sv_dense_t is None else sv_dense_t, sv_dense_t is not None, sv_sq_t, coef, weights,
+        kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
     )  # fmt: skip
     # Threads by work (rows x support vectors x kernels); rows are independent, so any split gives the same numbers.
-    with _parallel(min(_threads_for(n * max(n_sv, 1) * max(len(kind), 1)), max(1, n // 4))) as n_threads:
+    with _parallel(min(_threads_for(n * n_sv * m), max(1, n // 4))) as n_threads:
         if n_threads > 1:
             _wks_parallel(*args, min(n, 4 * n_threads))
         else:

@@ -507,7 +507,10 @@ class _KernelSetPredictor(_FeatureRowsPredictor):
         plan = self.kernel_set.plan
         Xq = as_csr(X)
         sv = as_csr(support_vectors)
-        sv_sq = _columns.group_sqnorms(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+        # (n_sv, n_groups) in Fortran order: the CPU predictor reads it per group without a transposed copy.
+        sv_sq = _columns.group_sqnorms_t(
+            sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
+        ).T
         if self.device == "cuda":
             from . import cuda  # same arguments, same numbers
 
