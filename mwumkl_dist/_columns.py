@@ -533,20 +533,7 @@ def _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups)
     """
     m = grp.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
-    d = feat_ptr.shape[0] - 1
-    gptr = np.zeros(n_groups + 1, np.int64)
-    for f in range(d):
-        for u in range(feat_ptr[f], feat_ptr[f + 1]):
-            gptr[feat_groups[u] + 1] += 1
-    for g in range(n_groups):
-        gptr[g + 1] += gptr[g]
-    gfeat = np.empty(gptr[n_groups], np.int64)
-    fill = gptr[:n_groups].copy()
-    for f in range(d):
-        for u in range(feat_ptr[f], feat_ptr[f + 1]):
-            g = feat_groups[u]
-            gfeat[fill[g]] = f
-            fill[g] += 1
+    gptr, gfeat = _group_features(feat_ptr, feat_groups, n_groups)
     tid = np.empty(m, np.int64)
     mark = np.full(n_groups, -1, np.int64)
     lidx = np.zeros(n_groups, np.int64)
@@ -1362,7 +1349,8 @@ def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, 
 
 
 @njit(**_OPTS)
-def _group_sqnorms_csc(n_rows, csc_ptr, csc_rows, csc_vals, feat_ptr, feat_groups, n_groups):
+def _group_features(feat_ptr, feat_groups, n_groups):
+    """The inverse of the plan's feature -> groups map: ``gptr, gfeat``, each group's features ascending."""
     d = feat_ptr.shape[0] - 1
     gptr = np.zeros(n_groups + 1, np.int64)
     for f in range(d):
@@ -1372,11 +1360,17 @@ def _group_sqnorms_csc(n_rows, csc_ptr, csc_rows, csc_vals, feat_ptr, feat_group
         gptr[g + 1] += gptr[g]
     gfeat = np.empty(gptr[n_groups], np.int64)
     fill = gptr[:n_groups].copy()
-    for f in range(d):  # each group's features ascending
+    for f in range(d):
         for u in range(feat_ptr[f], feat_ptr[f + 1]):
             g = feat_groups[u]
             gfeat[fill[g]] = f
             fill[g] += 1
+    return gptr, gfeat
+
+
+@njit(**_OPTS)
+def _group_sqnorms_csc(n_rows, csc_ptr, csc_rows, csc_vals, feat_ptr, feat_groups, n_groups):
+    gptr, gfeat = _group_features(feat_ptr, feat_groups, n_groups)
     out = np.zeros((n_groups, n_rows))
     for g in range(n_groups):
         o = out[g]
