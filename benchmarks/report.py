@@ -267,6 +267,7 @@ def render(out: Path, report_path: Path) -> str:
     if "E5" in docs:
         lines += _e5(docs["E5"], rel)
     lines += _e6(out, rel)
+    lines += _e7(out, rel)
     return "\n".join(lines) + "\n"
 
 
@@ -299,6 +300,59 @@ def _e6(out: Path, rel: str) -> list[str]:
         _img(f"{rel}/e6", "e6_feature_weights.png", "E6: learned weight per feature against the truth"),
         "",
     ]
+
+
+def _e7(out: Path, rel: str) -> list[str]:
+    """E7, scale in n (``benchmarks/bench_scale_n.py``, its own run and output folder ``e7/``)."""
+    table_path = out / "e7" / "E7.md"
+    if not table_path.exists():
+        return []
+    path = out / "e7" / "E7.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    info, st = doc.get("machine", {}), doc.get("settings", {})
+    nys = st.get("nystroem", {})
+    gamma = "scikit-learn's default 1 / n_features" if nys.get("gamma") is None else f"{nys['gamma']:g}"
+    table = table_path.read_text().rstrip("\n").splitlines()
+    return [
+        "## E7 — scale in n: time, test error and peak memory versus the training size",
+        "",
+        f"`{info.get('command', 'python benchmarks/bench_scale_n.py')}` (commit {info.get('git_commit', '?')}, "
+        f"{doc.get('started', '?')}, "
+        + ("**smoke run: tiny sizes, timings mean nothing**" if st.get("smoke") else "full run")
+        + "); "
+        f"{info.get('cpu', '?')}, {info.get('cores', '?')} cores, {info.get('memory_gib', '?')} GiB; Python "
+        f"{info.get('python', '?')}, numpy {info.get('numpy', '?')}, scikit-learn {info.get('scikit-learn', '?')}; "
+        f"load average {_loadavg(info.get('load_average_start'))} at the start, "
+        f"{_loadavg(info.get('load_average_end'))} at the end.",
+        "",
+        "Every (data set, n, method) point is a fresh Python process fitting on "
+        f"{st.get('threads', 1)} thread(s) (BLAS, OpenMP and MWUMKL), so its peak RSS (`VmHWM` of the "
+        "child: interpreter, imports, its data, the fit and the prediction) is its own; data are generated "
+        "or parsed once beforehand and not timed. Training sets are nested prefixes of one shuffled pool; "
+        "cod-rna = LIBSVM's training and test files pooled, a test set held out, min-max scaled on each "
+        "point's training rows; synthetic = 20 uniform features, a checkerboard on two and a radial term "
+        "on two more, 5 % label noise, its own test rows (the sizes are under each table). **MWUMKL** = "
+        "`MWUMKLClassifier()` with its defaults (two-stage solver from 10^4 rows), after an untimed "
+        "warm-up fit that loads numba's kernels; **LinearSVC** = `LinearSVC()`; **Nystroem+LinearSVC** = "
+        f"Nystroem (RBF, gamma {gamma}, {nys.get('n_components', 500)} components) + `LinearSVC()`. "
+        "Time = wall-clock seconds of `fit`. Slopes: least squares of log time on log n. Targets (the "
+        f"issue's): MWUMKL's slope <= {st.get('target_slope', 1.2)}; from n = "
+        f"{st.get('target_min_n', 100000)}, MWUMKL's time <= Nystroem+LinearSVC's and its error <= "
+        f"Nystroem+LinearSVC's + {100 * st.get('error_margin', 0.003):.1f} points.",
+        "",
+        *table,
+        "",
+        _img(f"{rel}/e7", "e7_time.png", "E7: fit time versus n, log-log, with fitted slopes"),
+        "",
+        _img(f"{rel}/e7", "e7_error.png", "E7: test error versus n"),
+        "",
+        _img(f"{rel}/e7", "e7_memory.png", "E7: peak RSS versus n"),
+        "",
+    ]
+
+
+def _loadavg(values) -> str:
+    return "?" if not values else " / ".join(f"{v:.2f}" for v in values)
 
 
 def write_report(out, report_path) -> Path:

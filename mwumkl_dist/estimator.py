@@ -133,9 +133,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         3.7 % test error in about 20 s (one core) where the MWU fit takes
         minutes; a9a 14.8 % in 10 s.  The model is a kernel expansion on the
         500 landmark rows (``support_``), predicted and saved as any other.
-        ``"auto"``: two-stage from 10000 training rows for in-memory feature
-        data with a finite ``C``, the local engine and no checkpoint; else
-        ``"mwu"``.  ``solver_`` records the one used.
+        The linear stage runs on the estimator's engine: ``n_shards`` shards
+        (on Dask workers with ``engine="dask"``) each hold their rows'
+        features, reading a data store block by block; features beyond a
+        shard's memory budget (a quarter of a Dask worker's ``memory_limit``)
+        go to a temporary file.  The model is the same,
+        bit for bit, for every engine, shard count and thread count.
+        ``"auto"``: two-stage from 10000 training rows for feature rows (in
+        memory or in a data store) with a finite ``C``, on the CPU and without
+        a checkpoint; else ``"mwu"``.  ``solver_`` records the one used.
     engine : {"local", "dask"}, default="local"
         Where the shards live: in this process, or on Dask workers.
     device : {"cpu", "cuda"}, default="cpu"
@@ -253,6 +259,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Only after a two-stage fit: the rows the kernel weights were learnt on.
     n_components_ : int or ndarray of shape (n_problems,)
         Only after a two-stage fit: the rank of each binary problem's Nystroem map.
+    features_spilled_ : bool
+        Only after a two-stage fit: whether a shard kept its Nystroem features in a
+        temporary file (they exceeded its memory budget; see
+        :func:`mwumkl_dist.two_stage.feature_memory_budget`).
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.

@@ -49,6 +49,8 @@ __all__ = [
     "kernel_weights",
     "reduce_candidates",
     "bias_and_scale",
+    "training_errors",
+    "guarded_bias",
     "solve",
 ]
 
@@ -250,6 +252,56 @@ def bias_and_scale(pos_sum: float, neg_sum: float) -> tuple[float, float]:
         )
         return 0.0, 1.0
     return (neg_sum - pos_sum) / total, 1.0 / total
+
+
+def training_errors(scores, y_pm, weights=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(b, err)``: the weighted training error ``err[k]`` of ``sign(scores + b[k])`` for every distinct split.
+
+    The candidate biases put the threshold between each pair of adjacent
+    distinct scores, below all of them (every point positive) and above all
+    (every point negative); ``err`` is the weighted fraction misclassified.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    y_pm = np.asarray(y_pm, dtype=np.float64)
+    w = np.ones(len(scores)) if weights is None else np.asarray(weights, dtype=np.float64)
+    order = np.argsort(scores, kind="stable")
+    s, pos, neg = scores[order], np.where(y_pm[order] > 0, w[order], 0.0), np.where(y_pm[order] > 0, 0.0, w[order])
+    last = np.flatnonzero(np.r_[s[1:] != s[:-1], True])  # the last point of each run of equal scores
+    # Threshold after run k: points up to it negative, the rest positive.
+    pos_below = np.r_[0.0, np.cumsum(pos)[last]]
+    neg_above = neg.sum() - np.r_[0.0, np.cumsum(neg)[last]]
+    edges = s[last]
+    cuts = np.r_[edges[0] - 1.0, 0.5 * (edges[:-1] + edges[1:]), edges[-1] + 1.0] if len(s) else np.zeros(1)
+    return -cuts, (pos_below + neg_above) / max(w.sum(), 1e-300)
+
+
+def guarded_bias(
+    scores, y_pm, bias: float, weights=None, *, against_best: bool = True, slack: float = 0.01
+) -> tuple[float, float, float, float]:
+    """The MWU bias, or the training-error-minimising one where the MWU bias is clearly worse.
+
+    ``scores`` are the decision values without bias on training points.  The
+    bias is replaced when its weighted error exceeds the majority class's (the
+    all-positive or all-negative classifier), or (``against_best``) the best
+    bias's by more than ``slack`` and two standard errors of its error on
+    these points (the best bias is chosen on them, so a small gap is noise):
+    few iterations (a large ``epsilon``) leave the authors' bias far off on
+    noisy data.  Returns ``(bias, its error, the MWU bias's error, the
+    majority class's error)``.
+    """
+    b, err = training_errors(scores, y_pm, weights)
+    scores = np.asarray(scores, dtype=np.float64)
+    w = np.ones(len(scores)) if weights is None else np.asarray(weights, dtype=np.float64)
+    wrong = (scores + bias > 0) != (np.asarray(y_pm) > 0)  # a zero score predicts the negative class
+    own = float(w[wrong].sum() / max(w.sum(), 1e-300))
+    majority = float(min(err[0], err[-1]))
+    best = int(np.argmin(err))
+    margin = max(slack, 2.0 * math.sqrt(own * (1.0 - own) / max(len(scores), 1)))
+    if own > majority or (against_best and own > err[best] + margin):
+        ties = np.flatnonzero(err == err[best])
+        pick = ties[np.argmin(np.abs(b[ties] - bias))]  # among equally good biases, the nearest to the MWU's
+        return float(b[pick]), float(err[pick]), own, majority
+    return float(bias), own, own, majority
 
 
 def class_totals(parts, y: np.ndarray) -> tuple[float, float]:

@@ -94,6 +94,7 @@ def _model_meta(estimator) -> dict:
         "solver_": getattr(estimator, "solver_", "mwu"),
         "weight_points_": getattr(estimator, "weight_points_", None),
         "n_components_": np.asarray(estimator.n_components_).tolist() if hasattr(estimator, "n_components_") else None,
+        "features_spilled_": getattr(estimator, "features_spilled_", None),
     }
 
 
@@ -224,6 +225,7 @@ def _estimator_from(cls, meta: dict, data):
         est.weight_points_ = int(meta["weight_points_"])
         n_components = meta["n_components_"]
         est.n_components_ = n_components if isinstance(n_components, int) else np.asarray(n_components)
+        est.features_spilled_ = bool(meta.get("features_spilled_", False))
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

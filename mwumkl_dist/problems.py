@@ -134,6 +134,9 @@ class TrainingInput(Protocol):
     def fold_data(self, kept, train: np.ndarray, test: np.ndarray) -> tuple[object, object, dict]:
         """``(X_train, X_test, params)`` of one cross-validation fold (in-memory inputs)."""
 
+    def scoring_rows(self, rows: np.ndarray, support: np.ndarray):
+        """``(X, support)`` for the predictor's decision values of training ``rows`` (None: not readable)."""
+
     def subset(self, rows: np.ndarray) -> TrainingInput:
         """The same input on the training points ``rows`` only (sorted; e.g. those of non-zero sample weight).
 
@@ -276,6 +279,9 @@ class _FeatureData:
     def fold_data(self, kept, train, test):
         return self.X[train], self.X[test], {"kernels": kept}
 
+    def scoring_rows(self, rows, support):
+        return self.X[rows], support
+
 
 class FeatureInput(_FeatureData):
     """Feature rows with a :class:`KernelSet` (any kernel specs, or one random bank)."""
@@ -292,6 +298,10 @@ class FeatureInput(_FeatureData):
 
     def subset(self, rows):
         return self if len(rows) == self.n_samples else FeatureInput(self.X[rows], self.y[rows], self.kernels)
+
+    def rows_in_memory(self, rows) -> FeatureInput:
+        """The training input of ``rows`` (the two-stage fit's weight subsample)."""
+        return self.subset(rows)
 
     def combined_gram(self, weights):
         return combined_kernel(self.kernel_set, self._csr, self._csr, weights)
@@ -354,6 +364,11 @@ class PrecomputedInput:
     def cross_validation_input(self, size: int, seed: int):
         return self
 
+    def scoring_rows(self, rows, support):
+        """Only the support columns of the rows' kernels (the predictor reads no others)."""
+        K = self.K[np.ix_(np.arange(self.K.shape[0]), np.asarray(rows), np.asarray(support))]
+        return K, np.arange(len(support))
+
     def kernels_with_trace(self, rows, check: bool = False):
         traces = np.diagonal(self.K, axis1=1, axis2=2)[:, rows].sum(axis=1)  # a view: no (m, n, n) copy
         if check:
@@ -400,15 +415,22 @@ class DataStoreInput(_StoreData):
         super().__init__(store)
         self.kernels = kernels
         self.n_features_in = store.n_features
-        self._kernels = KernelSet(kernels, store.n_features)
-        self.kernel_names = self._kernels.names()
-        self.traces = _bank_traces(self._kernels, store.n_samples)
+        self.kernel_set = KernelSet(kernels, store.n_features)
+        self.kernel_names = self.kernel_set.names()
+        self.traces = _bank_traces(self.kernel_set, store.n_samples)
 
     def binary(self, y_pm):
-        return DataStoreProblem(self.store, y_pm, self._kernels)
+        return DataStoreProblem(self.store, y_pm, self.kernel_set)
 
     def support_vectors(self, indices):
         return self.store.take_rows(indices)
+
+    def rows_in_memory(self, rows) -> FeatureInput:
+        """The training input of ``rows``, read from the store (the two-stage fit's weight subsample)."""
+        return FeatureInput(self.store.take_rows(rows), self.y[rows], self.kernels)
+
+    def scoring_rows(self, rows, support):
+        return self.store.take_rows(rows), support
 
     def cross_validation_input(self, size: int, seed: int):
         """About ``2 * size`` of the store's rows, whole chunks in a random order, in memory."""
@@ -430,6 +452,9 @@ class KernelStoreInput(_StoreData):
 
     def support_vectors(self, indices):
         return None
+
+    def scoring_rows(self, rows, support):
+        return None  # scattered kernel rows are not read
 
     def cross_validation_input(self, size: int, seed: int):
         return None  # (m, r, r) blocks of scattered rows: not read (C="auto" takes a fixed value)

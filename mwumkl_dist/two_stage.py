@@ -30,8 +30,12 @@ and a linear solve on ``n x r`` features: linear in ``n``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -40,7 +44,9 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from .kernels import KernelSet
+from .partition import aligned_ranges
 from .polish import kernel_traces
+from .stores import DataStore
 
 __all__ = [
     "WEIGHT_POINTS",
@@ -55,8 +61,17 @@ __all__ = [
     "unit_weights",
     "fit_linear",
     "fit_squared_hinge",
+    "solve_squared_hinge",
     "weighted_kernel",
     "all_traces",
+    "row_blocks",
+    "FeatureBlocks",
+    "feature_memory_budget",
+    "LinearShard",
+    "LocalShards",
+    "LinearStageProblem",
+    "linear_row_ranges",
+    "linear_shards",
     "fit_two_stage",
     "SOLVERS",
     "AUTO_TWO_STAGE_POINTS",
@@ -199,22 +214,26 @@ def weighted_kernel(kernel_set: KernelSet, X, Z, weights, parallel: bool = True)
     return out
 
 
-def _map_blocks(fn, n_rows: int) -> list:
-    """``[fn(lo, hi) for each fixed row block]``, over this thread's threads (``n_jobs``) when there are several.
+def row_blocks(start: int, stop: int, row_block: int = _ROW_BLOCK) -> list[tuple[int, int]]:
+    """The fixed row blocks of rows ``[start, stop)``: ``row_block`` rows each, from ``start`` (a multiple of it)."""
+    return [(lo, min(lo + row_block, stop)) for lo in range(start, stop, row_block)]
 
-    The blocks are fixed (:data:`_ROW_BLOCK` rows) and the results come back in
-    block order, so whatever is summed from them does not depend on the thread count.
+
+def _map(fn, items) -> list:
+    """``[fn(item) for item in items]`` over this thread's threads (``n_jobs``), the results in order.
+
+    Whatever is summed from the results, in their order, does not depend on the thread count.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from ._columns import get_num_threads
 
-    blocks = [(lo, min(lo + _ROW_BLOCK, n_rows)) for lo in range(0, n_rows, _ROW_BLOCK)]
-    n_threads = min(get_num_threads(), len(blocks))
+    items = list(items)
+    n_threads = min(get_num_threads(), len(items))
     if n_threads <= 1:
-        return [fn(lo, hi) for lo, hi in blocks]
+        return [fn(item) for item in items]
     with ThreadPoolExecutor(n_threads) as pool:
-        return list(pool.map(lambda b: fn(*b), blocks))
+        return list(pool.map(fn, items))
 
 
 @dataclass
@@ -239,15 +258,19 @@ class NystroemMap:
                                                       self.weights)  # fmt: skip
         return out
 
+    def features(self, X) -> np.ndarray:
+        """``phi(X)`` of one block of rows, on this thread."""
+        return weighted_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False) @ self.projection
+
     def transform(self, X) -> np.ndarray:
         """The features ``phi(X)``, ``(n, rank)``, in fixed row blocks (over threads when there are several)."""
         out = np.empty((X.shape[0], self.rank))
 
-        def block(lo, hi):
-            K = weighted_kernel(self.kernel_set, X[lo:hi], self.landmarks, self.weights, parallel=False)
-            out[lo:hi] = K @ self.projection
+        def block(bounds):
+            lo, hi = bounds
+            out[lo:hi] = self.features(X[lo:hi])
 
-        _map_blocks(block, X.shape[0])
+        _map(block, row_blocks(0, X.shape[0]))
         return out
 
     def expansion(self, coef) -> np.ndarray:
@@ -317,34 +340,292 @@ def _line_search(vd, dd, m, q, cw, C) -> float:
     return float(-alphas[k] / betas[k]) if betas[k] > 0 else 0.0
 
 
-def _active_system(F, y, cw, A):
-    """``(I + Z_A' D Z_A, Z_A' D y_A)`` with ``Z = [F, 1]``, ``D = diag(cw)``, summed over fixed row blocks."""
-    r = F.shape[1]
-    bounds = np.searchsorted(A, np.arange(0, F.shape[0] + _ROW_BLOCK, _ROW_BLOCK))
+def feature_memory_budget() -> int:
+    """Bytes a shard may hold features in before it spills them to disk (see :class:`LinearShard`).
 
-    def part(lo, hi):  # the active rows of row block [lo, hi)
-        rows = A[bounds[lo // _ROW_BLOCK] : bounds[lo // _ROW_BLOCK + 1]]
-        if not len(rows):
-            return None
-        sw = np.sqrt(cw[rows])
-        Z = np.empty((len(rows), r + 1))
-        Z[:, :r] = F[rows]
-        Z[:, r] = 1.0
-        Z *= sw[:, None]
-        return Z.T @ Z, Z.T @ (sw * y[rows])
+    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else a quarter of a Dask
+    worker's ``memory_limit`` on a worker that has one (a warm worker holds
+    about 300 MB itself, and Dask pauses it at 80 % of the limit), or half of
+    the machine's available memory.  Call it on the worker's task thread
+    (:class:`LinearShard` does, when it is built).
+    """
+    env = os.environ.get("MWUMKL_FEATURE_MEMORY")
+    if env:
+        return int(float(env))
+    limit = None
+    try:
+        from distributed import get_worker
 
-    H = np.zeros((r + 1, r + 1))
-    rhs = np.zeros(r + 1)
-    for p in _map_blocks(part, F.shape[0]):  # summed in block order
-        if p is not None:
-            H += p[0]
-            rhs += p[1]
-    H[np.diag_indices(r + 1)] += 1.0
-    return H, rhs
+        limit = getattr(getattr(get_worker(), "memory_manager", None), "memory_limit", None)
+    except (ImportError, ValueError):
+        pass
+    if limit:
+        return int(limit // 4)
+    return int(_available_memory() // 2)
 
 
-def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100):
-    """The 2-norm soft-margin SVM on features ``F`` by a finite Newton method: ``(coef, intercept)``.
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _scratch_dir() -> str:
+    """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
+    env = os.environ.get("MWUMKL_SCRATCH")
+    if env:
+        return env
+    try:
+        from distributed import get_worker
+
+        return get_worker().local_directory
+    except (ImportError, ValueError, AttributeError):
+        return tempfile.gettempdir()
+
+
+class FeatureBlocks:
+    """A shard's feature blocks, in memory or spilled to an (unlinked) temporary file read back block by block.
+
+    Spilled, the shard's memory holds one block per thread at a time; the file
+    vanishes when it is closed, or with the process.
+    """
+
+    def __init__(self, sizes, rank: int, spill_dir: str | None = None):
+        self.sizes = [int(s) for s in sizes]
+        self.rank = int(rank)
+        self._blocks: list = [None] * len(self.sizes)
+        self._fd = None
+        if spill_dir is not None:
+            fd, path = tempfile.mkstemp(prefix="mwumkl-features-", suffix=".f64", dir=spill_dir)
+            os.unlink(path)
+            self._fd = fd
+            self._offsets = np.concatenate(([0], np.cumsum(self.sizes))) * self.rank * 8
+
+    @property
+    def spilled(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes) * self.rank * 8
+
+    def put(self, i: int, F: np.ndarray) -> None:
+        if self._fd is None:
+            self._blocks[i] = F
+            return
+        view = memoryview(np.ascontiguousarray(F, dtype=np.float64)).cast("B")
+        offset, done = int(self._offsets[i]), 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], offset + done)
+
+    def get(self, i: int) -> np.ndarray:
+        if self._fd is None:
+            return self._blocks[i]
+        out = np.empty((self.sizes[i], self.rank))
+        view = memoryview(out).cast("B")
+        offset, done = int(self._offsets[i]), 0
+        while done < len(view):
+            got = os.preadv(self._fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"spilled features: short read in block {i}")
+            done += got
+        return out
+
+    def close(self) -> None:
+        self._blocks = [None] * len(self.sizes)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _GivenFeatures:
+    """The rows are the features themselves (:func:`fit_squared_hinge` on an array)."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+    def features(self, X) -> np.ndarray:
+        return np.asarray(X, dtype=np.float64)
+
+
+def _one_blas_thread():
+    """BLAS on one thread: products and solves whose bits would change with its thread count."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+class LinearShard:
+    """Rows ``[start, stop)`` of the linear stage: their features of one binary problem's combined kernel.
+
+    ``rows`` are the shard's rows (an array or CSR matrix, its row 0 being row
+    ``start``) or a :class:`~mwumkl_dist.stores.DataStore`, read block by block
+    and never held whole.  The rows are cut into the fixed blocks of
+    :func:`row_blocks` (``start`` is a multiple of ``row_block``), so every
+    sharding evaluates the same blocks with the same operations: the driver
+    sums their parts in row order and gets the same bits for any sharding.
+    Features are held in memory, or spilled to a temporary file when they
+    exceed :func:`feature_memory_budget` where the shard is built (``spill="auto"``; True/False force it).
+    The shard keeps no iteration state (the active rows come with each call),
+    so a lost shard is rebuilt by loading its problem again.
+    """
+
+    #: What the Dask engine's shard servers may call.
+    REMOTE_METHODS = frozenset({"trace_parts", "load_problem", "active_parts", "direction", "info"})
+
+    def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, spill="auto"):
+        row_block = _ROW_BLOCK if row_block is None else int(row_block)
+        if start % row_block:
+            raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
+        self.rows, self.start, self.stop = rows, int(start), int(stop)
+        self.kernel_set = kernel_set
+        self.blocks = row_blocks(self.start, self.stop, row_block)
+        self.spill = spill
+        # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
+        # which cannot see the worker's memory limit or local directory).
+        self._budget, self._scratch = feature_memory_budget(), _scratch_dir()
+        self.features_: FeatureBlocks | None = None
+        self.y = self.cw = None
+
+    def _read(self, lo: int, hi: int):
+        if isinstance(self.rows, DataStore):
+            return self.rows.read_rows(lo, hi)
+        return self.rows[lo - self.start : hi - self.start]
+
+    def _local(self, i: int) -> slice:
+        lo, hi = self.blocks[i]
+        return slice(lo - self.start, hi - self.start)
+
+    def trace_parts(self) -> list:
+        """Every kernel's trace on each block (summed by the driver in row order)."""
+        return _map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
+
+    def load_problem(self, feature_map, y, cw) -> bool:
+        """Compute the rows' features under ``feature_map`` (``.rank``, ``.features(X)``); labels +-1, ``C c_j``.
+
+        Returns whether the features were spilled to disk.
+        """
+        self.close()
+        sizes = [hi - lo for lo, hi in self.blocks]
+        nbytes = sum(sizes) * feature_map.rank * 8
+        spill = self.spill is True or (self.spill == "auto" and nbytes > self._budget)
+        self.features_ = FeatureBlocks(sizes, feature_map.rank, self._scratch if spill else None)
+        self.y = np.asarray(y, dtype=np.float64)
+        self.cw = np.asarray(cw, dtype=np.float64)
+
+        def build(i):
+            self.features_.put(i, feature_map.features(self._read(*self.blocks[i])))
+
+        with _one_blas_thread():
+            _map(build, range(len(self.blocks)))
+        return self.features_.spilled
+
+    def active_parts(self, active_bits) -> list:
+        """Per block, ``(Z_A' D Z_A, Z_A' D y_A)`` over its active rows (``Z = [F, 1]``, ``D = diag(C c)``), or None.
+
+        ``active_bits``: ``np.packbits`` of the shard's active-row mask.
+        """
+        active = np.unpackbits(active_bits, count=self.stop - self.start).astype(bool)
+        r = self.features_.rank
+
+        def part(i):
+            rows = np.flatnonzero(active[self._local(i)])
+            if not len(rows):
+                return None
+            F = self.features_.get(i)
+            y, cw = self.y[self._local(i)][rows], self.cw[self._local(i)][rows]
+            sw = np.sqrt(cw)
+            Z = np.empty((len(rows), r + 1))
+            Z[:, :r] = F[rows]
+            Z[:, r] = 1.0
+            Z *= sw[:, None]
+            return Z.T @ Z, Z.T @ (sw * y)
+
+        with _one_blas_thread():
+            return _map(part, range(len(self.blocks)))
+
+    def direction(self, d) -> np.ndarray:
+        """``F d[:r] + d[r]`` on the shard's rows."""
+        r = self.features_.rank
+        with _one_blas_thread():
+            parts = _map(lambda i: self.features_.get(i) @ d[:r] + d[r], range(len(self.blocks)))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def info(self) -> dict:
+        """The shard's rows, its features' rank and bytes, and whether they are spilled to disk."""
+        f = self.features_
+        return {"rows": self.stop - self.start, "rank": 0 if f is None else f.rank,
+                "feature_bytes": 0 if f is None else f.nbytes, "spilled": f is not None and f.spilled}  # fmt: skip
+
+    def close(self) -> None:
+        if self.features_ is not None:
+            self.features_.close()
+            self.features_ = None
+
+
+class LocalShards:
+    """Linear-stage shards in this process, with the Dask engine's ``map`` (the same calls, the same bits)."""
+
+    def __init__(self, shards):
+        self.shards = list(shards)
+        self.restore = None  # the Dask engine's rebuild hook; nothing is lost here
+
+    @property
+    def row_ranges(self) -> list[tuple[int, int]]:
+        return [(s.start, s.stop) for s in self.shards]
+
+    def map(self, method: str, args_for=None, shared: bool = False) -> list:
+        """``shard.method(*args_for((start, stop)))`` on every shard, the results in row order."""
+        return [getattr(s, method)(*(args_for((s.start, s.stop)) if args_for else ())) for s in self.shards]
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.close()
+
+
+def linear_row_ranges(n_samples: int, n_shards: int, row_block: int = _ROW_BLOCK) -> list[tuple[int, int]]:
+    """Row ranges of the linear stage's shards: on row-block boundaries (at most one shard per block)."""
+    n_blocks = max(1, -(-n_samples // row_block))
+    return aligned_ranges(n_samples, row_block, min(int(n_samples and n_shards), n_blocks))
+
+
+class LinearStageProblem:
+    """The linear stage of a training input as a problem for :class:`~mwumkl_dist.engines.dask.DaskEngine`.
+
+    Its shards are :class:`LinearShard`; a store's shards read their rows on
+    their workers, an array's shards are sent their rows.
+    """
+
+    n_kernels = 1  # the engine's kernel axis is not used
+
+    def __init__(self, data, row_block: int = _ROW_BLOCK, spill="auto"):
+        self.source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
+        self.n_samples = data.n_samples
+        self.kernel_set = data.kernel_set
+        self.row_block = row_block
+        self.spill = spill
+
+    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
+        return linear_row_ranges(self.n_samples, n_shards, self.row_block)
+
+    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        return [(0, 1)]
+
+    def shard_factory(self, start: int, stop: int, kernels=None):
+        rows = self.source if isinstance(self.source, DataStore) else self.source[start:stop]
+        return functools.partial(LinearShard, rows, start, stop, self.kernel_set, self.row_block, self.spill)
+
+    def make_shard(self, start: int, stop: int, kernels=None) -> LinearShard:
+        return self.shard_factory(start, stop, kernels)()
+
+
+def solve_squared_hinge(shards, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100):
+    """The 2-norm soft-margin SVM on the shards' loaded features by a finite Newton method: ``(coef, intercept)``.
 
     Minimises ``1/2 (|w|^2 + b^2) + C/2 sum_j c_j max(0, 1 - y_j (w' f_j + b))^2``
     (``c_j`` = ``sample_weight``, 1 by default; the bias regularised as
@@ -353,14 +634,17 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     active set ``A = {j : y_j o_j < 1}``, ``(I + C Z_A' D_A Z_A) v = C Z_A' D_A y_A``
     with ``Z = [F, 1]``, each followed by an exact line search.  It ends when the
     active set repeats with a full step (the exact optimum), when the objective
-    stops decreasing (relative ``tol``), or after ``max_iter`` steps.  Cost per
-    step: one ``n_A x r`` Gram product (BLAS) and two products with ``F``.
+    stops decreasing (relative ``tol``), or after ``max_iter`` steps.  Per step
+    the shards add their blocks' Gram parts (one ``n_A x r`` product each) and
+    return ``F d`` (``n`` values); the driver keeps the outputs ``o`` (``O(n)``).
+    ``shards``: :class:`LocalShards` or a Dask engine of :class:`LinearShard`,
+    their problems loaded with ``cw = C c``.
     """
-    F = np.asarray(F, dtype=np.float64)
     y = np.asarray(y_pm, dtype=np.float64)
-    n, r = F.shape
+    n = len(y)
     cw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     C = float(C)
+    r = int(shards.map("info")[0]["rank"])
     v = np.zeros(r + 1)
     o = np.zeros(n)
 
@@ -371,16 +655,24 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     f_old = objective(v, o)
     previous = None
     for _ in range(max_iter):
-        A = np.flatnonzero(y * o < 1.0)
-        H, rhs = _active_system(F, y, C * cw, A)
+        active = y * o < 1.0
+        H = np.zeros((r + 1, r + 1))
+        rhs = np.zeros(r + 1)
+        for parts in shards.map("active_parts", lambda rows, a=active: (np.packbits(a[rows[0] : rows[1]]),)):
+            for p in parts:  # in row order
+                if p is not None:
+                    H += p[0]
+                    rhs += p[1]
+        H[np.diag_indices(r + 1)] += 1.0
         target = np.linalg.solve(H, rhs)
         d = target - v
-        delta = F @ d[:r] + d[r]
+        delta = np.concatenate(shards.map("direction", lambda rows, d=d: (d,), shared=True))
         t = _line_search(v @ d, d @ d, 1.0 - y * o, y * delta, cw, C)
         t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
         v = v + t * d
         o = o + t * delta
         f_new = objective(v, o)
+        A = np.flatnonzero(active)
         same = previous is not None and np.array_equal(A, previous)
         if (t == 1.0 and same) or f_old - f_new <= tol * max(f_old, 1e-300):
             break
@@ -388,11 +680,26 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     return v[:r].copy(), float(v[r])
 
 
+def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100):
+    """:func:`solve_squared_hinge` on in-memory features ``F`` (``(n, r)``): ``(coef, intercept)``."""
+    F = np.asarray(F, dtype=np.float64)
+    y = np.asarray(y_pm, dtype=np.float64)
+    cw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    shard = LinearShard(F, 0, F.shape[0], spill=False)
+    shard.load_problem(_GivenFeatures(F.shape[1]), y, float(C) * cw)
+    return solve_squared_hinge(LocalShards([shard]), y, C, cw, tol=tol, max_iter=max_iter)
+
+
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:
-    """Traces of every kernel on the rows of ``X``, in row blocks (exact sums of the block sums)."""
-    total = np.zeros(len(kernel_set))
-    for a in range(0, X.shape[0], 1 << 16):
-        total += kernel_traces(kernel_set, X[a : a + (1 << 16)])
+    """Traces of every kernel on the rows of ``X``: the block traces of :func:`row_blocks`, summed in order."""
+    shard = LinearShard(X, 0, X.shape[0], kernel_set, spill=False)
+    return _sum_parts(shard.trace_parts(), len(kernel_set))
+
+
+def _sum_parts(parts, size: int) -> np.ndarray:
+    total = np.zeros(size)
+    for p in parts:
+        total += p
     return total
 
 
@@ -405,14 +712,14 @@ def check_solver(solver) -> str:
 
 def two_stage_blocker(data, C, estimator=None) -> str | None:
     """Why the two-stage fit cannot run on ``data`` with ``C`` and ``estimator``'s settings (None: it can)."""
-    if not hasattr(data, "kernel_set") or not hasattr(data, "X"):
-        return "precomputed kernels or a store (it needs in-memory feature rows)"
+    if not hasattr(data, "kernel_set"):
+        return "precomputed kernels (it needs feature rows, in memory or in a data store)"
     if C is not None and np.isinf(C):
         return "the hard margin (C = inf)"
-    if estimator is not None and getattr(estimator, "engine", "local") != "local":
-        return 'engine="dask" (it runs in this process)'
     if estimator is not None and getattr(estimator, "checkpoint", None) is not None:
         return "checkpoints (they hold the MWU iterations' state)"
+    if estimator is not None and getattr(estimator, "device", "cpu") != "cpu":
+        return f'device="{estimator.device}" (the two-stage fit runs on the CPU)'
     return None
 
 
@@ -420,9 +727,10 @@ def resolve_solver(solver, data, C, *, estimator=None, resume=None) -> str:
     """The solver a fit runs: "mwu" or "two-stage".
 
     ``"auto"``: the two-stage fit from :data:`AUTO_TWO_STAGE_POINTS` training
-    rows when it can run (in-memory feature rows, finite ``C``, the local
-    engine, no checkpoint) and the fit does not resume an MWU checkpoint; else
-    the MWU fit.  ``"two-stage"`` where it cannot run is a ValueError.
+    rows when it can run (feature rows in memory or in a data store, finite
+    ``C``, no checkpoint, the CPU; either engine) and the fit does not resume
+    an MWU checkpoint; else the MWU fit.  ``"two-stage"`` where it cannot run
+    is a ValueError.
     """
     solver = check_solver(solver)
     blocker = two_stage_blocker(data, C, estimator)
@@ -447,6 +755,31 @@ def _weight_params(estimator, C_rel) -> dict:
     return params
 
 
+@contextlib.contextmanager
+def linear_shards(estimator, data, client=None, row_block: int | None = None, spill="auto"):
+    """The linear stage's shards of ``data`` (``estimator.n_shards`` of them) on the estimator's engine.
+
+    Local: :class:`LocalShards` in this process; ``engine="dask"``: a
+    :class:`~mwumkl_dist.engines.dask.DaskEngine` of :class:`LinearShard` on
+    ``client``'s workers (each shard reads or is sent its own rows).  Both give
+    the same bits for any shard count.
+    """
+    row_block = _ROW_BLOCK if row_block is None else int(row_block)
+    problem = LinearStageProblem(data, row_block, spill)
+    if getattr(estimator, "engine", "local") == "dask":
+        from .engines.dask import DaskEngine
+        from .fitting import DEFAULT_WORKER_TIMEOUT
+
+        timeout = getattr(estimator, "worker_timeout", DEFAULT_WORKER_TIMEOUT)
+        shards = DaskEngine(problem, client, n_shards=estimator.n_shards, n_kernel_shards=1, timeout=timeout)
+    else:
+        shards = LocalShards(problem.make_shard(*rows) for rows in problem.row_ranges(estimator.n_shards))
+    try:
+        yield shards
+    finally:
+        shards.close()
+
+
 def fit_two_stage(
     estimator,
     data,
@@ -456,27 +789,32 @@ def fit_two_stage(
     rho: float,
     seed: int,
     sample_weight=None,
+    client=None,
     weight_points: int | None = None,
     n_components: int = N_COMPONENTS,
     prune: float = PRUNE,
-    linear: str = "newton",
+    row_block: int | None = None,
+    spill="auto",
 ) -> dict:
-    """The two-stage fit of ``estimator`` on in-memory feature rows ``data``: the fitted attributes by name.
+    """The two-stage fit of ``estimator`` on feature rows ``data``: the fitted attributes by name.
 
     Same contract as :func:`mwumkl_dist.fitting.fit_model` (whose arguments it
     takes), and the same attributes: the kernel weights, ``C_``, the
     selectivity and ``epsilon_`` come from the MWU fit on a stratified
-    subsample of ``weight_points`` rows (None: :func:`weight_points_for`; the estimator's own fit path, with
-    ``C="auto"``'s cross-validation); ``support_`` are the landmark rows and
-    ``dual_coef_`` the kernel expansion of the linear model on the Nystroem
-    features of each binary problem's combined kernel (see the module).
-    ``kernel_traces_`` are the traces on all rows; kernels with
-    ``mu_i < prune * max(mu)`` get weight 0 (the rest renormalised).  Also sets
-    ``solver_`` ("two-stage"), ``weight_points_`` and ``n_components_`` (the
-    rank of each problem's map).  ``linear``: "newton" (:func:`fit_squared_hinge`)
-    or "liblinear" (:func:`fit_linear`), the same problem.  ``probability=True``
-    calibrates on the decision values of polished MWU folds (the exact solution
-    of the problem the linear stage approximates), as a polished fit does.
+    subsample of ``weight_points`` rows (None: :func:`weight_points_for`; the
+    estimator's own fit path, with ``C="auto"``'s cross-validation, in this
+    process); ``support_`` are the landmark rows and ``dual_coef_`` the kernel
+    expansion of the linear model on the Nystroem features of each binary
+    problem's combined kernel (see the module), solved over the shards of
+    :func:`linear_shards` (``engine="dask"``: on ``client``'s workers; a data
+    store is read block by block, by the shards).  ``kernel_traces_`` are the
+    traces on all rows; kernels with ``mu_i < prune * max(mu)`` get weight 0
+    (the rest renormalised).  Also sets ``solver_`` ("two-stage"),
+    ``weight_points_``, ``n_components_`` (the rank of each problem's map) and
+    ``features_spilled_`` (whether a shard kept its features on disk).
+    ``probability=True`` calibrates on the decision values of polished MWU
+    folds (the exact solution of the problem the linear stage approximates),
+    as a polished fit does.
     """
     from . import auto
     from .fitting import drop_zero_weights, fit_model, training_classes
@@ -496,7 +834,7 @@ def fit_two_stage(
     missing = np.setdiff1d(classes, data.y[rows])  # a class too small to stratify: its first row joins
     if len(missing):
         rows = np.union1d(rows, [np.flatnonzero(data.y == c)[0] for c in missing])
-    sub = data.subset(rows)
+    sub = data.rows_in_memory(rows)
     sub_estimator = type(estimator)(**_weight_params(estimator, C_rel))
     sub_attrs = fit_model(sub_estimator, sub, epsilon=epsilon, C=C_rel, rho=rho, seed=seed,
                           sample_weight=None if sample_weight is None else sample_weight[rows])  # fmt: skip
@@ -507,31 +845,31 @@ def fit_two_stage(
     # 2. the Nystroem map of each problem's combined kernel on shared landmarks, 3. the linear solve.
     # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
     # the model must not; the kernel evaluations use this thread's numba threads (same bits for any count).
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        attrs = _full_stage(estimator, data, sub_attrs, classes, class_weight, sample_weight, kept, rows, C_rel,
-                            n_components=n_components, prune=prune, linear=linear, seed=seed, clock=clock)  # fmt: skip
-    return attrs
+    with linear_shards(estimator, data, client, row_block, spill) as shards, _one_blas_thread():
+        return _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sample_weight, kept, rows,
+                           C_rel, n_components=n_components, prune=prune, seed=seed, clock=clock)  # fmt: skip
 
 
-def _full_stage(estimator, data, sub_attrs, classes, class_weight, sample_weight, kept, rows, C_rel, *,
-                n_components, prune, linear, seed, clock) -> dict:  # fmt: skip
-    """Stages 2 and 3 of :func:`fit_two_stage` (see there): the fitted attributes."""
+def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sample_weight, kept, rows, C_rel, *,
+                n_components, prune, seed, clock) -> dict:  # fmt: skip
+    """Stages 2 and 3 of :func:`fit_two_stage` (see there) on ``shards``: the fitted attributes."""
     from .fitting import one_vs_rest_targets
     from .weights import problem_weights
 
     n = data.n_samples
     ks = data.kernel_set
-    traces = data.traces if data.traces is not None else all_traces(ks, data.X)
+    if data.traces is not None:
+        traces = data.traces
+    else:  # the blocks' traces, summed in row order
+        traces = _sum_parts((p for parts in shards.map("trace_parts") for p in parts), len(ks))
     landmarks = landmark_rows(n, n_components, seed)
-    L = data.X[landmarks]
+    L = data.support_vectors(landmarks)
     mus = np.atleast_2d(sub_attrs["kernel_weights_"]).astype(np.float64)
     targets = one_vs_rest_targets(classes)
     kernel_weights = np.zeros_like(mus)
     dual_coef = np.zeros((len(targets), len(landmarks)))
     intercept = np.zeros(len(targets))
-    ranks = []
+    ranks, spilled = [], False
     for k, target in enumerate(targets):
         mu = np.where(mus[k] >= prune * mus[k].max(), mus[k], 0.0)
         kernel_weights[k] = mu / mu.sum()
@@ -539,14 +877,20 @@ def _full_stage(estimator, data, sub_attrs, classes, class_weight, sample_weight
         fmap = nystroem_map(ks, L, w)
         y_pm = np.where(data.y == target, 1.0, -1.0)
         point_weights = problem_weights(data.y, classes, target, class_weight, sample_weight)
-        solve = fit_squared_hinge if linear == "newton" else fit_linear
-        features = fmap.transform(data.X)
+        cw = np.ones(n) if point_weights is None else np.asarray(point_weights, dtype=np.float64)
+        ccw = C_rel * cw
+
+        def load(rows, fmap=fmap, y_pm=y_pm, ccw=ccw):
+            return (fmap, y_pm[rows[0] : rows[1]], ccw[rows[0] : rows[1]])
+
+        shards.restore = lambda rows, load=load: [("load_problem", load(rows))]  # a rebuilt Dask shard
+        spilled |= any(shards.map("load_problem", load))
         clock.append(time.process_time())
-        coef, intercept[k] = solve(features, y_pm, C_rel, point_weights)
-        del features
+        coef, intercept[k] = solve_squared_hinge(shards, y_pm, C_rel, cw)
         clock.append(time.process_time())
         dual_coef[k] = n * fmap.expansion(coef)  # on the raw kernels: raw weights are mu / r = w / n
         ranks.append(fmap.rank)
+    shards.restore = None
     if estimator.probability:  # the same SVM as the exact polish solves: calibrated on polished folds
         from .fitting import platt_scaling, probability_input
 
@@ -575,13 +919,14 @@ def _full_stage(estimator, data, sub_attrs, classes, class_weight, sample_weight
         kernel_weights_=kernel_weights[0] if single else kernel_weights,
         raw_kernel_weights_=(kernel_weights / traces)[0] if single else kernel_weights / traces,
         support_=support,
-        support_vectors_=data.support_vectors(landmarks),
+        support_vectors_=L,
         dual_coef_=dual_coef,
         intercept_=intercept,
         polished_=False,
         solver_="two-stage",
         weight_points_=len(rows),
         n_components_=ranks[0] if single else np.array(ranks),
+        features_spilled_=bool(spilled),
     )
     if estimator.probability:
         attrs["probA_"], attrs["probB_"] = attrs_prob

@@ -215,7 +215,9 @@ def test_auto_solver_rule():
     assert two_stage.resolve_solver("mwu", data(n), None, estimator=est) == "mwu"
     assert two_stage.resolve_solver("auto", data(n), np.inf, estimator=est) == "mwu"
     assert two_stage.resolve_solver("auto", data(n), None, estimator=est, resume="ck.npz") == "mwu"
-    assert two_stage.resolve_solver("auto", data(n), None, estimator=MWUMKLClassifier(engine="dask")) == "mwu"
-    assert two_stage.resolve_solver("auto", SimpleNamespace(n_samples=n), None, estimator=est) == "mwu"  # a store
+    # Either engine, in memory or from a data store (both have feature rows and a kernel set).
+    assert two_stage.resolve_solver("auto", data(n), None, estimator=MWUMKLClassifier(engine="dask")) == "two-stage"
+    assert two_stage.resolve_solver("auto", data(n), None, estimator=MWUMKLClassifier(device="cuda")) == "mwu"
+    assert two_stage.resolve_solver("auto", SimpleNamespace(n_samples=n), None, estimator=est) == "mwu"  # precomputed
     with pytest.raises(ValueError, match="checkpoints"):
         two_stage.resolve_solver("two-stage", data(10), None, estimator=MWUMKLClassifier(checkpoint="c.npz"))

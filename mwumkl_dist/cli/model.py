@@ -480,10 +480,10 @@ def _training_data(args):
 
 def _planned_iterations(args, n: int, n_kernels: int) -> int:
     """The iteration count T of each binary problem, resolved as the estimator will."""
-    engine = args.engine or ("dask" if args.scheduler else "local")
     two_stage = args.solver == "two-stage" or (
-        args.solver == "auto" and args.store is None and n >= AUTO_TWO_STAGE_POINTS and engine == "local"
-        and args.checkpoint is None and args.resume is None and not (args.C != "auto" and math.isinf(args.C))
+        args.solver == "auto" and args.kernels != "precomputed" and n >= AUTO_TWO_STAGE_POINTS
+        and getattr(args, "device", "cpu") == "cpu" and args.checkpoint is None and args.resume is None
+        and not (args.C != "auto" and math.isinf(args.C))
     )  # fmt: skip
     if two_stage:  # the MWU iterations run on the weight subsample only
         n = weight_points_for(n)

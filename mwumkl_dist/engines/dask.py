@@ -312,6 +312,12 @@ class ShardServer:
     def _do_alpha(self):
         return self.shard.alpha_counts()
 
+    def _do_call(self, method, args):
+        """A method the shard lists in ``REMOTE_METHODS`` (shards of other stages, e.g. the two-stage fit's)."""
+        if method not in getattr(type(self.shard), "REMOTE_METHODS", ()):
+            raise AttributeError(f"{type(self.shard).__name__} has no remote method {method!r}")
+        return getattr(self.shard, method)(*args)
+
 
 class _Block:
     """Driver-side handle of one remote shard: rows [r0, r1) x kernels [k0, k1)."""
@@ -359,6 +365,9 @@ class DaskEngine:
         self._points: dict[int, object] = {}
         self._replayed = 0
         self._config = None
+        #: ``restore(rows) -> [(method, args), ...]``: what a rebuilt shard of rows ``rows`` is asked first (see
+        #: :meth:`map`; the MWU state is replayed by the engine itself).
+        self.restore = None
         row_ranges = problem.row_ranges(n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         if len(kernel_ranges) < n_kernel_shards:
@@ -545,6 +554,9 @@ class DaskEngine:
             done = self._picks[: self._replayed]
             if done:
                 self._call(block, "replay", np.asarray(done, dtype=np.int64), self._points)
+        if self.restore is not None:
+            for method, args in self.restore(block.rows):
+                self._call(block, "call", method, args)
 
     def _scheduler_alive(self) -> bool:
         try:
@@ -604,6 +616,20 @@ class DaskEngine:
             self._recover(b)
             results[id(b)] = self._call(b, method, *args_for(b))
         return [results[id(b)] for b in blocks]
+
+    def map(self, method: str, args_for=None, shared: bool = False) -> list:
+        """``shard.method(*args_for(rows))`` on every shard (a method in its ``REMOTE_METHODS``), in row order.
+
+        ``shared``: every shard gets the same arguments (pickled once).  A lost
+        shard is rebuilt, given :attr:`restore`'s calls, and asked again.
+        """
+        if args_for is None:
+            args_for, shared = (lambda rows: ()), True
+        return self._broadcast("call", lambda b: (method, args_for(b.rows)), key=(lambda b: None) if shared else None)
+
+    @property
+    def row_ranges(self) -> list[tuple[int, int]]:
+        return [b.rows for b in self.blocks]
 
     def _kernel_slice(self, b: _Block, per_kernel: np.ndarray) -> np.ndarray:
         return per_kernel[b.kernels[0] : b.kernels[1]]

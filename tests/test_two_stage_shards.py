@@ -1,0 +1,165 @@
+"""The two-stage fit's linear stage on shards: local, Dask, data stores, spilled features -- one model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mwumkl_dist import MWUMKLClassifier, two_stage
+from mwumkl_dist.stores import write_data_store
+
+ATTRS = ("kernel_weights_", "kernel_traces_", "support_", "support_vectors_", "dual_coef_", "intercept_", "C_")
+
+
+def _data(n=700, d=5, seed=0, classes=("no", "yes")):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    score = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.standard_normal(n)
+    y = np.asarray(classes)[np.digitize(score, np.quantile(score, np.linspace(0, 1, len(classes) + 1)[1:-1]))]
+    return X, y
+
+
+def _assert_identical(a, b):
+    for name in ATTRS:
+        va, vb = getattr(a, name), getattr(b, name)
+        va, vb = (v.toarray() if sp.issparse(v) else v for v in (va, vb))
+        np.testing.assert_array_equal(va, vb, err_msg=name)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(two_stage, "_ROW_BLOCK", 64)  # 11 row blocks of 64 rows: shards cut between them
+
+
+PARAMS = dict(C=10.0, solver="two-stage", kernels="poly:1,gaussian:0.5,gaussian:1,gaussian:2", n_jobs=1)
+
+
+def test_linear_row_ranges_follow_row_blocks():
+    assert two_stage.linear_row_ranges(700, 3, 64) == [(0, 256), (256, 448), (448, 700)]
+    assert two_stage.linear_row_ranges(100, 8, 64) == [(0, 64), (64, 100)]  # at most one shard per block
+    with pytest.raises(ValueError, match="row block"):
+        two_stage.LinearShard(np.zeros((10, 2)), 5, 15, row_block=64)
+
+
+@pytest.mark.timeout(120)
+def test_local_shards_store_and_spill_give_the_same_bits(small_blocks, tmp_path, monkeypatch):
+    X, y = _data()
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    assert ref.features_spilled_ is False
+    sharded = MWUMKLClassifier(**PARAMS, n_shards=4).fit(X, y)
+    _assert_identical(ref, sharded)
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=50)  # chunks unlike the row blocks
+    from_store = MWUMKLClassifier(**PARAMS, n_shards=3).fit(store)
+    _assert_identical(ref, from_store)
+    monkeypatch.setenv("MWUMKL_FEATURE_MEMORY", "1000")  # every shard's features go to disk
+    monkeypatch.setenv("MWUMKL_SCRATCH", str(tmp_path))
+    spilled = MWUMKLClassifier(**PARAMS, n_shards=2).fit(store)
+    assert spilled.features_spilled_ is True
+    _assert_identical(ref, spilled)
+    assert not list(tmp_path.glob("mwumkl-features-*"))  # unlinked: nothing left behind
+
+
+@pytest.mark.timeout(120)
+def test_sparse_rows_and_multiclass(small_blocks):
+    X, y = _data(n=500, classes=("a", "b", "c"))
+    Xs = sp.csr_matrix(np.where(X > 0.3, X, 0.0))
+    ref = MWUMKLClassifier(**PARAMS).fit(Xs, y)
+    assert ref.dual_coef_.shape == (3, 500) and ref.n_components_.shape == (3,)
+    _assert_identical(ref, MWUMKLClassifier(**{**PARAMS, "n_jobs": 2}, n_shards=3).fit(Xs, y))
+    dense = MWUMKLClassifier(**PARAMS).fit(Xs.toarray(), y)  # the same math; BLAS sees other operands
+    np.testing.assert_array_equal(dense.kernel_weights_, ref.kernel_weights_)
+    np.testing.assert_allclose(dense.decision_function(X), ref.decision_function(X), rtol=1e-9, atol=1e-9)
+    assert np.mean(ref.predict(Xs) == y) > 0.6
+
+
+def test_feature_blocks_round_trip_on_disk(tmp_path):
+    rng = np.random.default_rng(1)
+    blocks = [rng.standard_normal((n, 7)) for n in (5, 3, 9)]
+    store = two_stage.FeatureBlocks([5, 3, 9], 7, str(tmp_path))
+    assert store.spilled and store.nbytes == 17 * 7 * 8
+    for i in (2, 0, 1):  # any order: fixed offsets
+        store.put(i, blocks[i])
+    for i, b in enumerate(blocks):
+        np.testing.assert_array_equal(store.get(i), b)
+    store.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_newton_over_shards_equals_one_array(small_blocks):
+    rng = np.random.default_rng(3)
+    F = rng.standard_normal((300, 6))
+    y = np.where(F[:, 0] + 0.5 * rng.standard_normal(300) > 0, 1.0, -1.0)
+    c = rng.uniform(0.5, 2.0, 300)
+    one = two_stage.fit_squared_hinge(F, y, 3.0, c)
+    shards = []
+    for lo, hi in two_stage.linear_row_ranges(300, 3, 64):
+        s = two_stage.LinearShard(F[lo:hi], lo, hi, row_block=64, spill=False)
+        s.load_problem(two_stage._GivenFeatures(6), y[lo:hi], 3.0 * c[lo:hi])
+        shards.append(s)
+    three = two_stage.solve_squared_hinge(two_stage.LocalShards(shards), y, 3.0, c)
+    np.testing.assert_array_equal(one[0], three[0])
+    assert one[1] == three[1]
+
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as c:
+        yield c
+
+
+@pytest.mark.timeout(180)
+def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
+    X, y = _data()
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    on_dask = MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y)
+    assert on_dask.solver_ == "two-stage"
+    _assert_identical(ref, on_dask)
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=100)
+    _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=2).fit(store))
+
+
+@pytest.mark.timeout(180)
+def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
+    """A shard that stops answering mid-solve is rebuilt (its problem loaded again): the same model."""
+    from mwumkl_dist.engines import dask as dask_engine
+    from mwumkl_dist.engines.dask import DaskEngine
+
+    monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 0.2)  # no worker left: do not wait for one
+
+    X, y = _data()
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    calls = {"n": 0}
+    original = DaskEngine.map
+
+    def flaky(self, method, args_for=None, shared=False):
+        if method == "direction":
+            calls["n"] += 1
+        if method == "direction" and calls["n"] == 2:  # drop one shard's channel before the second Newton step
+            self.blocks[1].conn.close()
+        return original(self, method, args_for, shared)
+
+    rebuilt = []
+    original_recover = DaskEngine._recover
+    DaskEngine.map = flaky
+    DaskEngine._recover = lambda self, block: (rebuilt.append(block.rows), original_recover(self, block))[1]
+    try:
+        est = MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y)
+    finally:
+        DaskEngine.map, DaskEngine._recover = original, original_recover
+    assert rebuilt == [(256, 448)]
+    _assert_identical(ref, est)
+
+
+def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
+    def probe():
+        shard = two_stage.LinearShard(np.zeros((10, 2)), 0, 10)
+        return shard._budget, shard._scratch
+
+    budget, scratch = client.submit(probe, pure=False).result(timeout=60)
+    limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
+    assert budget in {limit // 4 for limit in limits}
+    assert "dask-scratch" in scratch  # the worker's local directory, not the temp directory
