@@ -555,8 +555,15 @@ class DaskEngine:
             if done:
                 self._call(block, "replay", np.asarray(done, dtype=np.int64), self._points)
         if self.restore is not None:
-            for method, args in self.restore(block.rows):
-                self._call(block, "call", method, args)
+            try:
+                for method, args in self.restore(block.rows):
+                    self._call(block, "call", method, args)
+            except (OSError, EOFError) as exc:
+                raise ShardLostError(
+                    f"shard rows {block.rows} was lost again while it was rebuilt on {block.worker} "
+                    f"({type(exc).__name__}: {exc}); a worker that dies on every rebuild may lack the memory "
+                    "its shard needs (see the worker's log)"
+                ) from exc
 
     def _scheduler_alive(self) -> bool:
         try:
