@@ -8,9 +8,13 @@ soft-margin SVM on a support set with the learned kernel weights, and the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
+from numba import njit, prange
 
+from . import _columns
 from .kernels import GAUSSIAN, LINEAR, POLYNOMIAL, KernelSet
 
 __all__ = ["kernel_traces", "combined_kernel", "kernel_matrices"]
@@ -117,22 +121,100 @@ def _dense_pair(kernels, X, Z):
     return _as_kernel_set(kernels, X.shape[1]), X, Z
 
 
-def combined_kernel(kernels, X, Z, weights) -> np.ndarray:
+@njit(cache=True, error_model="numpy", nogil=True)
+def _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, lo, hi):  # pragma: no cover
+    """``out[lo:hi] += sum_i w[i] K_i`` over one feature group's ``members`` (chain order), from its dots.
+
+    Every kernel value of an entry is computed in registers, in the plan's
+    chain order (a Gaussian's square from its source's value), with the
+    platform's ``exp``.  Entries are independent: any split of the rows gives the same bits.
+    """
+    vals = np.empty(kind.shape[0])
+    for a in range(lo, hi):
+        for b in range(dot.shape[1]):
+            dt = dot[a, b]
+            d2 = sqx[a] + sqz[b] - 2.0 * dt
+            if d2 < 0.0:
+                d2 = 0.0
+            acc = out[a, b]
+            for t in range(members.shape[0]):
+                i = members[t]
+                src = square_of[i]
+                if src >= 0:
+                    k = vals[src] * vals[src]
+                elif kind[i] == 0:
+                    k = dt
+                elif kind[i] == 1:
+                    base = dt + param_b[i]
+                    k = base
+                    for _ in range(int(param_a[i]) - 1):
+                        k *= base
+                else:
+                    k = math.exp(-param_a[i] * d2)
+                vals[i] = k
+                if w[i] != 0.0:
+                    acc += w[i] * k
+            out[a, b] = acc
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, n_chunks):  # pragma: no cover
+    n = dot.shape[0]
+    for c in prange(n_chunks):
+        _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, c * n // n_chunks,
+                      (c + 1) * n // n_chunks)  # fmt: skip
+
+
+def _combine(dot, sqx, sqz, plan_arrays, members, w, out, parallel: bool = True) -> None:
+    """:func:`_combine_rows` on all rows, in row chunks over this thread's numba threads (same bits)."""
+    work = dot.shape[0] * len(members) * max(1, dot.shape[1] // 64) if parallel else 0
+    with _columns._parallel(_columns._threads_for(work)) as n_chunks:
+        if n_chunks == 1:
+            _combine_rows(dot, sqx, sqz, *plan_arrays, members, w, out, 0, dot.shape[0])
+        else:
+            _combine_chunks(dot, sqx, sqz, *plan_arrays, members, w, out, n_chunks)
+
+
+def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray:
     """``sum_i weights[i] K_i(X, Z)`` as a dense ``(n_X, n_Z)`` array.
+
+    One pass per feature group: one matrix product, then every kernel value of
+    an entry in registers (:func:`_combine_rows`), over this thread's numba
+    threads when ``parallel`` (the same bits for any thread count).  A kernel
+    of weight 0 is not evaluated unless a kernel of non-zero weight is its
+    square (a Gaussian squaring chain).
 
     Parameters
     ----------
     kernels : KernelSet, spec string or list of specs
     X, Z : array-like or sparse matrix with the same number of features
     weights : array-like of shape (n_kernels,)
+    parallel : bool, default=True
+        Use this thread's numba threads (False: this thread only, e.g. inside a thread pool).
     """
     ks, X, Z = _dense_pair(kernels, X, Z)
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (len(ks),):
         raise ValueError(f"weights must have shape ({len(ks)},), got {w.shape}")
+    plan = ks.plan
+    needed = w != 0.0
+    for i in plan.order[::-1]:  # sources come before their squares in the chain order
+        if needed[i] and plan.square_of[i] >= 0:
+            needed[plan.square_of[i]] = True
     out = np.zeros((X.shape[0], Z.shape[0]))
-    for i, a, k in _kernel_blocks(ks, X, Z, w != 0.0):
-        out[a : a + k.shape[0]] += w[i] * k
+    plan_arrays = (
+        np.ascontiguousarray(plan.kind, dtype=np.int64),
+        np.ascontiguousarray(plan.param_a, dtype=np.float64),
+        np.ascontiguousarray(plan.param_b, dtype=np.float64),
+        np.ascontiguousarray(plan.square_of, dtype=np.int64),
+    )
+    for cols, members in zip(_group_features(ks), _group_members(plan)):
+        members = np.asarray([int(i) for i in members if needed[i]], dtype=np.int64)
+        if not len(members):
+            continue
+        Xg, Zg = _columns_dense(X, cols), _columns_dense(Z, cols)
+        dot = np.ascontiguousarray(Xg @ Zg.T)
+        _combine(dot, (Xg**2).sum(axis=1), (Zg**2).sum(axis=1), plan_arrays, members, w, out, parallel)
     return out
 
 

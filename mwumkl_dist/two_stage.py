@@ -33,19 +33,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from numba import njit, prange
 
 from .kernels import KernelSet
 from .partition import aligned_ranges
-from .polish import kernel_traces
+from .polish import combined_kernel, kernel_traces
 from .stores import DataStore
 
 __all__ = [
@@ -62,7 +59,6 @@ __all__ = [
     "fit_linear",
     "fit_squared_hinge",
     "solve_squared_hinge",
-    "weighted_kernel",
     "all_traces",
     "row_blocks",
     "FeatureBlocks",
@@ -121,99 +117,6 @@ def unit_weights(kernel_weights, traces, n_samples: int, prune: float = PRUNE) -
     return mu / np.asarray(traces, dtype=np.float64) * float(n_samples)
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, lo, hi):  # pragma: no cover
-    """``out[lo:hi] += sum_i w[i] K_i`` over one feature group's ``members`` (chain order), from its dots.
-
-    Every kernel value of an entry is computed in registers, in the order and
-    with the operations of :func:`mwumkl_dist.polish.combined_kernel`
-    (``exp`` is the platform's, which may differ from numpy's in the last bit).
-    Entries are independent: any split of the rows gives the same bits.
-    """
-    vals = np.empty(kind.shape[0])
-    for a in range(lo, hi):
-        for b in range(dot.shape[1]):
-            dt = dot[a, b]
-            d2 = sqx[a] + sqz[b] - 2.0 * dt
-            if d2 < 0.0:
-                d2 = 0.0
-            acc = out[a, b]
-            for t in range(members.shape[0]):
-                i = members[t]
-                src = square_of[i]
-                if src >= 0:
-                    k = vals[src] * vals[src]
-                elif kind[i] == 0:
-                    k = dt
-                elif kind[i] == 1:
-                    base = dt + param_b[i]
-                    k = base
-                    for _ in range(int(param_a[i]) - 1):
-                        k *= base
-                else:
-                    k = math.exp(-param_a[i] * d2)
-                vals[i] = k
-                if w[i] != 0.0:
-                    acc += w[i] * k
-            out[a, b] = acc
-
-
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, n_chunks):  # pragma: no cover
-    n = dot.shape[0]
-    for c in prange(n_chunks):
-        _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, c * n // n_chunks,
-                      (c + 1) * n // n_chunks)  # fmt: skip
-
-
-def _combine(dot, sqx, sqz, plan_arrays, members, w, out, parallel: bool = True) -> None:
-    """:func:`_combine_rows` on all rows, in row chunks over this thread's numba threads (same bits)."""
-    from . import _columns
-
-    work = dot.shape[0] * len(members) * max(1, dot.shape[1] // 64) if parallel else 0
-    with _columns._parallel(_columns._threads_for(work)) as n_chunks:
-        if n_chunks == 1:
-            _combine_rows(dot, sqx, sqz, *plan_arrays, members, w, out, 0, dot.shape[0])
-        else:
-            _combine_chunks(dot, sqx, sqz, *plan_arrays, members, w, out, n_chunks)
-
-
-def weighted_kernel(kernel_set: KernelSet, X, Z, weights, parallel: bool = True) -> np.ndarray:
-    """``sum_i weights[i] K_i(X, Z)``, dense ``(n_X, n_Z)``, evaluating only the kernels of non-zero weight.
-
-    As :func:`mwumkl_dist.polish.combined_kernel` (the same values, kernel by
-    kernel in the plan's chain order), but a kernel of weight 0 is not
-    evaluated unless a kernel of non-zero weight is its square (a Gaussian
-    squaring chain): after pruning, 2-5 of the 12 paper kernels.
-    """
-    from .polish import _columns_dense, _group_features, _group_members
-
-    X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-    Z = Z if sp.issparse(Z) else np.asarray(Z, dtype=np.float64)
-    plan = kernel_set.plan
-    w = np.asarray(weights, dtype=np.float64)
-    needed = w != 0.0
-    for i in plan.order[::-1]:  # sources come before their squares in the chain order
-        if needed[i] and plan.square_of[i] >= 0:
-            needed[plan.square_of[i]] = True
-    out = np.zeros((X.shape[0], Z.shape[0]))
-    plan_arrays = (
-        np.ascontiguousarray(plan.kind, dtype=np.int64),
-        np.ascontiguousarray(plan.param_a, dtype=np.float64),
-        np.ascontiguousarray(plan.param_b, dtype=np.float64),
-        np.ascontiguousarray(plan.square_of, dtype=np.int64),
-    )
-    for cols, members in zip(_group_features(kernel_set), _group_members(plan)):
-        members = [int(i) for i in members if needed[i]]
-        if not members:
-            continue
-        Xg, Zg = _columns_dense(X, cols), _columns_dense(Z, cols)
-        dot = np.ascontiguousarray(Xg @ Zg.T)
-        members = np.asarray(members, dtype=np.int64)
-        _combine(dot, (Xg**2).sum(axis=1), (Zg**2).sum(axis=1), plan_arrays, members, w, out, parallel)
-    return out
-
-
 def row_blocks(start: int, stop: int, row_block: int = _ROW_BLOCK) -> list[tuple[int, int]]:
     """The fixed row blocks of rows ``[start, stop)``: ``row_block`` rows each, from ``start`` (a multiple of it)."""
     return [(lo, min(lo + row_block, stop)) for lo in range(start, stop, row_block)]
@@ -254,13 +157,13 @@ class NystroemMap:
         n = X.shape[0]
         out = np.empty((n, self.landmarks.shape[0]))
         for a in range(0, n, _ROW_BLOCK):
-            out[a : a + _ROW_BLOCK] = weighted_kernel(self.kernel_set, X[a : a + _ROW_BLOCK], self.landmarks,
+            out[a : a + _ROW_BLOCK] = combined_kernel(self.kernel_set, X[a : a + _ROW_BLOCK], self.landmarks,
                                                       self.weights)  # fmt: skip
         return out
 
     def features(self, X) -> np.ndarray:
         """``phi(X)`` of one block of rows, on this thread."""
-        return weighted_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False) @ self.projection
+        return combined_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False) @ self.projection
 
     def transform(self, X) -> np.ndarray:
         """The features ``phi(X)``, ``(n, rank)``, in fixed row blocks (over threads when there are several)."""
@@ -285,7 +188,7 @@ def nystroem_map(kernel_set: KernelSet, landmarks, weights, rcond: float = 1e-12
     rank-deficient combination, e.g. a linear kernel on few features, or repeated landmarks).
     """
     weights = np.asarray(weights, dtype=np.float64)
-    K = weighted_kernel(kernel_set, landmarks, landmarks, weights)
+    K = combined_kernel(kernel_set, landmarks, landmarks, weights)
     K = 0.5 * (K + K.T)
     s, U = np.linalg.eigh(K)
     if not s.size or s[-1] <= 0:

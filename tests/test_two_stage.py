@@ -29,19 +29,24 @@ def test_map_on_all_rows_reproduces_the_combined_kernel(spec, sparse):
     np.testing.assert_allclose(F @ F.T, K, atol=1e-10 * np.abs(K).max(), rtol=0)
 
 
-@pytest.mark.parametrize("spec", ["paper", "random:30:size=2:seed=1"])
-def test_weighted_kernel_skips_zero_weights_only(spec):
+@pytest.mark.parametrize("spec", ["paper", "random:30:size=2:seed=1", "linear,poly:3@0-1,gaussian:1@2-4"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_combined_kernel_is_the_weighted_sum_of_the_kernel_matrices(spec, sparse):
+    """The fused evaluation against numpy's, kernel by kernel (``kernel_matrices``), zero weights included."""
+    from mwumkl_dist.polish import kernel_matrices
+
     X, _ = _data(50)
-    Z = X[:17]
+    Xin = sp.csr_matrix(X) if sparse else X
     ks = KernelSet(spec, X.shape[1])
     w = np.random.default_rng(2).random(len(ks))
-    # The same operations in the same order; exp and the powers may differ from numpy's in the last bit.
-    np.testing.assert_allclose(two_stage.weighted_kernel(ks, X, Z, w), combined_kernel(ks, X, Z, w), rtol=1e-14)
+    K = kernel_matrices(ks, Xin, Xin[:17])
+    # exp and the powers may differ from numpy's in the last bit.
+    np.testing.assert_allclose(combined_kernel(ks, Xin, Xin[:17], w), np.einsum("i,ijk->jk", w, K), rtol=1e-13)
     w[::2] = 0.0  # squares of dropped Gaussians still find their sources
-    np.testing.assert_allclose(two_stage.weighted_kernel(ks, X, Z, w), combined_kernel(ks, X, Z, w), rtol=1e-14)
+    np.testing.assert_allclose(combined_kernel(ks, Xin, Xin[:17], w), np.einsum("i,ijk->jk", w, K), rtol=1e-13)
 
 
-def test_weighted_kernel_does_not_depend_on_threads(monkeypatch):
+def test_combined_kernel_does_not_depend_on_threads(monkeypatch):
     from mwumkl_dist import _columns
 
     monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 1)
@@ -49,10 +54,11 @@ def test_weighted_kernel_does_not_depend_on_threads(monkeypatch):
     ks = KernelSet("paper", X.shape[1])
     w = np.random.default_rng(3).random(len(ks))
     with _columns.thread_limit(1):
-        one = two_stage.weighted_kernel(ks, X, X[:40], w)
+        one = combined_kernel(ks, X, X[:40], w)
     with _columns.thread_limit(2):
-        two = two_stage.weighted_kernel(ks, X, X[:40], w)
+        two = combined_kernel(ks, X, X[:40], w)
     np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one, combined_kernel(ks, X, X[:40], w, parallel=False))
 
 
 @pytest.mark.timeout(60)
