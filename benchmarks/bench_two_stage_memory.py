@@ -138,6 +138,7 @@ import numpy as np  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_million_kernels import MemorySampler, run_info  # noqa: E402
+from bench_out_of_core import du  # noqa: E402
 
 DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets")
 RESULTS = os.path.join(HERE, "results")
@@ -719,14 +720,6 @@ def _suppress():
     import contextlib
 
     return contextlib.suppress(OSError)
-
-
-def du(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            total += os.path.getsize(os.path.join(root, f))
-    return total
 
 
 def part_memory(args, work: str) -> dict:

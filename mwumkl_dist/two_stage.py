@@ -478,10 +478,6 @@ class LocalShards:
         self.shards = list(shards)
         self.restore = None  # the Dask engine's rebuild hook; nothing is lost here
 
-    @property
-    def row_ranges(self) -> list[tuple[int, int]]:
-        return [(s.start, s.stop) for s in self.shards]
-
     def map(self, method: str, args_for=None, shared: bool = False) -> list:
         """``shard.method(*args_for((start, stop)))`` on every shard, the results in row order."""
         return [getattr(s, method)(*(args_for((s.start, s.stop)) if args_for else ())) for s in self.shards]

@@ -634,10 +634,6 @@ class DaskEngine:
             args_for, shared = (lambda rows: ()), True
         return self._broadcast("call", lambda b: (method, args_for(b.rows)), key=(lambda b: None) if shared else None)
 
-    @property
-    def row_ranges(self) -> list[tuple[int, int]]:
-        return [b.rows for b in self.blocks]
-
     def _kernel_slice(self, b: _Block, per_kernel: np.ndarray) -> np.ndarray:
         return per_kernel[b.kernels[0] : b.kernels[1]]
 
