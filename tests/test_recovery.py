@@ -90,11 +90,22 @@ class _KillShardWorker:
             self.killed_at = info.iteration
 
 
+def _wait_until_no_shard_actors(client, timeout: float = 60.0) -> None:
+    """Wait until the scheduler lists no shard actor (an earlier fit's are released after its engine closes)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while any("ShardServer" in str(k) for keys in client.has_what().values() for k in keys):
+        assert time.monotonic() < deadline, "an earlier fit's shard actors were never released"
+        time.sleep(0.1)
+
+
 def _fit_with_a_killed_worker(client, caplog, d=5, **layout):
     X, y = _data(d=d)
     params = dict(kernels="paper-per-feature", **literal(epsilon=0.3))
     ref = MWUMKLClassifier(**params).fit(X, y)
     client.wait_for_workers(2, timeout=120)  # the nanny restarted the worker an earlier test killed
+    _wait_until_no_shard_actors(client)  # the victim count below must see this fit's shards only
     kill = _KillShardWorker(client)
     with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
         clf = MWUMKLClassifier(**params, engine="dask", client=client, **layout, callback=kill, callback_every=10).fit(
