@@ -81,7 +81,6 @@ time, one panel per data set, slope in the legend), ``e7_error.png`` (test error
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import os
@@ -577,14 +576,9 @@ def markdown(doc: dict) -> str:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    columns: list[str] = []
-    for r in rows:
-        columns.extend(k for k in r if k not in columns)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("; ".join(v) if isinstance(v, list) else v) for k, v in r.items()})
+    from benchmarks.common import write_csv as write_rows
+
+    write_rows(path, rows, lambda v: "; ".join(v) if isinstance(v, list) else v)
 
 
 STYLES = {"MWUMKL": "r-o", "LinearSVC": "b-s", "Nystroem+LinearSVC": "g-^"}

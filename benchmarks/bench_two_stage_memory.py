@@ -312,32 +312,6 @@ class Sampler(MemorySampler):
         return None if self.disk_path is None else max(0, self.free_before - self.free_min)
 
 
-class DiskSampler:
-    """The minimum free space on ``path``'s file system while the block runs (sampled every ``interval`` s)."""
-
-    def __init__(self, path: str, interval: float = 0.2):
-        self.path, self.interval = path, interval
-        self.free_before = self.free_min = disk_free(path)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.free_min = min(self.free_min, disk_free(self.path))
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def used(self) -> int:
-        return max(0, self.free_before - self.free_min)
-
-
 class LogCapture:
     """Keeps the ``mwumkl_dist`` logger's records (the two-stage timing line, warnings) in a list."""
 
@@ -449,7 +423,7 @@ def child_memory(cfg: dict) -> dict:
     hwm_reset = reset_hwm()
     clf = MWUMKLClassifier(verbose=1, **({"solver": "mwu"} if cfg["mode"] == "weights" else {}))
     scratch = os.environ.get("MWUMKL_SCRATCH") or tempfile.gettempdir()
-    with LogCapture() as logs, DiskSampler(scratch) as disk:
+    with LogCapture() as logs, Sampler({}, disk_path=scratch) as disk:
         w0, c0 = time.perf_counter(), time.process_time()
         clf.fit(X_fit, y_fit)
         fit_s, fit_cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -477,7 +451,7 @@ def child_memory(cfg: dict) -> dict:
         m=m,
         mn8_bytes=m * n * 8,
         nr8_bytes=None if r is None else n * r * 8,
-        spill_disk_bytes=disk.used(),
+        spill_disk_bytes=disk.disk_used(),
         scratch_dir=scratch,
         log=logs.stage_lines(),
     )

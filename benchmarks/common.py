@@ -154,6 +154,18 @@ def _jsonable(obj):
     return obj
 
 
+def write_csv(path: Path, rows: list[dict], value=lambda v: v) -> None:
+    """One CSV line per row; the columns are every key in order of first appearance, cells ``value(v)``."""
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: value(v) for k, v in r.items()})
+
+
 def write_outputs(
     ctx: Context,
     key: str,
@@ -168,14 +180,7 @@ def write_outputs(
     """``{key}.csv`` (one line per measurement) and ``{key}.json`` (everything, with machine and command)."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     csv_path = ctx.out / f"{key}.csv"
-    columns: list[str] = []
-    for r in rows:
-        columns.extend(k for k in r if k not in columns)
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _jsonable(v) for k, v in r.items()})
+    write_csv(csv_path, rows, _jsonable)
     doc = {
         "experiment": key,
         "title": title,

@@ -134,6 +134,9 @@ class TrainingInput(Protocol):
     def fold_data(self, kept, train: np.ndarray, test: np.ndarray) -> tuple[object, object, dict]:
         """``(X_train, X_test, params)`` of one cross-validation fold (in-memory inputs)."""
 
+    def rows_in_memory(self, rows: np.ndarray) -> TrainingInput:
+        """The input of the training points ``rows``, in memory (a data store's are read; a kernel store raises)."""
+
     def scoring_rows(self, rows: np.ndarray, support: np.ndarray):
         """``(X, support)`` for the predictor's decision values of training ``rows`` (None: not readable)."""
 
@@ -351,6 +354,9 @@ class PrecomputedInput:
         sub.n_features_in = self.n_features_in  # test kernels keep all n_train columns (support_ indexes them)
         return sub
 
+    def rows_in_memory(self, rows):
+        return self.subset(rows)
+
     def fingerprint_data(self):
         return self.K
 
@@ -452,6 +458,9 @@ class KernelStoreInput(_StoreData):
 
     def support_vectors(self, indices):
         return None
+
+    def rows_in_memory(self, rows):
+        raise ValueError(f"{self.store.path}: a kernel store's scattered rows are not read into memory")
 
     def scoring_rows(self, rows, support):
         return None  # scattered kernel rows are not read

@@ -152,15 +152,6 @@ class NystroemMap:
     def rank(self) -> int:
         return self.projection.shape[1]
 
-    def kernel(self, X) -> np.ndarray:
-        """``K(X, L)``, ``(n, n_landmarks)``, in row blocks."""
-        n = X.shape[0]
-        out = np.empty((n, self.landmarks.shape[0]))
-        for a in range(0, n, _ROW_BLOCK):
-            out[a : a + _ROW_BLOCK] = combined_kernel(self.kernel_set, X[a : a + _ROW_BLOCK], self.landmarks,
-                                                      self.weights)  # fmt: skip
-        return out
-
     def features(self, X) -> np.ndarray:
         """``phi(X)`` of one block of rows, on this thread."""
         return combined_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False) @ self.projection
@@ -255,13 +246,7 @@ def feature_memory_budget() -> int:
     env = os.environ.get("MWUMKL_FEATURE_MEMORY")
     if env:
         return int(float(env))
-    limit = None
-    try:
-        from distributed import get_worker
-
-        limit = getattr(getattr(get_worker(), "memory_manager", None), "memory_limit", None)
-    except (ImportError, ValueError):
-        pass
+    limit = getattr(getattr(_dask_worker(), "memory_manager", None), "memory_limit", None)
     if limit:
         return int(limit // 4)
     return int(_available_memory() // 2)
@@ -278,17 +263,19 @@ def _available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _scratch_dir() -> str:
-    """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
-    env = os.environ.get("MWUMKL_SCRATCH")
-    if env:
-        return env
+def _dask_worker():
+    """The Dask worker this task runs on, or None (not on a worker's task thread, or no ``distributed``)."""
     try:
         from distributed import get_worker
 
-        return get_worker().local_directory
-    except (ImportError, ValueError, AttributeError):
-        return tempfile.gettempdir()
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def _scratch_dir() -> str:
+    """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
+    return os.environ.get("MWUMKL_SCRATCH") or getattr(_dask_worker(), "local_directory", None) or tempfile.gettempdir()
 
 
 class FeatureBlocks:
@@ -379,7 +366,7 @@ class LinearShard:
     """
 
     #: What the Dask engine's shard servers may call.
-    REMOTE_METHODS = frozenset({"trace_parts", "load_problem", "active_parts", "direction", "info"})
+    REMOTE_METHODS = frozenset({"trace_parts", "load_problem", "active_parts", "direction"})
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, spill="auto"):
         row_block = _ROW_BLOCK if row_block is None else int(row_block)
@@ -459,12 +446,6 @@ class LinearShard:
             parts = _map(lambda i: self.features_.get(i) @ d[:r] + d[r], range(len(self.blocks)))
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def info(self) -> dict:
-        """The shard's rows, its features' rank and bytes, and whether they are spilled to disk."""
-        f = self.features_
-        return {"rows": self.stop - self.start, "rank": 0 if f is None else f.rank,
-                "feature_bytes": 0 if f is None else f.nbytes, "spilled": f is not None and f.spilled}  # fmt: skip
-
     def close(self) -> None:
         if self.features_ is not None:
             self.features_.close()
@@ -489,8 +470,7 @@ class LocalShards:
 
 def linear_row_ranges(n_samples: int, n_shards: int, row_block: int = _ROW_BLOCK) -> list[tuple[int, int]]:
     """Row ranges of the linear stage's shards: on row-block boundaries (at most one shard per block)."""
-    n_blocks = max(1, -(-n_samples // row_block))
-    return aligned_ranges(n_samples, row_block, min(int(n_samples and n_shards), n_blocks))
+    return aligned_ranges(n_samples, row_block, min(int(n_shards), -(-n_samples // row_block)))
 
 
 class LinearStageProblem:
@@ -523,7 +503,9 @@ class LinearStageProblem:
         return self.shard_factory(start, stop, kernels)()
 
 
-def solve_squared_hinge(shards, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100):
+def solve_squared_hinge(
+    shards, rank: int, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100
+):
     """The 2-norm soft-margin SVM on the shards' loaded features by a finite Newton method: ``(coef, intercept)``.
 
     Minimises ``1/2 (|w|^2 + b^2) + C/2 sum_j c_j max(0, 1 - y_j (w' f_j + b))^2``
@@ -537,13 +519,13 @@ def solve_squared_hinge(shards, y_pm, C: float, sample_weight=None, *, tol: floa
     the shards add their blocks' Gram parts (one ``n_A x r`` product each) and
     return ``F d`` (``n`` values); the driver keeps the outputs ``o`` (``O(n)``).
     ``shards``: :class:`LocalShards` or a Dask engine of :class:`LinearShard`,
-    their problems loaded with ``cw = C c``.
+    their problems loaded with ``cw = C c`` and features of ``rank`` columns.
     """
     y = np.asarray(y_pm, dtype=np.float64)
     n = len(y)
     cw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     C = float(C)
-    r = int(shards.map("info")[0]["rank"])
+    r = int(rank)
     v = np.zeros(r + 1)
     o = np.zeros(n)
 
@@ -586,7 +568,7 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     cw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     shard = LinearShard(F, 0, F.shape[0], spill=False)
     shard.load_problem(_GivenFeatures(F.shape[1]), y, float(C) * cw)
-    return solve_squared_hinge(LocalShards([shard]), y, C, cw, tol=tol, max_iter=max_iter)
+    return solve_squared_hinge(LocalShards([shard]), F.shape[1], y, C, cw, tol=tol, max_iter=max_iter)
 
 
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:
@@ -785,7 +767,7 @@ def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sampl
         shards.restore = lambda rows, load=load: [("load_problem", load(rows))]  # a rebuilt Dask shard
         spilled |= any(shards.map("load_problem", load))
         clock.append(time.process_time())
-        coef, intercept[k] = solve_squared_hinge(shards, y_pm, C_rel, cw)
+        coef, intercept[k] = solve_squared_hinge(shards, fmap.rank, y_pm, C_rel, cw)
         clock.append(time.process_time())
         dual_coef[k] = n * fmap.expansion(coef)  # on the raw kernels: raw weights are mu / r = w / n
         ranks.append(fmap.rank)

@@ -97,7 +97,7 @@ def test_newton_over_shards_equals_one_array(small_blocks):
         s = two_stage.LinearShard(F[lo:hi], lo, hi, row_block=64, spill=False)
         s.load_problem(two_stage._GivenFeatures(6), y[lo:hi], 3.0 * c[lo:hi])
         shards.append(s)
-    three = two_stage.solve_squared_hinge(two_stage.LocalShards(shards), y, 3.0, c)
+    three = two_stage.solve_squared_hinge(two_stage.LocalShards(shards), 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
 
