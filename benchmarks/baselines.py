@@ -24,8 +24,9 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.svm import SVC, LinearSVC
 
-from mwumkl_dist.kernels import GAUSSIAN, LINEAR, POLYNOMIAL, KernelSet
-from mwumkl_dist.polish import combined_kernel, kernel_traces
+from mwumkl_dist.kernels import KernelSet
+from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_traces
+from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL
 
 __all__ = ["UniformMKL", "LibLinearPlus", "nystroem_components"]
 
@@ -129,7 +130,7 @@ class LibLinearPlus(ClassifierMixin, BaseEstimator):
         The maps are scikit-learn's ``Nystroem`` (components drawn with
         ``random_state + i`` for kernel ``i``, normalisation ``U S^-1/2 V'``
         of the basis kernel's SVD, ``S`` clipped at 1e-12), evaluated with
-        the library's :func:`~mwumkl_dist.polish.combined_kernel` instead of
+        the library's :func:`~mwumkl_dist.kernels.evaluation.combined_kernel` instead of
         ``pairwise_kernels`` (much less overhead per kernel;
         ``tests/test_benchmarks.py`` checks the features are equal).
         """

@@ -54,15 +54,13 @@ from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 
 import mwumkl_dist
-from mwumkl_dist import (
-    MWUMKLClassifier,
-    _columns,  # case e only: the kernel functions timed one by one
-    mwu,
-)
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.data.problems import FeatureProblem
+from mwumkl_dist.data.shards import as_csr, plan_args
+from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import KernelSet
-from mwumkl_dist.problems import FeatureProblem
-from mwumkl_dist.shard import as_csr, plan_args
+from mwumkl_dist.solvers import mwu
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "datasets"

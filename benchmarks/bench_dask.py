@@ -43,11 +43,11 @@ def _noop():
 def overhead(n_iter: int, n_workers: int = 2) -> dict:
     from distributed import Client, LocalCluster
 
-    from mwumkl_dist import mwu
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.dask import DaskEngine
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
+    from mwumkl_dist.solvers import mwu
 
     rng = np.random.default_rng(0)
     X = rng.random((8, 2))

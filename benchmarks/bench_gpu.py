@@ -10,9 +10,9 @@ Cases (``--cases``, all by default):
 * ``mushrooms``: 6500 rows x the paper's 12 kernels on each of its 112
   features (1344 kernels), 150 iterations.
 
-Each case runs the solver (:func:`mwumkl_dist.mwu.solve`) on the local engine
+Each case runs the solver (:func:`mwumkl_dist.solvers.mwu.solve`) on the local engine
 with CPU shards (all cores unless ``--cpu-threads``) and with GPU shards
-(:func:`mwumkl_dist.cuda.on_device`), end to end (shards built, data sent to
+(:func:`mwumkl_dist.data.cuda_shards.on_device`), end to end (shards built, data sent to
 the GPU, traces, iterations), and reports both wall times, the time per
 iteration, the GPU shards' memory (the shards' estimate and the drop in free
 GPU memory) and whether the two models agree (kernel weights and alpha; they
@@ -75,8 +75,9 @@ def _case(name: str, standin: bool, smoke: bool):
 
 
 def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float):
-    from mwumkl_dist import cuda, mwu
+    from mwumkl_dist.data import cuda_shards as cuda
     from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.solvers import mwu
 
     t0 = time.perf_counter()
     with LocalEngine(problem, 1) as engine:
@@ -104,9 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     args = ap.parse_args(argv)
 
-    from mwumkl_dist import _columns, cuda, mwu
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
+    from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
+    from mwumkl_dist.solvers import mwu
 
     epsilon, rho, C = 0.2, 0.5, 100.0
     rows = []

@@ -99,7 +99,8 @@ def load_sonar(seed: int):
 def run(args) -> dict:
     from distributed import Client, LocalCluster
 
-    from mwumkl_dist import MWUMKLClassifier, mwu
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.solvers import mwu
 
     X_tr, X_te, y_tr, y_te = load_sonar(args.seed)
     spec = f"random:{args.kernels}:size={args.subset_size}:seed={args.bank_seed}"

@@ -67,7 +67,8 @@ def run(args) -> dict:
     from distributed import Client, LocalCluster
     from sklearn.datasets import load_svmlight_file
 
-    from mwumkl_dist import MWUMKLClassifier, mwu
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.solvers import mwu
     from mwumkl_dist.stores import KernelStore, write_kernel_store
 
     path = os.path.join(DATASETS, "a9a.svm.gz")

@@ -307,7 +307,7 @@ def _warm_up(Xtr, ytr, Xte) -> tuple[float, str]:
     from mwumkl_dist import MWUMKLClassifier
 
     try:
-        from mwumkl_dist.two_stage import AUTO_TWO_STAGE_POINTS
+        from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS
     except ImportError:  # pragma: no cover - the constant moved
         AUTO_TWO_STAGE_POINTS = 10_000
     solver = "two-stage" if len(ytr) >= AUTO_TWO_STAGE_POINTS else "mwu"
@@ -328,7 +328,7 @@ def _threads_seen(method: str) -> dict:
         )
     }
     if method == "MWUMKL":
-        from mwumkl_dist import threads
+        from mwumkl_dist.devices import threads
 
         seen["mwumkl_threads"] = threads.current_threads()
     return seen

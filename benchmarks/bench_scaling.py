@@ -170,7 +170,7 @@ def count_kernels(spec: Spec, n_features: int) -> int:
 @contextlib.contextmanager
 def timed_solver(record: list):
     """Record the wall time of every ``mwu.solve`` call (the solver loop, without setup)."""
-    from mwumkl_dist import mwu
+    from mwumkl_dist.solvers import mwu
 
     original = mwu.solve
 

@@ -42,7 +42,7 @@ from sklearn.svm import SVC
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights
 from mwumkl_dist.kernels import PAPER_SIGMAS, KernelSet
-from mwumkl_dist.polish import combined_kernel, kernel_matrices, kernel_traces
+from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_matrices, kernel_traces
 
 from . import datasets as D
 from .common import run_info

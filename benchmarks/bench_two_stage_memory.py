@@ -415,8 +415,8 @@ def child_memory(cfg: dict) -> dict:
         return out
     X_fit, y_fit = X_tr, y_tr
     if cfg["mode"] == "weights":  # the weight stage's subsample and fit path
-        from mwumkl_dist.auto import stratified_rows
-        from mwumkl_dist.two_stage import weight_points_for
+        from mwumkl_dist.solvers.auto import stratified_rows
+        from mwumkl_dist.solvers.two_stage import weight_points_for
 
         rows = stratified_rows(y_tr, weight_points_for(len(y_tr)), SEED)
         X_fit, y_fit = X_tr[rows], y_tr[rows]
@@ -593,7 +593,7 @@ def _feature_budget_probe() -> dict:
     A linear-stage shard runs in its shard server's own thread (not a Dask task): what it sees is
     the ``shard_thread`` entry.
     """
-    from mwumkl_dist.two_stage import _scratch_dir, feature_memory_budget
+    from mwumkl_dist.solvers.two_stage import _scratch_dir, feature_memory_budget
 
     out = {"task_thread": {"budget_bytes": feature_memory_budget(), "scratch": _scratch_dir()}}
 

@@ -68,7 +68,7 @@ def machine_info() -> dict:
     import sklearn
 
     import mwumkl_dist
-    from mwumkl_dist import threads
+    from mwumkl_dist.devices import threads
 
     cpu = platform.processor() or "unknown"
     try:

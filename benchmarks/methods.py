@@ -36,7 +36,7 @@ from sklearn.svm import SVC
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.kernels import KernelSet
-from mwumkl_dist.polish import combined_kernel, kernel_traces
+from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_traces
 
 from .baselines import LibLinearPlus, UniformMKL
 

@@ -1,15 +1,9 @@
 """mwumkl_dist: scalable multiple kernel learning (MWUMKL, Moeller et al., AISTATS 2014)."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("mwumkl_dist")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.1.0"
-
-from .auto import FewIterationsWarning
-from .estimator import MWUMKLClassifier
-from .kernels import (
+from mwumkl_dist.core.mwu_rules import ConvergenceWarning, ProgressInfo
+from mwumkl_dist.core.version import __version__
+from mwumkl_dist.estimator import MWUMKLClassifier
+from mwumkl_dist.kernels.specs import (
     Gaussian,
     KernelSet,
     KernelSpec,
@@ -20,8 +14,8 @@ from .kernels import (
     paper_per_feature_family,
     parse_kernels,
 )
-from .mwu import ConvergenceWarning, ProgressInfo
-from .stores import DataStore, KernelStore, StoreError, open_store, write_data_store, write_kernel_store
+from mwumkl_dist.solvers.auto import FewIterationsWarning
+from mwumkl_dist.stores import DataStore, KernelStore, StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = [
     "MWUMKLClassifier",

@@ -1,10 +1,10 @@
 """``MWUMKLClassifier``: the scikit-learn estimator (binary, and one-vs-rest inside).
 
 The estimator holds the parameters, validates them and delegates:
-:mod:`mwumkl_dist.problems` turns the input into a training input (and a
-fitted model into a predictor), :mod:`mwumkl_dist.fitting` runs the fit,
-:mod:`mwumkl_dist.auto` makes the automatic choices and
-:mod:`mwumkl_dist.persistence` saves and loads models.
+:mod:`mwumkl_dist.data.problems` turns the input into a training input (and a
+fitted model into a predictor), :mod:`mwumkl_dist.solvers.driver` runs the fit,
+:mod:`mwumkl_dist.solvers.auto` makes the automatic choices and
+:mod:`mwumkl_dist.io.model_files` saves and loads models.
 """
 
 from __future__ import annotations
@@ -17,22 +17,22 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from . import mwu
-from .auto import check_selectivity, random_seed
-from .calibration import platt_probabilities
-from .fitting import fit_model
-from .inspection import feature_weights, kernel_type_weights
-from .persistence import load_model, load_model_with_extra, save_model
-from .problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
-from .threads import resolve_n_jobs, thread_limit
-from .two_stage import check_solver
+from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
+from mwumkl_dist.devices.threads import resolve_n_jobs, thread_limit
+from mwumkl_dist.inspection import feature_weights, kernel_type_weights
+from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
+from mwumkl_dist.solvers import mwu
+from mwumkl_dist.solvers.auto import check_selectivity, random_seed
+from mwumkl_dist.solvers.calibration import platt_probabilities
+from mwumkl_dist.solvers.driver import fit_model
+from mwumkl_dist.solvers.two_stage import check_solver
 
 __all__ = ["MWUMKLClassifier", "EXPECTED_FAILED_CHECKS"]
 
 _WEIGHTS_ARE_NOT_REPEATS = (
     "sample_weight=k is C_j = k C for one point, which equals k copies of it in the exact 2-norm problem on a "
     "fixed Gram matrix, but the MWU iterations, the trace normalisation and the size-relative C see the "
-    "copies as rows: the learned kernel weights differ (see mwumkl_dist.weights)"
+    "copies as rows: the learned kernel weights differ (see mwumkl_dist.data.weights)"
 )
 #: scikit-learn estimator checks that this estimator fails by design, with the reason; pass it as
 #: ``parametrize_with_checks(..., expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)``.
@@ -62,7 +62,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Approximation error; sets the iteration count
         ``T = ceil(8 rho^2 / epsilon^2 * ln n)``.  Must lie in ``(0, 2 rho)``.
         A given value (or ``max_iter``) that leaves an unpolished fit fewer than
-        ``n / 10`` iterations warns before fitting (:class:`~mwumkl_dist.auto.FewIterationsWarning`,
+        ``n / 10`` iterations warns before fitting (:class:`~mwumkl_dist.solvers.auto.FewIterationsWarning`,
         naming the automatic value) and the warning is kept in ``fit_warnings_``.
         ``"auto"`` is 0.2 (the paper's small-set value) when the fit ends with
         the exact polish, which re-solves the SVM so that the MWU only has to
@@ -101,7 +101,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``beta = 10 ln(m) / epsilon``) converges to the optimal weights of
         the MKL problem itself as ``epsilon`` falls.  ``"auto"`` chooses from
         0, 30, 100 and 300 by cross-validation together with ``C="auto"`` (see
-        :func:`mwumkl_dist.auto.choose_C`), so data where every kernel helps
+        :func:`mwumkl_dist.solvers.auto.choose_C`), so data where every kernel helps
         keep near-uniform weights; with a given ``C`` it is 100 (nothing is
         cross-validated).  ``"paper"`` is the published rule, whose
         exponents ``eps' / (2 rho) sqrt(s_i)`` are on an absolute scale: after
@@ -114,14 +114,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     polish : {"auto", True, False}, default="auto"
         After the MWU iterations, re-solve the 2-norm soft-margin SVM exactly
         on all training points with the learned kernel weights (LIBSVM on the
-        combined Gram matrix, see :mod:`mwumkl_dist.polish`): the same model,
+        combined Gram matrix, see :mod:`mwumkl_dist.kernels.evaluation`): the same model,
         solved to optimality instead of to ``epsilon``.  It needs the
         ``n x n`` Gram matrix, so ``"auto"`` polishes only up to 3000
         training points and 1e9 kernel evaluations (and not for store data
         or ``C = inf``); ``True`` always does.  ``polish=False`` with
         ``scale_C=False`` is the paper's algorithm as published.
     solver : {"auto", "mwu", "two-stage"}, default="auto"
-        How the classifier is found (:mod:`mwumkl_dist.two_stage`).
+        How the classifier is found (:mod:`mwumkl_dist.solvers.two_stage`).
         ``"mwu"``: the paper's algorithm on all training points (then the
         polish, see ``polish``); its cost grows as ``n^2`` (``T ~ n / 5``
         iterations).  ``"two-stage"``: the MWU fit (with ``C="auto"`` and
@@ -185,7 +185,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         (the first after 2 s).  A cluster that has no worker after this long
         fails with a ConnectionError.
     callback : callable or None, default=None
-        Called as ``callback(info)`` with a :class:`mwumkl_dist.mwu.ProgressInfo`
+        Called as ``callback(info)`` with a :class:`mwumkl_dist.solvers.mwu.ProgressInfo`
         every ``callback_every`` iterations; returning ``True`` stops the fit
         early, keeping the iterations done.
     callback_every : int, default=100
@@ -201,7 +201,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     class_weight : dict, "balanced" or None, default=None
         Multiplies ``C`` per class, as in ``SVC``: a point of class ``c``
         gets ``C_j = C_eff * class_weight[c]`` (times its ``sample_weight``),
-        i.e. the per-point ridge ``1 / C_j`` (:mod:`mwumkl_dist.weights`).
+        i.e. the per-point ridge ``1 / C_j`` (:mod:`mwumkl_dist.data.weights`).
         ``"balanced"`` uses ``n / (n_classes * n_c)``.  One-vs-rest follows
         scikit-learn's convention for one-vs-rest models: a dict weighs every
         point by its own label in every binary problem, ``"balanced"``
@@ -212,7 +212,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Fit Platt sigmoids (``probA_``, ``probB_``) for :meth:`predict_proba`,
         as ``SVC(probability=True)``: on the decision values of stratified
         5-fold cross-validation fits (on at most 4000 training points, like
-        ``C="auto"``: 5 more fits of that size); see :mod:`mwumkl_dist.calibration`.
+        ``C="auto"``: 5 more fits of that size); see :mod:`mwumkl_dist.solvers.calibration`.
         More than two classes: one sigmoid per one-vs-rest problem,
         normalised.  The probabilities may disagree with :meth:`predict` near
         the decision boundary.
@@ -247,7 +247,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         The ``C`` used (the chosen one with ``C="auto"``, in the units ``scale_C`` gives it).
     C_path_ : dict
         Only with ``C="auto"``: the cross-validated error of each candidate ``C``
-        (see :func:`mwumkl_dist.auto.choose_C`).
+        (see :func:`mwumkl_dist.solvers.auto.choose_C`).
     selectivity_ : float or str
         The selectivity used (the chosen one with ``selectivity="auto"``; "exact" and "paper" as given).
     selectivity_path_ : dict
@@ -262,7 +262,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     features_spilled_ : bool
         Only after a two-stage fit: whether a shard kept its Nystroem features in a
         temporary file (they exceeded its memory budget; see
-        :func:`mwumkl_dist.two_stage.feature_memory_budget`).
+        :func:`mwumkl_dist.solvers.two_stage.feature_memory_budget`).
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
@@ -435,7 +435,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             (``support_`` still indexes all rows); negative weights are an error.
             Integer weights equal repeated points for the exact 2-norm problem on
             a fixed Gram matrix, not for the MWU iterations (see
-            :mod:`mwumkl_dist.weights`).  Not available for a fit from a store.
+            :mod:`mwumkl_dist.data.weights`).  Not available for a fit from a store.
         resume : path or None
             A checkpoint written by an earlier fit on the same data with the same
             settings (see ``checkpoint``): the fit continues from it and ends with
@@ -553,7 +553,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
 
         Callables (``callback``) are not saved; ``extra_arrays`` / ``extra_meta``
-        add the caller's own data (see :func:`mwumkl_dist.persistence.save_model`).
+        add the caller's own data (see :func:`mwumkl_dist.io.model_files.save_model`).
         """
         check_is_fitted(self)
         save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta)

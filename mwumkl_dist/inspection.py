@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .kernels import Gaussian, KernelSet, KernelSpec
+from mwumkl_dist.kernels.specs import Gaussian, KernelSet, KernelSpec
 
 __all__ = ["feature_weights", "kernel_type_weights", "top_kernels"]
 

@@ -1,4 +1,4 @@
-"""The automatic choices (mwumkl_dist.auto): the few-iterations warning, random_state, the iteration plan."""
+"""The automatic choices (mwumkl_dist.solvers.auto): the few-iterations warning, random_state, the iteration plan."""
 
 from __future__ import annotations
 
@@ -7,14 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from mwumkl_dist import FewIterationsWarning, MWUMKLClassifier, mwu
-from mwumkl_dist.auto import (
-    AUTO_C_GRID,
-    FEW_T_FRACTION,
-    auto_epsilon,
-    plan_iterations,
-    random_seed,
-)
+from mwumkl_dist import FewIterationsWarning, MWUMKLClassifier
+from mwumkl_dist.solvers import mwu
+from mwumkl_dist.solvers.auto import AUTO_C_GRID, FEW_T_FRACTION, auto_epsilon, plan_iterations, random_seed
 
 KERNELS = "linear,gaussian:1"
 

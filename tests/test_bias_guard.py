@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mwumkl_dist import MWUMKLClassifier
-from mwumkl_dist.auto import FewIterationsWarning
-from mwumkl_dist.mwu import guarded_bias, training_errors
+from mwumkl_dist.core.mwu_rules import guarded_bias, training_errors
+from mwumkl_dist.solvers.auto import FewIterationsWarning
 
 
 @pytest.mark.parametrize("seed", range(5))

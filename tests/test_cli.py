@@ -23,12 +23,13 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
 
-from mwumkl_dist import MWUMKLClassifier, mwu
+from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.cli import main
 from mwumkl_dist.cli.progress import COMPILING_NOTE
 from mwumkl_dist.cli.scaling import load_model_file
 from mwumkl_dist.io import format_label, load_data
 from mwumkl_dist.kernels import paper_family
+from mwumkl_dist.solvers import mwu
 from mwumkl_dist.stores import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -573,13 +574,13 @@ def test_compiling_note_when_the_numba_cache_is_cold(files, capsys, monkeypatch)
     # Cold: no index file in numba's cache folder, or only ones of kernels at other lines (older sources).
     monkeypatch.setattr(progress.os, "listdir", lambda path: [])
     assert progress.numba_cache_is_cold() is True
-    monkeypatch.setattr(progress.os, "listdir", lambda path: ["_columns.kernel_diagonal-1.py311.nbi", "x.nbi"])
+    monkeypatch.setattr(progress.os, "listdir", lambda path: ["cpu.kernel_diagonal-1.py311.nbi", "x.nbi"])
     assert progress.numba_cache_is_cold() is True
     # Warm once a third of the module's kernels are cached as they are now (a fit caches most of them).
-    from mwumkl_dist import _columns
+    from mwumkl_dist.devices import cpu as _columns
 
     kernels = [k.py_func for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
-    names = [f"_columns.{f.__qualname__}-{f.__code__.co_firstlineno}.py311.nbi" for f in kernels]
+    names = [f"cpu.{f.__qualname__}-{f.__code__.co_firstlineno}.py311.nbi" for f in kernels]
     monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 - 1])
     assert progress.numba_cache_is_cold() is True  # e.g. after a run that only predicted
     monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 + 1])

@@ -8,7 +8,8 @@ import pytest
 import scipy.sparse as sp
 from conftest import literal
 
-from mwumkl_dist import MWUMKLClassifier, _columns
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.devices import cpu as _columns
 
 
 def test_exp_block_within_one_ulp_of_numpy():
@@ -50,8 +51,8 @@ def test_threads_do_not_change_the_model(monkeypatch, sparse):
 
 
 def test_dense_column_and_row_paths_give_identical_bits():
+    from mwumkl_dist.data.shards import FeatureShard
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.shard import FeatureShard
 
     X, y = _data(True)  # 40 % non-zero: dense enough for the dense copy, zeros on every path
     plan = KernelSet("linear,poly:3,gaussian:1,gaussian:2", X.shape[1]).plan

@@ -43,13 +43,13 @@ def test_cuda_kernels_under_simulator(simulator_run, case):
 def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():
     import pickle
 
-    from mwumkl_dist import cuda
+    from mwumkl_dist.data import cuda_shards as cuda
 
     sentinel = object()
     assert cuda.on_device(sentinel, "cpu") is sentinel
     # a Dask driver without a GPU: nothing checked on the driver; the problem pickles (shards check on workers)
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
 
     X = np.random.default_rng(0).normal(size=(6, 2))
     problem = FeatureProblem(X, np.array([1.0, -1.0] * 3), KernelSet("linear, gaussian:1", 2))
@@ -82,9 +82,9 @@ def test_real_kernels_compile_for_a_gpu_without_fma():
 
 
 def test_without_a_gpu_device_cuda_is_one_clear_error():
-    from mwumkl_dist import cuda
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
 
     try:
         cuda.check_device()
@@ -168,9 +168,9 @@ def _compare_shards(cpu, gpu, problem, n_steps, rng, check_partials=True):
 
 
 def _feature_case(X, y, kernels, n_steps=3, row_range=None, kernel_range=None):
-    from mwumkl_dist import cuda
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
 
     rng = np.random.default_rng(7)
     problem = FeatureProblem(X, y, KernelSet(kernels, X.shape[1]))
@@ -203,7 +203,7 @@ def case_dense():
 def case_csr_groups():
     import scipy.sparse as sp
 
-    from mwumkl_dist import cuda
+    from mwumkl_dist.data import cuda_shards as cuda
 
     rng = np.random.default_rng(1)
     X = sp.random(30, 9, density=0.25, random_state=3, format="csr") * 3.0
@@ -225,7 +225,7 @@ def case_bank():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(14, 7))
     y = _labels(14, rng)
-    from mwumkl_dist import cuda
+    from mwumkl_dist.data import cuda_shards as cuda
 
     bank = RandomGaussianBank(24, subset_size=3, seed=5)
     assert _feature_case(X, y, bank, n_steps=3)._inline  # group dots in the superstep kernel
@@ -239,7 +239,7 @@ def case_bank():
 
 def case_tiles():
     # more kernels than one tile (64): several tiles, and a kernel block (Dask kernel shards) on a tile boundary
-    from mwumkl_dist import _columns
+    from mwumkl_dist.devices import cpu as _columns
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(10, 3))
@@ -252,8 +252,8 @@ def case_tiles():
 
 
 def case_precomputed():
-    from mwumkl_dist import cuda
-    from mwumkl_dist.problems import PrecomputedProblem
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import PrecomputedProblem
 
     rng = np.random.default_rng(4)
     n, m = 22, 5
@@ -270,10 +270,11 @@ def case_precomputed():
 
 def case_fit():
     """A whole fit on the local engine: kernel weights, alpha, bias and decision values identical."""
-    from mwumkl_dist import cuda, mwu
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
+    from mwumkl_dist.solvers import mwu
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(24, 5))
@@ -312,11 +313,12 @@ def case_dask():
 
     import distributed
 
-    from mwumkl_dist import cuda, mwu
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.dask import DaskEngine
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem
+    from mwumkl_dist.solvers import mwu
 
     rng = np.random.default_rng(8)
     X = rng.normal(size=(12, 3))
@@ -345,9 +347,10 @@ def case_dask():
 def case_predict():
     import scipy.sparse as sp
 
-    from mwumkl_dist import _columns, cuda
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.shards import as_csr, plan_args
+    from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
-    from mwumkl_dist.shard import as_csr, plan_args
 
     rng = np.random.default_rng(6)
     specs = [
@@ -378,9 +381,10 @@ def case_predict():
 
 
 def case_errors():
-    from mwumkl_dist import _cuda_kernels, cuda
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+    from mwumkl_dist.devices import cuda_kernels as _cuda_kernels
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
 
     # the solver's exp, bit for bit (the CPU's fdlibm-style exp), incl. under/overflow and NaN
     x = np.concatenate([np.linspace(-750, 712, 40), [0.0, -0.0, 1e-300, -1e-12, np.nan, np.inf, -np.inf]])
@@ -433,7 +437,7 @@ def case_ptx():
         compute_capability = (9, 0)
 
     dispatcher.get_current_device = lambda: _H100()
-    from mwumkl_dist import _cuda_kernels as K
+    from mwumkl_dist.devices import cuda_kernels as K
 
     assert not K.SIMULATED
     f8, i8 = T.float64, T.int64
@@ -462,7 +466,7 @@ def case_ptx():
 
 
 def _columns_exp(x):
-    from mwumkl_dist import _columns
+    from mwumkl_dist.devices import cpu as _columns
 
     return _columns.exp_block(np.ascontiguousarray(x))
 

@@ -15,10 +15,10 @@ from conftest import literal
 distributed = pytest.importorskip("distributed")
 
 from mwumkl_dist import MWUMKLClassifier  # noqa: E402
-from mwumkl_dist.engines import _channel  # noqa: E402
+from mwumkl_dist.data.problems import FeatureProblem  # noqa: E402
+from mwumkl_dist.engines import channel as _channel  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
-from mwumkl_dist.problems import FeatureProblem  # noqa: E402
 
 
 def _data(n=120, d=4, seed=3):
@@ -215,7 +215,7 @@ def test_a_shard_runs_with_its_share_of_its_workers_threads(n_shards, expected):
     ):
         answers = engine._broadcast("threads")
     assert [share for share, _ in answers] == [expected] * n_shards
-    from mwumkl_dist import _columns
+    from mwumkl_dist.devices import cpu as _columns
 
     if hasattr(_columns, "thread_limit"):  # the share is the shard's cap (numba's pool permitting)
         import numba

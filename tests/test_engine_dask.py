@@ -13,10 +13,11 @@ from conftest import closed_port, literal
 
 distributed = pytest.importorskip("distributed")
 
-from mwumkl_dist import MWUMKLClassifier, _columns  # noqa: E402
+from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist.data.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
+from mwumkl_dist.devices import cpu as _columns  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
-from mwumkl_dist.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
 
 
 def _data(n=160, d=4, seed=0):
@@ -88,7 +89,7 @@ def test_precomputed_kernels_on_dask(threaded_client, monkeypatch):
     monkeypatch.setattr(_columns, "TILE_KERNELS", 1)
     X, y = _data(n=90)
     ks = KernelSet("linear,gaussian:1,gaussian:2", X.shape[1])
-    from mwumkl_dist.shard import FeatureShard
+    from mwumkl_dist.data.shards import FeatureShard
 
     shard = FeatureShard(X, np.ones(len(X)), 0, ks.plan)
     K = np.stack([shard.raw_columns(x, x)[0].T for x in X], axis=2)  # (m, n, n): K[i, :, j] = column j

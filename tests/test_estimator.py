@@ -18,9 +18,10 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import estimator_checks_generator, parametrize_with_checks
 
-from mwumkl_dist import MWUMKLClassifier, ProgressInfo, auto, mwu
+from mwumkl_dist import MWUMKLClassifier, ProgressInfo
 from mwumkl_dist.estimator import EXPECTED_FAILED_CHECKS
 from mwumkl_dist.kernels import Gaussian, Linear, Polynomial
+from mwumkl_dist.solvers import auto, mwu
 
 
 # All checks with an explicit C (epsilon and polish keep their "auto" defaults): with C="auto" every fit
@@ -495,7 +496,7 @@ def test_auto_C_from_a_data_store_cross_validates_its_rows(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="polish=True is not available for a fit from a store"):
         MWUMKLClassifier("paper", C=1.0, polish=True, max_iter=3).fit(store)
     # A store larger than the sample: cross-validated on the sampled chunks only.
-    from mwumkl_dist import auto
+    from mwumkl_dist.solvers import auto
 
     monkeypatch.setattr(auto, "AUTO_C_POINTS", 20)
     sampled = MWUMKLClassifier("paper").fit(store)
@@ -543,10 +544,11 @@ def test_auto_C_with_a_feature_seen_in_one_row():
 @pytest.mark.filterwarnings("ignore:interrupted after")
 def test_interrupt_while_choosing_C_fits_nothing(monkeypatch):
     """Ctrl-C inside a cross-validation fold must not let a half-run fold score a candidate."""
-    from mwumkl_dist import mwu
+    from mwumkl_dist.solvers import mwu
+    from mwumkl_dist.solvers.mwu import iterate
 
     X, y = _toy(4, n=40)
-    monkeypatch.setattr(mwu, "_sigint_requests_stop", _stop_requested_at_once)
+    monkeypatch.setattr(iterate, "_sigint_requests_stop", _stop_requested_at_once)
     with pytest.raises(mwu.FitInterrupted, match="choosing C"):
         MWUMKLClassifier("paper", epsilon=0.3).fit(X, y)
 
@@ -584,7 +586,7 @@ def test_auto_epsilon_follows_the_polish(polish, C, epsilon, polished):
 
 
 def test_auto_polish_budget():
-    from mwumkl_dist.polish import polish_budget_ok
+    from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 
     assert polish_budget_ok(3000, 111) and not polish_budget_ok(3001, 1)  # 3000 points ...
     assert polish_budget_ok(1000, 1000) and not polish_budget_ok(1000, 1001)  # ... and 1e9 kernel evaluations
@@ -641,7 +643,7 @@ def test_auto_C_does_not_skip_validation(monkeypatch, params, match, epsilon):
     def no_cross_validation(*args, **kwargs):
         raise AssertionError("C='auto' cross-validated before the parameters were checked")
 
-    from mwumkl_dist import auto
+    from mwumkl_dist.solvers import auto
 
     monkeypatch.setattr(auto, "choose_C", no_cross_validation)
     X, y = _toy()
@@ -673,8 +675,8 @@ def test_impossible_polish_is_refused_before_fitting():
 
 def test_auto_epsilon_gives_enough_iterations_without_polish():
     """Unpolished: epsilon <= 0.1 and T >= n / 5 (the MWU dual is the model); polished: 0.2."""
-    from mwumkl_dist import mwu
-    from mwumkl_dist.auto import AUTO_T_FRACTION, plan_iterations
+    from mwumkl_dist.solvers import mwu
+    from mwumkl_dist.solvers.auto import AUTO_T_FRACTION, plan_iterations
 
     def plan(n, m, polish, rho=0.5):
         return plan_iterations(epsilon="auto", max_iter=None, rho=rho, polish=polish, C=1.0, n_samples=n, n_kernels=m)

@@ -52,7 +52,7 @@ FIT = textwrap.dedent(
     import numpy as np
     from sklearn.exceptions import NotFittedError
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.mwu import FitInterrupted
+    from mwumkl_dist.solvers.mwu import FitInterrupted
 
     X, y = np.load(sys.argv[1]), np.load(sys.argv[2])
     clf = MWUMKLClassifier(kernels="paper", max_iter=10**7)  # C="auto": cross-validation first

@@ -9,7 +9,8 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernel, explicit_kernels
 
-from mwumkl_dist import _columns
+from mwumkl_dist.data.shards import FeatureShard, as_csr, plan_args
+from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import (
     PAPER_SIGMAS,
     Gaussian,
@@ -23,7 +24,6 @@ from mwumkl_dist.kernels import (
     parse_kernels,
     parse_number,
 )
-from mwumkl_dist.shard import FeatureShard, as_csr, plan_args
 
 D = 6
 

@@ -16,11 +16,12 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernels
 
-from mwumkl_dist import MWUMKLClassifier, mwu
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core.mwu_rules import Candidate, ConvergenceWarning
+from mwumkl_dist.data.problems import FeatureProblem
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial, paper_family
-from mwumkl_dist.mwu import Candidate, ConvergenceWarning
-from mwumkl_dist.problems import FeatureProblem
+from mwumkl_dist.solvers import mwu
 
 # ----------------------------------------------------------------------------- reference
 

@@ -20,9 +20,9 @@ import pytest
 from conftest import literal
 
 from mwumkl_dist import MWUMKLClassifier
-from mwumkl_dist.checkpoint import load_checkpoint
 from mwumkl_dist.cli import main
-from mwumkl_dist.fitting import MIN_ROWS_PER_SHARD, check_shard_count
+from mwumkl_dist.io.checkpoint import load_checkpoint
+from mwumkl_dist.solvers.driver import MIN_ROWS_PER_SHARD, check_shard_count
 from mwumkl_dist.stores import DataStore, write_data_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -238,7 +238,7 @@ def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, 
 
 def test_the_checkpoint_note_without_a_checkpoint_written():
     from mwumkl_dist.engines.dask import SchedulerLostError
-    from mwumkl_dist.fitting import _with_checkpoint_note
+    from mwumkl_dist.solvers.driver import _with_checkpoint_note
 
     class Est:
         checkpoint, checkpoint_every = "/nonexistent/ck.npz", 50

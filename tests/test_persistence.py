@@ -1,4 +1,4 @@
-"""Model files (mwumkl_dist.persistence): the caller's extra arrays and metadata, format versions."""
+"""Model files (mwumkl_dist.io.model_files): the caller's extra arrays and metadata, format versions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from conftest import literal
 
 from mwumkl_dist import MWUMKLClassifier
-from mwumkl_dist.persistence import FORMAT_VERSION, load_model, load_model_with_extra, save_model
+from mwumkl_dist.io.model_files import FORMAT_VERSION, load_model, load_model_with_extra, save_model
 
 
 @pytest.fixture(scope="module")

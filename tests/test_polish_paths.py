@@ -128,7 +128,7 @@ def test_kernel_matrices_are_each_kernel_and_sum_to_the_combined_kernel():
     from conftest import explicit_kernels
 
     from mwumkl_dist.kernels import KernelSet
-    from mwumkl_dist.polish import combined_kernel, kernel_matrices
+    from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_matrices
 
     rng = np.random.default_rng(5)
     X, Z = rng.random((70, 4)), rng.random((9, 4))

@@ -1,4 +1,4 @@
-"""Platt scaling (:mod:`mwumkl_dist.calibration`) against brute-force fits of the same likelihood."""
+"""Platt scaling (:mod:`mwumkl_dist.solvers.calibration`) against brute-force fits of the same likelihood."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 from sklearn.exceptions import NotFittedError
 
 from mwumkl_dist import MWUMKLClassifier
-from mwumkl_dist.calibration import (
+from mwumkl_dist.solvers.calibration import (
     CalibrationWarning,
     fit_platt,
     fit_sigmoid,

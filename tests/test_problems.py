@@ -1,4 +1,4 @@
-"""The input abstraction (mwumkl_dist.problems): one factory, every kind behind the same protocols."""
+"""The input abstraction (mwumkl_dist.data.problems): one factory, every kind behind the same protocols."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 import scipy.sparse as sp
 from conftest import literal
 
-from mwumkl_dist import MWUMKLClassifier, mwu
-from mwumkl_dist.engines.local import LocalEngine
-from mwumkl_dist.problems import (
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.data.problems import (
     DataStoreInput,
     FeatureInput,
     KernelStoreInput,
@@ -20,6 +19,8 @@ from mwumkl_dist.problems import (
     TrainingInput,
     make_training_input,
 )
+from mwumkl_dist.engines.base import Engine
+from mwumkl_dist.engines.local import LocalEngine
 
 zarr = pytest.importorskip("zarr")
 from mwumkl_dist.stores import write_data_store, write_kernel_store  # noqa: E402
@@ -102,7 +103,7 @@ def test_both_engines_implement_the_engine_protocol():
     pytest.importorskip("distributed")
     from mwumkl_dist.engines.dask import DaskEngine
 
-    wanted = _members(mwu.Engine) | {"__enter__", "__exit__"}
+    wanted = _members(Engine) | {"__enter__", "__exit__"}
     for engine in (LocalEngine, DaskEngine):
         missing = {n for n in wanted if not hasattr(engine, n)} - {"n_kernels", "n_samples"}
         assert not missing, (engine.__name__, missing)

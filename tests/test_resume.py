@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from conftest import explicit_kernels, literal
 
-from mwumkl_dist import MWUMKLClassifier, _columns
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core.mwu_rules import FitInterrupted
+from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import KernelSet
-from mwumkl_dist.mwu import FitInterrupted
 
 zarr = pytest.importorskip("zarr")
 

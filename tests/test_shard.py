@@ -7,11 +7,12 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernels
 
-from mwumkl_dist import MWUMKLClassifier, mwu
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, split_rows
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
-from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
-from mwumkl_dist.shard import FeatureShard, PrecomputedShard, split_rows
+from mwumkl_dist.solvers import mwu
 
 SPECS = [
     Linear(features=(0, 1)),

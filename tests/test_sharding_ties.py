@@ -7,10 +7,11 @@ import pytest
 import scipy.sparse as sp
 from conftest import literal
 
-from mwumkl_dist import MWUMKLClassifier, _columns
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core.partition import chain_safe_ranges, kernel_tiles
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, sum_tile_partials
+from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
-from mwumkl_dist.partition import chain_safe_ranges, kernel_tiles
-from mwumkl_dist.shard import FeatureShard, PrecomputedShard, sum_tile_partials
 
 
 def test_tiles_are_fixed_chain_safe_and_kernel_ranges_follow_them(monkeypatch):
@@ -209,7 +210,7 @@ def test_precomputed_shards_sum_tiles_like_feature_shards(monkeypatch):
 @pytest.mark.timeout(300)
 def test_kernel_blocks_scores_add_up_to_the_whole_shards_bits(monkeypatch):
     """Every row's g (not only the argmax): blocks' tile partials, added in order, equal one shard's bits."""
-    from mwumkl_dist.problems import FeatureProblem
+    from mwumkl_dist.data.problems import FeatureProblem
 
     monkeypatch.setattr(_columns, "TILE_KERNELS", 8)
     rng = np.random.default_rng(6)

@@ -15,10 +15,11 @@ from conftest import literal
 
 zarr = pytest.importorskip("zarr")
 
-from mwumkl_dist import MWUMKLClassifier, __version__, _columns  # noqa: E402
+from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
 from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
+from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
+from mwumkl_dist.devices import cpu as _columns  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
-from mwumkl_dist.shard import FeatureShard  # noqa: E402
 from mwumkl_dist.stores import (  # noqa: E402
     ColumnCache,
     DataStore,

@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from mwumkl_dist import threads
-from mwumkl_dist.auto import FewIterationsWarning
+from mwumkl_dist.devices import threads
+from mwumkl_dist.solvers.auto import FewIterationsWarning
 
 
 @pytest.fixture
@@ -240,7 +240,7 @@ def test_models_are_bit_identical_for_every_n_jobs():
 @pytest.mark.timeout(300)
 def test_auto_C_folds_use_n_jobs():
     """C="auto": the cross-validation folds run with the estimator's n_jobs too (and the same choice)."""
-    import mwumkl_dist.fitting as fitting
+    import mwumkl_dist.solvers.driver as fitting
 
     seen = []
     original = fitting.mwu.solve

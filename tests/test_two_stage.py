@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mwumkl_dist import two_stage
 from mwumkl_dist.kernels import KernelSet
-from mwumkl_dist.polish import combined_kernel
+from mwumkl_dist.kernels.evaluation import combined_kernel
+from mwumkl_dist.solvers import two_stage
 
 
 def _data(n=120, d=5, seed=0):
@@ -33,7 +33,7 @@ def test_map_on_all_rows_reproduces_the_combined_kernel(spec, sparse):
 @pytest.mark.parametrize("sparse", [False, True])
 def test_combined_kernel_is_the_weighted_sum_of_the_kernel_matrices(spec, sparse):
     """The fused evaluation against numpy's, kernel by kernel (``kernel_matrices``), zero weights included."""
-    from mwumkl_dist.polish import kernel_matrices
+    from mwumkl_dist.kernels.evaluation import kernel_matrices
 
     X, _ = _data(50)
     Xin = sp.csr_matrix(X) if sparse else X
@@ -47,7 +47,7 @@ def test_combined_kernel_is_the_weighted_sum_of_the_kernel_matrices(spec, sparse
 
 
 def test_combined_kernel_does_not_depend_on_threads(monkeypatch):
-    from mwumkl_dist import _columns
+    from mwumkl_dist.devices import cpu as _columns
 
     monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 1)
     X, _ = _data(301)
@@ -129,7 +129,7 @@ def test_linear_solve_agrees_with_sklearn_pipeline():
 
 def _two_stage_model(X, y, **params):
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.problems import make_training_input
+    from mwumkl_dist.data.problems import make_training_input
 
     est = MWUMKLClassifier(**params)
     data = make_training_input(X, y, est.kernels, estimator=est)

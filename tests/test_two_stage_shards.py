@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mwumkl_dist import MWUMKLClassifier, two_stage
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
 
 ATTRS = ("kernel_weights_", "kernel_traces_", "support_", "support_vectors_", "dual_coef_", "intercept_", "C_")

@@ -18,11 +18,15 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernels
 
-from mwumkl_dist import MWUMKLClassifier, _columns, mwu, polish, weights
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.data import weights
+from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+from mwumkl_dist.data.shards import FeatureShard
+from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial, RandomGaussianBank
-from mwumkl_dist.problems import FeatureProblem, PrecomputedProblem
-from mwumkl_dist.shard import FeatureShard
+from mwumkl_dist.solvers import mwu
+from mwumkl_dist.solvers.mwu import polish
 
 SPECS = [
     Linear(features=(0, 1)),

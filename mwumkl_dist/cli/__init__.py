@@ -18,11 +18,11 @@ import os
 import sys
 import warnings
 
-from .. import __version__
-from ..io import SUPPORTED_EXTENSIONS
-from .args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
-from .model import add_model_commands
-from .store import add_store_commands
+from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
+from mwumkl_dist.cli.model import add_model_commands
+from mwumkl_dist.cli.store import add_store_commands
+from mwumkl_dist.core.version import __version__
+from mwumkl_dist.io.files import SUPPORTED_EXTENSIONS
 
 __all__ = ["main", "build_parser"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..kernels import parse_kernels
+from mwumkl_dist.kernels.specs import parse_kernels
 
 __all__ = [
     "PROG",

@@ -12,15 +12,7 @@ import zipfile
 
 import numpy as np
 
-from ..auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
-from ..estimator import MWUMKLClassifier
-from ..inspection import feature_weights, kernel_type_weights
-from ..io import format_label, load_data
-from ..kernels import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
-from ..mwu import FitInterrupted
-from ..stores import KernelStore, open_store
-from ..two_stage import AUTO_TWO_STAGE_POINTS, SOLVERS, weight_points_for
-from .args import (
+from mwumkl_dist.cli.args import (
     EXIT_INTERRUPTED,
     PROG,
     ZERO_BASED,
@@ -36,8 +28,16 @@ from .args import (
     positive_int,
     selectivity_choice,
 )
-from .progress import COMPILING_NOTE, format_rate, numba_cache_is_cold, progress_bar
-from .scaling import FeatureScaling, load_model_file, save_model_file
+from mwumkl_dist.cli.progress import COMPILING_NOTE, format_rate, numba_cache_is_cold, progress_bar
+from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_file
+from mwumkl_dist.core.mwu_rules import FitInterrupted
+from mwumkl_dist.estimator import MWUMKLClassifier
+from mwumkl_dist.inspection import feature_weights, kernel_type_weights
+from mwumkl_dist.io.files import format_label, load_data
+from mwumkl_dist.io.zarr_format import KernelStore, open_store
+from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
+from mwumkl_dist.solvers.auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
+from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, SOLVERS, weight_points_for
 
 __all__ = ["add_model_commands", "cmd_demo", "cmd_fit", "cmd_predict", "cmd_evaluate", "PREDICT_OUTPUTS"]
 

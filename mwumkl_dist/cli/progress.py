@@ -13,6 +13,8 @@ import sys
 
 from tqdm import tqdm
 
+from mwumkl_dist.devices import cpu as _columns
+
 __all__ = ["LineProgress", "progress_bar", "format_rate", "numba_cache_is_cold", "COMPILING_NOTE"]
 
 #: Printed on stderr before work that compiles the numba kernels (a fresh install: 20-30 s).
@@ -61,7 +63,7 @@ def format_rate(per_second: float) -> str:
 def numba_cache_is_cold() -> bool:
     """Whether this run will compile most of the numba column kernels.
 
-    numba caches each compiled kernel of :mod:`mwumkl_dist._columns` as files
+    numba caches each compiled kernel of :mod:`mwumkl_dist.devices.cpu` as files
     named after the function and its line, next to the sources (or in numba's
     user-wide cache where those are read-only).  True when fewer than a third of
     the module's kernels have such a file: the first run after an install (none),
@@ -70,8 +72,6 @@ def numba_cache_is_cold() -> bool:
     kernels (a variant not used before, say sparse input after dense) gets no
     note: a few seconds.
     """
-    from .. import _columns
-
     kernels = [k for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
     cache_paths = {k.stats.cache_path for k in kernels} - {None}
     if not cache_paths:

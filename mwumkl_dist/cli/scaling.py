@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..estimator import MWUMKLClassifier
+from mwumkl_dist.estimator import MWUMKLClassifier
 
 __all__ = ["FeatureScaling", "save_model_file", "load_model_file", "SCALING_KEY"]
 

@@ -10,10 +10,10 @@ import os
 
 import numpy as np
 
-from ..io import load_data
-from ..stores import open_store, write_data_store, write_kernel_store
-from .args import ZERO_BASED, add_zero_based_argument, positive_int
-from .progress import progress_bar
+from mwumkl_dist.cli.args import ZERO_BASED, add_zero_based_argument, positive_int
+from mwumkl_dist.cli.progress import progress_bar
+from mwumkl_dist.io.files import load_data
+from mwumkl_dist.io.zarr_format import open_store, write_data_store, write_kernel_store
 
 __all__ = ["add_store_commands", "cmd_store_data", "cmd_store_kernels", "cmd_store_info"]
 

@@ -1,5 +1,5 @@
 """Engines: where the shards live and how the small per-superstep messages move."""
 
-from .local import LocalEngine
+from mwumkl_dist.engines.local import LocalEngine
 
 __all__ = ["LocalEngine"]

@@ -44,9 +44,9 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from .._exact import exact_to_float
-from ..mwu import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
-from . import _channel
+from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from mwumkl_dist.engines import channel as _channel
 
 __all__ = ["DaskEngine", "connect_client", "ShardLostError", "SchedulerLostError"]
 
@@ -246,7 +246,7 @@ class ShardServer:
             _SHARDS_ON_WORKER.get(self._worker_address, weakref.WeakSet()).discard(self)
 
     def _serve(self):
-        from .. import _columns
+        from mwumkl_dist.devices import cpu as _columns
 
         thread_limit = getattr(_columns, "thread_limit", None)
         try:
@@ -277,7 +277,7 @@ class ShardServer:
     # -- the shard's operations (run in the server thread) --------------------------------
     def _do_threads(self):
         """The threads this shard's supersteps run with (inside its thread limit)."""
-        from .. import _columns
+        from mwumkl_dist.devices import cpu as _columns
 
         get = getattr(_columns, "get_num_threads", None)
         return self.threads(), (get() if get is not None else None)
@@ -330,11 +330,11 @@ class _Block:
 
 
 class DaskEngine:
-    """Runs a problem's shards on Dask workers; implements :class:`mwumkl_dist.mwu.Engine`.
+    """Runs a problem's shards on Dask workers; implements :class:`mwumkl_dist.engines.base.Engine`.
 
     Parameters
     ----------
-    problem : mwumkl_dist.problems.Problem
+    problem : mwumkl_dist.data.problems.Problem
     client : distributed.Client, scheduler address, or None (local threaded cluster)
     n_shards : int
         Row shards.
@@ -371,7 +371,7 @@ class DaskEngine:
         row_ranges = problem.row_ranges(n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         if len(kernel_ranges) < n_kernel_shards:
-            from .._columns import TILE_KERNELS
+            from mwumkl_dist.devices.cpu import TILE_KERNELS
 
             warnings.warn(
                 f"n_kernel_shards={n_kernel_shards} but {problem.n_kernels} kernels make only "
@@ -696,7 +696,7 @@ class DaskEngine:
         if not self.partial:
             return reduce_candidates([p for p, _ in results]), reduce_candidates([n for _, n in results])
         # Each row range's blocks' tile partials, added in kernel (tile) order: the local engine's sums.
-        from ..shard import sum_tile_partials
+        from mwumkl_dist.data.shards import sum_tile_partials
 
         by_rows: dict = {}
         for b, part in zip(self.blocks, results):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._exact import exact_to_float
-from ..mwu import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
 
 __all__ = ["LocalEngine"]
 
 
 class LocalEngine:
-    """Runs a problem's shards in-process; implements :class:`mwumkl_dist.mwu.Engine`."""
+    """Runs a problem's shards in-process; implements :class:`mwumkl_dist.engines.base.Engine`."""
 
     def __init__(self, problem, n_shards: int = 1):
         self.problem = problem

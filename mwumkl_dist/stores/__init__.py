@@ -1,15 +1,22 @@
 """Zarr stores: training data and precomputed kernels larger than memory.
 
-* :mod:`mwumkl_dist.stores.format`: the Zarr layout; writing, opening,
+* :mod:`mwumkl_dist.io.zarr_format`: the Zarr layout; writing, opening,
   validating and reading data and kernel stores;
-* :mod:`mwumkl_dist.stores.problems`: the training problems that fit from a
+* :mod:`mwumkl_dist.data.store_problems`: the training problems that fit from a
   store (shards read their own rows where they run), and the kernel-column cache.
 
-See :mod:`mwumkl_dist.stores.format` for the layout.
+See :mod:`mwumkl_dist.io.zarr_format` for the layout.
 """
 
-from ..partition import aligned_ranges
-from .format import (
+from mwumkl_dist.core.partition import aligned_ranges
+from mwumkl_dist.data.store_problems import (
+    ColumnCache,
+    DataStoreProblem,
+    KernelStoreProblem,
+    KernelStoreShard,
+    merge_cache_stats,
+)
+from mwumkl_dist.io.zarr_format import (
     DATA_FORMAT,
     DEFAULT_CACHE_BYTES,
     KERNEL_FORMAT,
@@ -24,7 +31,6 @@ from .format import (
     write_data_store,
     write_kernel_store,
 )
-from .problems import ColumnCache, DataStoreProblem, KernelStoreProblem, KernelStoreShard, merge_cache_stats
 
 __all__ = [
     "StoreError",

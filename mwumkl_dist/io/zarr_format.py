@@ -32,7 +32,7 @@ that every chunk file exists and (uncompressed kernel chunks) has the right
 size, and every read checks what it got.  Each problem raises
 :class:`StoreError` (a ``ValueError``) naming the store and the problem.
 
-The problems that fit from a store live in :mod:`mwumkl_dist.stores.problems`.
+The problems that fit from a store live in :mod:`mwumkl_dist.data.store_problems`.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from .._exact import exact_column_sums, exact_to_float
-from ..kernels import KernelSet
-from ..partition import aligned_ranges, chain_safe_ranges
-from ..shard import FeatureShard, as_csr
+from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
+from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
+from mwumkl_dist.data.shards import FeatureShard, as_csr
+from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
     "StoreError",
@@ -85,7 +85,7 @@ class StoreError(ValueError):
 
 
 def _package_version() -> str:
-    from .. import __version__
+    from mwumkl_dist.core.version import __version__
 
     return __version__
 
@@ -544,7 +544,7 @@ class DataStore(_StoreBase):
         Chunks are taken in a random order (from ``seed``) until they hold
         ``2 * size`` rows, and returned in row order, so a store sorted by label
         still gives both classes; ``C="auto"`` cross-validates on such a sample
-        (see :func:`mwumkl_dist.auto.choose_C`).
+        (see :func:`mwumkl_dist.solvers.auto.choose_C`).
 
         Returns
         -------
@@ -761,7 +761,7 @@ class KernelStore(_StoreBase):
         return np.ascontiguousarray(self._read("diag", (slice(k0, k1), slice(r0, r1)), "the diagonal").T)
 
     def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        """Kernel blocks on kernel-tile boundaries (see :func:`mwumkl_dist.partition.chain_safe_ranges`)."""
+        """Kernel blocks on kernel-tile boundaries (see :func:`mwumkl_dist.core.partition.chain_safe_ranges`)."""
         return chain_safe_ranges(self.n_kernels, n_blocks)
 
     def __repr__(self):

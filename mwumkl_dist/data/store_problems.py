@@ -3,7 +3,7 @@
 :class:`DataStoreProblem` (features from a :class:`~mwumkl_dist.stores.DataStore`,
 with a kernel set, a random bank's included) and :class:`KernelStoreProblem` (precomputed
 kernels from a :class:`~mwumkl_dist.stores.KernelStore`) implement
-:class:`mwumkl_dist.problems.Problem`; their shard factories are small picklable
+:class:`mwumkl_dist.data.problems.Problem`; their shard factories are small picklable
 callables (a store path and a row range), so the data never pass through the
 driver.  A :class:`KernelStoreShard` reads the two kernel columns a superstep
 needs through a bounded LRU :class:`ColumnCache`.
@@ -21,10 +21,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..kernels import KernelSet
-from ..partition import chain_safe_ranges
-from ..shard import FeatureShard, PrecomputedShard, ShardBase, point_kernel_block
-from .format import DEFAULT_CACHE_BYTES, DataStore, KernelStore
+from mwumkl_dist.core.partition import chain_safe_ranges
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase, point_kernel_block
+from mwumkl_dist.io.zarr_format import DEFAULT_CACHE_BYTES, DataStore, KernelStore
+from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
     "ColumnCache",
@@ -146,7 +146,7 @@ class DataStoreProblem:
 class KernelStoreShard(PrecomputedShard):
     """Rows ``[row_offset, row_offset + n_rows)`` x kernels ``[k0, k1)`` of a :class:`KernelStore`.
 
-    A :class:`~mwumkl_dist.shard.PrecomputedShard` (same superstep, same
+    A :class:`~mwumkl_dist.data.shards.PrecomputedShard` (same superstep, same
     numbers) whose columns come from the store through a :class:`ColumnCache`
     instead of from an array in memory; it holds only its ``V`` block, its
     diagonal and the cached columns.

@@ -1,11 +1,11 @@
-"""CUDA kernels of the GPU shards (:mod:`mwumkl_dist.cuda`), written with ``numba.cuda``.
+"""CUDA kernels of the GPU shards (:mod:`mwumkl_dist.data.cuda_shards`), written with ``numba.cuda``.
 
-Imported only by :mod:`mwumkl_dist.cuda` after it checked that CUDA is usable
+Imported only by :mod:`mwumkl_dist.data.cuda_shards` after it checked that CUDA is usable
 (or under numba's CUDA simulator, ``NUMBA_ENABLE_CUDASIM=1``, where the same
 kernel code runs on the CPU: that is how the tests run them without a GPU).
 
 Every kernel repeats, per row, the floating-point operations of
-:mod:`mwumkl_dist._columns` in the same order, so the numbers are the CPU
+:mod:`mwumkl_dist.devices.cpu` in the same order, so the numbers are the CPU
 engine's bit for bit:
 
 * products that feed an addition go through :func:`_mul` (``__dmul_rn``:

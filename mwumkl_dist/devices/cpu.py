@@ -4,7 +4,7 @@ Everything here works row by row, so a row's numbers do not depend on which
 shard (or thread, or block of rows) holds it: the sharding invariance of the
 engines rests on that.  Data is CSR (``indptr``, ``indices``, ``data``); the
 kernel plan comes from :class:`mwumkl_dist.kernels.KernelPlan`.  The MWU rules
-themselves (which columns, what weights) live in :mod:`mwumkl_dist.mwu`; this
+themselves (which columns, what weights) live in :mod:`mwumkl_dist.solvers.mwu`; this
 module only evaluates kernels and applies ``V += (col_P + col_N) / 2``,
 ``g = V @ coef``.
 
@@ -25,7 +25,7 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   row's score ``g_j`` is the sum, in tile order, of its tile partials, each a
   sequential sum over the tile's kernels from 0; kernel shards return their
   tiles' partials and the Dask driver adds them in the same order
-  (:func:`mwumkl_dist.shard.sum_tile_partials`), so every layout gives the
+  (:func:`mwumkl_dist.data.shards.sum_tile_partials`), so every layout gives the
   same bits, ties included;
 * the work is (row block x tile) tasks, each with tile-local feature groups
   (a plan with 10^5 groups costs per task only its tile's groups and their
@@ -162,7 +162,7 @@ def _default_threads() -> int:
     if cached is not None and cached[0] == key and now - cached[1] < _DEFAULT_TTL:
         return cached[2]
     try:
-        from .threads import default_threads
+        from mwumkl_dist.devices.threads import default_threads
     except ImportError:  # pragma: no cover - threads.py missing
         n = numba.get_num_threads()
     else:
@@ -653,7 +653,7 @@ class SuperstepWorkspace:
 
 
 def superstep_workspace(n_rows: int, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """A :class:`SuperstepWorkspace` for ``n_rows`` rows and a plan (:func:`mwumkl_dist.shard.plan_args` order).
+    """A :class:`SuperstepWorkspace` for ``n_rows`` rows and a plan (:func:`mwumkl_dist.data.shards.plan_args` order).
 
     Reusing it matters: with many kernels the blocks of kernel values take
     megabytes, and allocating them every superstep let the C allocator give

@@ -17,41 +17,40 @@ One iteration, as :func:`solve` runs it::
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
-from ._exact import exact_to_float
+from mwumkl_dist.core.exact import exact_to_float
 
 __all__ = [
+    "QUASH_THRESHOLD",
+    "FitInterrupted",
+    "ConvergenceWarning",
     "Candidate",
-    "Exponentiated",
-    "MWUResult",
-    "ProgressInfo",
     "eps_prime",
-    "exact_selectivity",
-    "exponent_scale",
     "iteration_count",
-    "update_s",
     "gram_block",
     "check_ridge",
     "ridge_at",
     "ridge_rows",
+    "update_s",
+    "Exponentiated",
+    "exact_selectivity",
+    "exponent_scale",
     "exponentiate",
     "kernel_weights",
     "reduce_candidates",
     "bias_and_scale",
     "training_errors",
     "guarded_bias",
-    "solve",
+    "class_totals",
+    "ProgressInfo",
+    "MWUResult",
+    "SolverState",
 ]
 
 #: Above this largest exponent the paper switches to the quashed form.
@@ -324,82 +323,6 @@ def class_totals(parts, y: np.ndarray) -> tuple[float, float]:
     return float(margins[y > 0].sum()), float(margins[y < 0].sum())
 
 
-class _StopRequest:
-    requested = False
-
-
-@contextlib.contextmanager
-def _sigint_requests_stop():
-    """While solving, a first Ctrl-C only asks the loop to stop after the current iteration.
-
-    Raising ``KeyboardInterrupt`` at an arbitrary point could land between two
-    shards' supersteps (or inside a numba call) and leave the state half
-    updated; a second Ctrl-C does raise it, to abort.
-    """
-    stop = _StopRequest()
-    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if previous is None or previous is signal.SIG_IGN:
-        yield stop
-        return
-
-    def handler(signum, frame):
-        if stop.requested:
-            raise KeyboardInterrupt
-        stop.requested = True
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class Engine(Protocol):
-    """What an engine (local, Dask) provides: it holds a problem's shards and only moves data.
-
-    :func:`solve` uses the Find-alpha / superstep / final-model methods; the fit
-    driver (:mod:`mwumkl_dist.fitting`) also the traces, configuration, replay,
-    counters and lifetime.  An engine is a context manager that closes itself.
-    """
-
-    n_kernels: int
-    n_samples: int
-
-    def traces(self) -> np.ndarray:
-        """``r_i = sum_j K_i(x_j, x_j)``, added up exactly over the shards (independent of the sharding)."""
-
-    def configure(self, inv_trace: np.ndarray, ridge) -> None:
-        """Set ``1 / r_i`` and the ridge (``1 / C``: a float, or one per point) and reset the shards' state."""
-
-    def initial_candidates(self) -> tuple[Candidate, Candidate]:
-        """With ``g = 0``: the first row of each class."""
-
-    def kernel_block(self, pos: Candidate, neg: Candidate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` of the two picked points."""
-
-    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
-        """Add the picked columns to ``V``, score with ``g = V @ coef``, return the best row of each class."""
-
-    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
-        """``(P, N)``: the sums of ``alpha_j h_j`` per class (see :func:`class_totals`)."""
-
-    def alpha_counts(self) -> np.ndarray:
-        """The accumulated dual, in counts (+1/2 per pick), one per row."""
-
-    def replay(self, picks) -> None:
-        """Bring freshly configured shards to the state after ``picks`` (resume from a checkpoint)."""
-
-    def stats(self) -> list[dict]:
-        """Each shard's counters (e.g. a kernel store's column cache; ``{}`` when none)."""
-
-    def close(self) -> None:
-        """Release the shards (and a client the engine started)."""
-
-    def __enter__(self) -> Engine: ...
-
-    def __exit__(self, *exc) -> None: ...
-
-
 @dataclass
 class ProgressInfo:
     """Passed to a progress callback: ``iteration`` of ``n_iter`` done after ``elapsed`` s."""
@@ -436,71 +359,3 @@ class SolverState:
     pos: Candidate
     neg: Candidate
     picks: list = field(default_factory=list)  # (iP, iN) of every iteration so far, in order
-
-
-def solve(
-    engine: Engine,
-    *,
-    inv_trace: np.ndarray,
-    ridge: float | np.ndarray,
-    epsilon: float,
-    rho: float,
-    n_iter: int,
-    callback: Callable[[ProgressInfo], object] | None = None,
-    callback_every: int = 100,
-    state: SolverState | None = None,
-    on_state: Callable[[SolverState], None] | None = None,
-    selectivity: float | None = None,
-) -> MWUResult:
-    """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
-
-    ``callback(info)`` is called every ``callback_every`` iterations and at the
-    end; returning ``True`` stops early (the model is built from the
-    iterations done).  Ctrl-C (SIGINT, when solving in the main thread) does
-    the same at the end of the current iteration, so an interrupted fit keeps
-    what it computed (``interrupted=True``); a second Ctrl-C aborts.
-    ``state`` resumes from a :class:`SolverState`; ``on_state`` sees the state
-    after every iteration (used for checkpoints).  ``ridge`` is ``1 / C``
-    for every point, or an ``(n_samples,)`` array of per-point values (the
-    engine's shards must be configured with the same).  ``selectivity`` sets the exponents'
-    scale (:func:`exponent_scale`): ``None`` is the paper's rule.
-    """
-    eps_p = eps_prime(epsilon, rho)
-    ridge = check_ridge(ridge, engine.n_samples)
-    if state is None:
-        pos, neg = engine.initial_candidates()
-        state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
-    s, pos, neg, t, picks = state.s.copy(), state.pos, state.neg, state.iteration, list(state.picks)
-    start = time.perf_counter()
-    interrupted = False
-    with _sigint_requests_stop() as stop:
-        while t < n_iter:
-            k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
-            block = gram_block(k_pp, k_nn, k_pn, inv_trace, ridge_at(ridge, pos.index), ridge_at(ridge, neg.index))
-            s_next = update_s(s, pos.v_row, neg.v_row, *block)
-            coef = exponentiate(s_next, eps_p, rho, selectivity).coef
-            if not np.all(np.isfinite(coef)):
-                raise FloatingPointError(f"non-finite scores at iteration {t + 1}: the kernels overflow (s = {s_next})")
-            picks.append((pos.index, neg.index))
-            pos, neg = engine.superstep(pos, neg, coef)
-            s, t = s_next, t + 1
-            if on_state is not None:
-                on_state(SolverState(t, s, pos, neg, picks))
-            if callback is not None and (t % callback_every == 0 or t == n_iter):
-                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
-                    interrupted = t < n_iter
-                    break
-            if stop.requested:
-                interrupted = t < n_iter
-                warnings.warn(
-                    f"interrupted after {t} of {n_iter} iterations: the model is built from those", stacklevel=2
-                )
-                break
-    if t == 0:
-        raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
-    mu = kernel_weights(exponentiate(s, eps_p, rho, selectivity))
-    counts = engine.alpha_counts()
-    pos_sum, neg_sum = engine.class_sums(mu)
-    # alpha = counts / t, V = G counts: P (with alpha/t and V/t) = pos_sum / t^2.
-    b, scale = bias_and_scale(pos_sum / t**2, neg_sum / t**2)
-    return MWUResult(counts / t * scale, mu, b, t, s, interrupted)

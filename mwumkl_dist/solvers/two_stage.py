@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import KernelSet
-from .partition import aligned_ranges
-from .polish import combined_kernel, kernel_traces
-from .stores import DataStore
+from mwumkl_dist.core.partition import aligned_ranges
+from mwumkl_dist.io.zarr_format import DataStore
+from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_traces
+from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
     "WEIGHT_POINTS",
@@ -129,7 +129,7 @@ def _map(fn, items) -> list:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ._columns import get_num_threads
+    from mwumkl_dist.devices.cpu import get_num_threads
 
     items = list(items)
     n_threads = min(get_num_threads(), len(items))
@@ -648,8 +648,8 @@ def linear_shards(estimator, data, client=None, row_block: int | None = None, sp
     row_block = _ROW_BLOCK if row_block is None else int(row_block)
     problem = LinearStageProblem(data, row_block, spill)
     if getattr(estimator, "engine", "local") == "dask":
-        from .engines.dask import DaskEngine
-        from .fitting import DEFAULT_WORKER_TIMEOUT
+        from mwumkl_dist.engines.dask import DaskEngine
+        from mwumkl_dist.solvers.driver import DEFAULT_WORKER_TIMEOUT
 
         timeout = getattr(estimator, "worker_timeout", DEFAULT_WORKER_TIMEOUT)
         shards = DaskEngine(problem, client, n_shards=estimator.n_shards, n_kernel_shards=1, timeout=timeout)
@@ -679,7 +679,7 @@ def fit_two_stage(
 ) -> dict:
     """The two-stage fit of ``estimator`` on feature rows ``data``: the fitted attributes by name.
 
-    Same contract as :func:`mwumkl_dist.fitting.fit_model` (whose arguments it
+    Same contract as :func:`mwumkl_dist.solvers.driver.fit_model` (whose arguments it
     takes), and the same attributes: the kernel weights, ``C_``, the
     selectivity and ``epsilon_`` come from the MWU fit on a stratified
     subsample of ``weight_points`` rows (None: :func:`weight_points_for`; the
@@ -697,9 +697,9 @@ def fit_two_stage(
     folds (the exact solution of the problem the linear stage approximates),
     as a polished fit does.
     """
-    from . import auto
-    from .fitting import drop_zero_weights, fit_model, training_classes
-    from .weights import check_class_weight
+    from mwumkl_dist.data.weights import check_class_weight
+    from mwumkl_dist.solvers import auto
+    from mwumkl_dist.solvers.driver import drop_zero_weights, fit_model, training_classes
 
     blocker = two_stage_blocker(data, C, estimator)
     if blocker is not None:
@@ -734,8 +734,8 @@ def fit_two_stage(
 def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sample_weight, kept, rows, C_rel, *,
                 n_components, prune, seed, clock) -> dict:  # fmt: skip
     """Stages 2 and 3 of :func:`fit_two_stage` (see there) on ``shards``: the fitted attributes."""
-    from .fitting import one_vs_rest_targets
-    from .weights import problem_weights
+    from mwumkl_dist.data.weights import problem_weights
+    from mwumkl_dist.solvers.driver import one_vs_rest_targets
 
     n = data.n_samples
     ks = data.kernel_set
@@ -773,7 +773,7 @@ def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sampl
         ranks.append(fmap.rank)
     shards.restore = None
     if estimator.probability:  # the same SVM as the exact polish solves: calibrated on polished folds
-        from .fitting import platt_scaling, probability_input
+        from mwumkl_dist.solvers.driver import platt_scaling, probability_input
 
         attrs_prob = platt_scaling(
             estimator, probability_input(estimator, data, seed), classes, C=C_rel, polished=True, seed=seed,

@@ -1,6 +1,6 @@
 """The fit driver: binary problems one-vs-rest, engines and their client, checkpoints and resume, the polish.
 
-:func:`fit_model` turns a :class:`~mwumkl_dist.problems.TrainingInput` and an
+:func:`fit_model` turns a :class:`~mwumkl_dist.data.problems.TrainingInput` and an
 estimator's parameters into the fitted attributes (``classes_``,
 ``kernel_weights_``, ``dual_coef_``, ...), which the estimator then takes
 over.  It never looks at the kind of input: everything kind-specific is a
@@ -18,15 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
-from . import auto, mwu
-from .calibration import fit_platt
-from .checkpoint import Checkpointer, fingerprint, load_checkpoint
-from .engines.local import LocalEngine
-from .polish import polish_budget_ok, solve_l2_svm
-from .problems import Problem, TrainingInput, check_traces
-from .stores import merge_cache_stats
-from .two_stage import fit_two_stage, resolve_solver
-from .weights import check_class_weight, check_sample_weight, point_ridge, problem_weights
+from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
+from mwumkl_dist.data.store_problems import merge_cache_stats
+from mwumkl_dist.data.weights import check_class_weight, check_sample_weight, point_ridge, problem_weights
+from mwumkl_dist.engines.base import Engine
+from mwumkl_dist.engines.local import LocalEngine
+from mwumkl_dist.io.checkpoint import Checkpointer, fingerprint, load_checkpoint
+from mwumkl_dist.solvers import auto, mwu
+from mwumkl_dist.solvers.calibration import fit_platt
+from mwumkl_dist.solvers.mwu.polish import polish_budget_ok, solve_l2_svm
+from mwumkl_dist.solvers.two_stage import fit_two_stage, resolve_solver
 
 __all__ = [
     "SolveSettings",
@@ -55,8 +56,8 @@ class SolveSettings:
 
     ``ridges`` holds one ridge per binary problem (one-vs-rest target): ``1 / C_eff``
     as a float, or ``1 / C_j`` per training point with sample or class weights
-    (see :mod:`mwumkl_dist.weights`); each goes to the engines and to the polish as it is.
-    ``selectivity`` is what :func:`mwumkl_dist.mwu.solve` takes (None: the paper's rule).
+    (see :mod:`mwumkl_dist.data.weights`); each goes to the engines and to the polish as it is.
+    ``selectivity`` is what :func:`mwumkl_dist.solvers.mwu.solve` takes (None: the paper's rule).
     """
 
     epsilon: float
@@ -181,7 +182,7 @@ def _cluster_client(estimator):
     if estimator.engine != "dask":
         yield None
         return
-    from .engines.dask import connect_client
+    from mwumkl_dist.engines.dask import connect_client
 
     client, owns_client = connect_client(estimator.client, timeout=estimator.scheduler_timeout)
     try:
@@ -241,13 +242,13 @@ def platt_scaling(
     """``probability=True``: Platt's sigmoids ``(probA_, probB_)`` fitted to held-out decision values.
 
     Stratified 5-fold cross-validation (as LIBSVM) of ``estimator``'s fit with
-    the final ``C`` (size-relative) on at most :data:`~mwumkl_dist.auto.AUTO_C_POINTS`
+    the final ``C`` (size-relative) on at most :data:`~mwumkl_dist.solvers.auto.AUTO_C_POINTS`
     of ``cv``'s rows (like ``C="auto"``, to bound the cost: 5 fits of that
-    size), then :func:`mwumkl_dist.calibration.fit_platt` on the decision
+    size), then :func:`mwumkl_dist.solvers.calibration.fit_platt` on the decision
     values of the points each fold left out, weighted by their sample weights
     (class weights shape the margin, not the probabilities).  Unpolished, the
     folds run the final fit's iterations per point (``iterations_per_point``,
-    see :func:`mwumkl_dist.auto.fold_params`), so that their decision values
+    see :func:`mwumkl_dist.solvers.auto.fold_params`), so that their decision values
     are on the final model's scale.
     """
     rows = auto.stratified_rows(cv.y, auto.AUTO_C_POINTS, seed)
@@ -302,17 +303,17 @@ def check_shard_count(n_shards, n_samples: int) -> None:
         )
 
 
-def make_engine(estimator, problem: Problem, client) -> mwu.Engine:
+def make_engine(estimator, problem: Problem, client) -> Engine:
     """The estimator's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``)."""
     device = getattr(estimator, "device", "cpu")  # a model unpickled from before device: the CPU
     if device != "cpu":
-        from . import cuda
+        from mwumkl_dist.data import cuda_shards as cuda
 
         # The local engine's GPU is checked here, at once; Dask workers check their own.
         problem = cuda.on_device(problem, device, driver_gpu=estimator.engine == "local")
     if estimator.engine == "local":
         return LocalEngine(problem, n_shards=estimator.n_shards)
-    from .engines.dask import DaskEngine
+    from mwumkl_dist.engines.dask import DaskEngine
 
     return DaskEngine(
         problem,
@@ -350,9 +351,9 @@ def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
 def solve_one_vs_rest(estimator, data: TrainingInput, classes, settings: SolveSettings, client, resume=None):
     """Solve the binary problem of each one-vs-rest target in turn (resuming from a checkpoint when given one).
 
-    Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.mwu.MWUResult` of
+    Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.solvers.mwu.MWUResult` of
     each problem solved, the kernels' traces and the engines' shard counters.
-    Raises :class:`~mwumkl_dist.mwu.FitInterrupted` when a stop left some of
+    Raises :class:`~mwumkl_dist.solvers.mwu.FitInterrupted` when a stop left some of
     several problems unsolved.  A lost Dask cluster (``ConnectionError``, e.g.
     :class:`~mwumkl_dist.engines.dask.SchedulerLostError`, or a shard that stopped
     answering) is raised with the checkpoint to resume from added to its message.
@@ -413,7 +414,7 @@ def _cluster_failures(estimator) -> tuple:
     """The errors of a lost cluster (scheduler, workers, shards): reported with the checkpoint to resume from."""
     if estimator.engine != "dask":
         return ()
-    from .engines.dask import ShardLostError
+    from mwumkl_dist.engines.dask import ShardLostError
 
     return (ConnectionError, ShardLostError)
 
@@ -447,7 +448,7 @@ def _with_checkpoint_note(exc: Exception, estimator, fp) -> Exception:
         return ConnectionError(message)
 
 
-def resume_state(resumed: dict, problem: Problem, engine: mwu.Engine) -> mwu.SolverState:
+def resume_state(resumed: dict, problem: Problem, engine: Engine) -> mwu.SolverState:
     """Replay a checkpoint's picks on a freshly configured engine; the solver state to continue from."""
     engine.replay(resumed["picks"])
     (pi, pg, pv), (ni, ng, nv) = resumed["pos"], resumed["neg"]
@@ -516,16 +517,16 @@ def guard_biases(
     On a stratified sample of :data:`BIAS_CHECK_POINTS` training points, a bias
     whose (class- and sample-weighted) error exceeds the majority class's, or,
     after ``few_iterations`` (far fewer than the plan's, see
-    :func:`mwumkl_dist.auto.plan_iterations`), the best bias's by more than a
+    :func:`mwumkl_dist.solvers.auto.plan_iterations`), the best bias's by more than a
     point, is replaced by the error-minimising one
-    (:func:`mwumkl_dist.mwu.guarded_bias`): with few iterations (a large
+    (:func:`mwumkl_dist.solvers.mwu.guarded_bias`): with few iterations (a large
     ``epsilon``) the authors' bias can be far off, and the classifier must not
     be worse than predicting the majority class.  A fit with enough iterations
     keeps the authors' bias unless it is worse than the majority class.  Each replacement is warned
-    about (:class:`~mwumkl_dist.auto.FewIterationsWarning`) and kept in
+    about (:class:`~mwumkl_dist.solvers.auto.FewIterationsWarning`) and kept in
     ``fit_warnings_``.  Inputs whose rows cannot be read back (a kernel store) are left as they are.
     """
-    from .problems import make_predictor
+    from mwumkl_dist.data.problems import make_predictor
 
     # Points outside the support set where there are enough of them: a support point's own term inflates its
     # score (on a9a with 200 iterations: 21 % training error on all points, 24 % on the test set).

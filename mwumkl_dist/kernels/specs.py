@@ -3,7 +3,7 @@
 A *kernel spec* is a small immutable description (``Gaussian(sigma=2.0,
 features=(0, 3))``).  A :class:`KernelSet` is an ordered list of specs for a
 given feature count; it compiles to a :class:`KernelPlan` of flat arrays that
-the numba column kernels in :mod:`mwumkl_dist._columns` evaluate.  Kernels on
+the numba column kernels in :mod:`mwumkl_dist.devices.cpu` evaluate.  Kernels on
 the same feature subset form a *group* and share one inner-product /
 distance pass, so two kernel columns for all kernels cost one pass over the
 data.

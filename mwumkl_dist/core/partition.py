@@ -1,6 +1,6 @@
 """How rows and kernels are cut into shards and blocks.
 
-Row shards are contiguous ranges (:func:`mwumkl_dist.shard.split_rows`), on
+Row shards are contiguous ranges (:func:`mwumkl_dist.data.shards.split_rows`), on
 a store's chunk boundaries when the data come from one (:func:`aligned_ranges`);
 kernel blocks fall on kernel-tile boundaries (:func:`chain_safe_ranges`), which
 never split a Gaussian squaring chain, so every layout evaluates each kernel
@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ._columns import TILE_KERNELS, kernel_tiles
-from .shard import split_rows
+from mwumkl_dist.data.shards import split_rows
+from mwumkl_dist.devices.cpu import TILE_KERNELS, kernel_tiles
 
 __all__ = ["split_rows", "aligned_ranges", "chain_safe_ranges", "kernel_tiles", "TILE_KERNELS"]
 
@@ -39,7 +39,7 @@ def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
 
     ``square_of`` is the plan's array, or the kernel count for kernels without
     chains (precomputed kernels, kernel stores).  The boundaries are those of
-    :func:`mwumkl_dist._columns.kernel_tiles` (tiles of ``TILE_KERNELS``
+    :func:`mwumkl_dist.devices.cpu.kernel_tiles` (tiles of ``TILE_KERNELS``
     kernels): a block then evaluates every kernel exactly as the whole set
     does (same chains, same rounding) and returns whole tiles' score
     partials, which the driver adds in tile order, so kernel-sharded fits

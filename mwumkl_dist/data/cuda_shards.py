@@ -1,10 +1,10 @@
 """GPU shards: the superstep on an NVIDIA GPU with ``numba.cuda`` (``device="cuda"``).
 
-A GPU shard is a :class:`~mwumkl_dist.shard.ShardBase` whose ``V`` block,
+A GPU shard is a :class:`~mwumkl_dist.data.shards.ShardBase` whose ``V`` block,
 data and kernel plan live in GPU memory; every engine runs it unchanged (the
 local engine in this process, the Dask engine on GPU workers: one worker per
 GPU, as dask-cuda starts them, each seeing its GPU as device 0).  The MWU
-rules stay in :mod:`mwumkl_dist.mwu`; per superstep the driver sends the two
+rules stay in :mod:`mwumkl_dist.solvers.mwu`; per superstep the driver sends the two
 picked points and ``coef`` (``m`` values) and gets back the best row of each
 class with its ``V`` row.
 
@@ -15,9 +15,9 @@ class with its ``V`` row.
 * :func:`on_device`: a problem whose shards are GPU shards (the hook for
   ``device="cuda"``);
 * :func:`weighted_kernel_sums`: decision values on the GPU (same signature
-  as :func:`mwumkl_dist._columns.weighted_kernel_sums`).
+  as :func:`mwumkl_dist.devices.cpu.weighted_kernel_sums`).
 
-Numbers: the kernels (:mod:`mwumkl_dist._cuda_kernels`) repeat the CPU
+Numbers: the kernels (:mod:`mwumkl_dist.devices.cuda_kernels`) repeat the CPU
 engine's floating-point operations in the same order (no FMA contraction, the
 CPU's ``exp``), so supersteps, kernel weights and decision values equal the
 CPU engine's bit for bit on the same problem; the picks then agree too, ties
@@ -29,7 +29,7 @@ Traces (``diagonal``) and the final margins (``support_margins``) use the
 CPU code on a host copy of the rows and on ``V`` rows copied back.  The
 picked points' kernel block (``m`` values, each iteration, on the driver) is
 computed on the driver's GPU (:class:`DevicePlan`); the MWU rules
-(:mod:`mwumkl_dist.mwu`) still run on the driver's CPU, on ``m``-vectors.
+(:mod:`mwumkl_dist.solvers.mwu`) still run on the driver's CPU, on ``m``-vectors.
 
 Per superstep the host sends ``p``, ``q`` and ``coef`` and gets back
 ``2 x n_blocks`` candidates and the two picked ``V`` rows; everything else
@@ -49,9 +49,9 @@ import math
 
 import numpy as np
 
-from . import _columns
-from .mwu import Candidate
-from .shard import FeatureShard, PrecomputedShard, ShardBase, as_csr, plan_args
+from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase, as_csr, plan_args
+from mwumkl_dist.devices import cpu as _columns
 
 __all__ = [
     "check_device",
@@ -106,7 +106,7 @@ def gpu_available() -> bool:
 @functools.lru_cache(maxsize=1)
 def _kernels():
     check_device()
-    from . import _cuda_kernels
+    from mwumkl_dist.devices import cuda_kernels as _cuda_kernels
 
     return _cuda_kernels
 
@@ -394,7 +394,7 @@ class _CudaShard(ShardBase):
 
 
 class CudaFeatureShard(_CudaShard):
-    """:class:`~mwumkl_dist.shard.FeatureShard` on the GPU: same arguments, same numbers."""
+    """:class:`~mwumkl_dist.data.shards.FeatureShard` on the GPU: same arguments, same numbers."""
 
     point = FeatureShard.point
     diagonal = FeatureShard.diagonal
@@ -464,7 +464,7 @@ class CudaFeatureShard(_CudaShard):
 
 
 class CudaPrecomputedShard(_CudaShard):
-    """:class:`~mwumkl_dist.shard.PrecomputedShard` on the GPU: the ``(m, n_rows, n)`` kernel rows kept there."""
+    """:class:`~mwumkl_dist.data.shards.PrecomputedShard` on the GPU: the ``(m, n_rows, n)`` kernel rows kept there."""
 
     point = PrecomputedShard.point
     diagonal = PrecomputedShard.diagonal
@@ -532,7 +532,7 @@ class DevicePlan:
         self._out = cuda.device_array((3, int(plan.n_kernels)), np.float64)
 
     def point_kernels(self, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`mwumkl_dist.shard.point_kernel_block` on the GPU (the same bits)."""
+        """:func:`mwumkl_dist.data.shards.point_kernel_block` on the GPU (the same bits)."""
         k, P = self._k, self.arrays
         self._p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
         self._q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
@@ -622,12 +622,12 @@ def on_device(problem, device: str = "cuda", driver_gpu: bool = True):
 def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_sq, coef, weights,
                          kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, *,
                          max_block_bytes: int | None = None):  # fmt: skip
-    """:func:`mwumkl_dist._columns.weighted_kernel_sums` on the GPU: the same arguments, the same numbers.
+    """:func:`mwumkl_dist.devices.cpu.weighted_kernel_sums` on the GPU: the same arguments, the same numbers.
 
     The support vectors go to the GPU dense (``n_sv x n_features``), the rows
     in dense blocks sized to the free memory (at most ``max_block_bytes``).
     """
-    from .kernels import KernelPlan
+    from mwumkl_dist.kernels.specs import KernelPlan
 
     k = _kernels()
     cuda = check_device()

@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 import scipy.sparse as sp
 
-from .mwu import Candidate, MWUResult, SolverState
+from mwumkl_dist.core.mwu_rules import Candidate, MWUResult, SolverState
 
 __all__ = ["fingerprint", "save_checkpoint", "load_checkpoint", "Checkpointer"]
 

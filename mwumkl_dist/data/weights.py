@@ -3,7 +3,7 @@
 With weights ``w_j`` (``sample_weight`` times the class weight of the
 point's label) the per-point constant is ``C_j = C_eff * w_j``, as in
 LIBSVM and scikit-learn's ``SVC``, and the solver's diagonal term
-``D = diag(1 / C_j)`` (see :mod:`mwumkl_dist.mwu`).  Points of weight 0 are
+``D = diag(1 / C_j)`` (see :mod:`mwumkl_dist.solvers.mwu`).  Points of weight 0 are
 left out of the fit; negative weights are an error.
 
 One-vs-rest (three or more classes) follows scikit-learn's convention for
@@ -17,7 +17,7 @@ What the weights do and do not equal: for a fixed Gram matrix, a point of
 integer weight ``k`` is the same 2-norm problem as ``k`` copies of it at
 weight 1 (the copies share the dual mass, which minimises
 ``sum alpha_c^2 / C`` at an even split: ``a^2 / (k C)``), so the exact
-solution (:func:`mwumkl_dist.polish.solve_l2_svm`) is the same.  The MWU
+solution (:func:`mwumkl_dist.kernels.evaluation.solve_l2_svm`) is the same.  The MWU
 iterations and the trace normalisation see rows, not weights, so a fit with
 weights is not a fit on repeated rows in general (the kernel weights
 differ); with a single kernel of constant diagonal (a Gaussian) and the

@@ -1,7 +1,7 @@
 """The automatic choices: ``epsilon="auto"``, ``C="auto"``, whether a fit ends with the exact polish.
 
 Each is a function of explicit arguments, used by the estimator's fit driver
-(:mod:`mwumkl_dist.fitting`) and by the command line to say in advance what a
+(:mod:`mwumkl_dist.solvers.driver`) and by the command line to say in advance what a
 fit will do.  Also here: the warning for a user's ``epsilon`` (or ``max_iter``)
 that gives far too few iterations for an unpolished fit, and ``random_state``.
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import mwu
-from .polish import polish_budget_ok
-from .weights import score_weights, weighted_error
+from mwumkl_dist.data.weights import score_weights, weighted_error
+from mwumkl_dist.solvers import mwu
+from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 
 __all__ = [
     "AUTO_EPS_POLISHED",
@@ -239,9 +239,9 @@ def check_selectivity(selectivity):
 
 
 def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | None:
-    """What :func:`mwumkl_dist.mwu.solve` takes for a checked, non-"auto" ``selectivity``.
+    """What :func:`mwumkl_dist.solvers.mwu.solve` takes for a checked, non-"auto" ``selectivity``.
 
-    "paper": None (the published absolute scale); "exact": :func:`mwumkl_dist.mwu.exact_selectivity`,
+    "paper": None (the published absolute scale); "exact": :func:`mwumkl_dist.solvers.mwu.exact_selectivity`,
     the sparsity of the MKL problem's own optimum at precision ``epsilon``; a number: itself.
     """
     if selectivity == "paper":
@@ -281,14 +281,14 @@ def choose_C(
     candidates are judged in the regime they will be used in.  A kernel store
     is not sampled: :data:`AUTO_C_STORE` and :data:`AUTO_SELECTIVITY_STORE`.
     With sample or class weights the folds are fitted with them and scored by
-    the weighted error (:func:`mwumkl_dist.weights.score_weights`: the
+    the weighted error (:func:`mwumkl_dist.data.weights.score_weights`: the
     balanced error for ``class_weight="balanced"``).
 
     Parameters
     ----------
     estimator : MWUMKLClassifier
         Its parameters configure the fold fits.
-    data : mwumkl_dist.problems.TrainingInput
+    data : mwumkl_dist.data.problems.TrainingInput
     polished : bool
         Whether the final fit ends with the exact polish.
     seed : int

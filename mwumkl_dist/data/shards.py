@@ -3,7 +3,7 @@
 A shard owns rows ``[row_offset, row_offset + n_rows)`` of the training
 problem for all kernels (row shards).  Each superstep it adds the two chosen
 kernel columns to its ``V`` rows, scores them with ``g = V @ coef`` and
-returns its best row of each class as a :class:`~mwumkl_dist.mwu.Candidate`.
+returns its best row of each class as a :class:`~mwumkl_dist.solvers.mwu.Candidate`.
 The local engine runs shards in-process; the Dask engine runs the same shards
 on workers, so both give the same numbers by construction.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from . import _columns
-from ._exact import exact_column_sums
-from .kernels import KernelPlan
-from .mwu import Candidate
+from mwumkl_dist.core.exact import exact_column_sums
+from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.devices import cpu as _columns
+from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
     "ShardBase",
@@ -43,7 +43,7 @@ def sum_tile_partials(parts) -> np.ndarray:
 
     ``parts`` are the :meth:`ShardBase.superstep_scores` answers of the
     blocks holding the range, each ``(n_tiles_in_block, n_rows)``.  The tiles
-    are added one after the other, as :func:`mwumkl_dist._columns.superstep_features`
+    are added one after the other, as :func:`mwumkl_dist.devices.cpu.superstep_features`
     adds them for a shard of all kernels: any kernel split (on tile
     boundaries) gives the same bits.
     """
@@ -115,7 +115,7 @@ class ShardBase:
 
         ``ridge`` is ``1 / C`` for every row, or an ``(n_rows,)`` array with
         this block's per-point values ``1 / C_j`` (sample or class weights;
-        :func:`mwumkl_dist.mwu.ridge_rows` cuts it from the global one).
+        :func:`mwumkl_dist.solvers.mwu.ridge_rows` cuts it from the global one).
         """
         self.inv_trace = np.ascontiguousarray(inv_trace, dtype=np.float64)
         if np.ndim(ridge) == 0:
@@ -146,7 +146,7 @@ class ShardBase:
     def trace_parts(self) -> list[int]:
         """This block's share of the traces ``r_i = sum_j K_i(x_j, x_j)``, as exact integers.
 
-        Engines add the parts of all blocks and round once (:mod:`mwumkl_dist._exact`),
+        Engines add the parts of all blocks and round once (:mod:`mwumkl_dist.core.exact`),
         so the traces do not depend on the sharding.
         """
         return exact_column_sums(self.diagonal())
@@ -204,7 +204,7 @@ class ShardBase:
 
     def support_margins(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """This block's rows with ``alpha_j > 0``: global indices, alpha counts, and
-        ``V_j . w`` over the block's kernels as exact integers (see :mod:`mwumkl_dist._exact`),
+        ``V_j . w`` over the block's kernels as exact integers (see :mod:`mwumkl_dist.core.exact`),
         so that kernel blocks add up to exactly what one block of all kernels gives."""
         local = np.flatnonzero(self.alpha > 0)
         return local + self.row_offset, self.alpha[local], exact_column_sums((self.V[local] * weights).T)

@@ -14,7 +14,7 @@ precomputed kernels, a data store, a kernel store; a random bank is a kernel set
 whose plan is built from the bank's tables);
 :func:`make_predictor` does the same for ``decision_function`` from what a
 saved model keeps (kernel names, the bank, ``n_features_in_``), so prediction
-works after :func:`mwumkl_dist.persistence.load_model` without training data.
+works after :func:`mwumkl_dist.io.model_files.load_model` without training data.
 Nothing above this module branches on the kind of input.
 """
 
@@ -28,13 +28,14 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
-from . import _columns
-from ._exact import exact_column_sums, exact_to_float
-from .kernels import BankKernelNames, KernelSet
-from .partition import chain_safe_ranges
-from .polish import combined_kernel, kernel_traces
-from .shard import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
-from .stores import DataStore, DataStoreProblem, KernelStore, KernelStoreProblem, as_store
+from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
+from mwumkl_dist.core.partition import chain_safe_ranges
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
+from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
+from mwumkl_dist.devices import cpu as _columns
+from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
+from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_traces
+from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet
 
 __all__ = [
     "Problem",
@@ -546,7 +547,7 @@ class _KernelSetPredictor(_FeatureRowsPredictor):
             sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
         ).T
         if self.device == "cuda":
-            from . import cuda  # same arguments, same numbers
+            from mwumkl_dist.data import cuda_shards as cuda
 
             weighted_kernel_sums = cuda.weighted_kernel_sums
         else:

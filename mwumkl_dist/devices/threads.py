@@ -1,0 +1,351 @@
+"""How many threads a fit or a prediction may use.
+
+scikit-learn's ``n_jobs`` convention, resolved against the cores this process
+may really use:
+
+* :func:`available_cpus` -- the CPUs in the process's affinity mask
+  (``os.sched_getaffinity``), further capped by a cgroup CPU quota (v2
+  ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), as in a
+  container or a Slurm/Kubernetes job;
+* :func:`default_threads` -- what ``n_jobs=None`` means: the
+  ``MWUMKL_NUM_THREADS`` environment variable when it is set (an explicit
+  override; ``auto`` or ``0`` means all available cores), otherwise every
+  available core, capped by the surroundings: a Dask worker's ``nthreads``
+  when running inside a worker, ``OMP_NUM_THREADS`` (joblib/loky children
+  set it), and the OpenMP limit of a :func:`threadpoolctl.threadpool_limits`
+  block;
+* :func:`resolve_n_jobs` -- an ``n_jobs`` value to a thread count.
+
+:func:`thread_limit` caps the library's numba threads for a block (this
+thread only) and :func:`current_threads` says what a fit started now would
+use.  Results never depend on the thread count: models are bit-identical for
+every ``n_jobs``.
+
+This module is pure Python (it imports neither numba nor the compiled code
+until :func:`thread_limit` / :func:`current_threads` are called).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from contextlib import contextmanager
+from numbers import Integral
+
+__all__ = [
+    "available_cpus",
+    "default_threads",
+    "resolve_n_jobs",
+    "thread_limit",
+    "current_threads",
+    "ENV_VAR",
+]
+
+#: The environment variable overriding the default thread count.
+ENV_VAR = "MWUMKL_NUM_THREADS"
+
+# Where cgroup files are read from (tests point these at a temporary folder).
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_PROC_SELF_CGROUP = "/proc/self/cgroup"
+# Reading the cgroup files takes ~0.1-1 ms; a quota is kept this many seconds (tests set 0).
+_CGROUP_TTL = 10.0
+_cgroup_cache: dict = {}
+
+
+# ----------------------------------------------------------------------------- cores
+
+
+def _affinity_cpus() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, n)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _own_cgroups() -> dict[str, str]:
+    """``controller -> path`` from /proc/self/cgroup ('' is the v2 unified hierarchy)."""
+    text = _read(_PROC_SELF_CGROUP)
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for controller in parts[1].split(","):
+            out.setdefault(controller, parts[2])
+    return out
+
+
+def _ancestors(root: str, path: str) -> list[str]:
+    """``root/path`` and its parents up to ``root`` (a limit anywhere above applies)."""
+    parts = [p for p in path.strip("/").split("/") if p and p != ".."]
+    dirs = [os.path.join(root, *parts[:k]) for k in range(len(parts), 0, -1)]
+    dirs.append(root)
+    return dirs
+
+
+def _quota_cpus(quota: float, period: float) -> int | None:
+    if quota <= 0 or period <= 0:
+        return None
+    return max(1, math.ceil(quota / period))
+
+
+def _cgroup_v2_limit(dirs: list[str]) -> int | None:
+    best = None
+    for d in dirs:
+        text = _read(os.path.join(d, "cpu.max"))
+        if not text:
+            continue
+        fields = text.split()
+        if not fields or fields[0] == "max":
+            continue
+        try:
+            quota = float(fields[0])
+            period = float(fields[1]) if len(fields) > 1 else 100000.0
+        except ValueError:
+            continue
+        n = _quota_cpus(quota, period)
+        if n is not None:
+            best = n if best is None else min(best, n)
+    return best
+
+
+def _cgroup_v1_limit(dirs: list[str]) -> int | None:
+    best = None
+    for d in dirs:
+        quota, period = _read(os.path.join(d, "cpu.cfs_quota_us")), _read(os.path.join(d, "cpu.cfs_period_us"))
+        if not quota or not period:
+            continue
+        try:
+            n = _quota_cpus(float(quota), float(period))
+        except ValueError:
+            continue
+        if n is not None:
+            best = n if best is None else min(best, n)
+    return best
+
+
+def _cgroup_cpus() -> int | None:
+    """The CPU quota of this process's cgroup (v2 or v1), rounded up; None when unlimited/unknown.
+
+    Cached for ``_CGROUP_TTL`` seconds.
+    """
+    key = (_CGROUP_ROOT, _PROC_SELF_CGROUP)
+    now = time.monotonic()
+    hit = _cgroup_cache.get(key)
+    if hit is not None and now - hit[0] < _CGROUP_TTL:
+        return hit[1]
+    value = _read_cgroup_cpus()
+    _cgroup_cache.clear()
+    _cgroup_cache[key] = (now, value)
+    return value
+
+
+def _read_cgroup_cpus() -> int | None:
+    root = _CGROUP_ROOT
+    own = _own_cgroups()
+    limits = []
+    # v2: one unified hierarchy; the file sits in the process's cgroup (or its ancestors).
+    v2 = _cgroup_v2_limit(_ancestors(root, own.get("", "/")))
+    if v2 is not None:
+        limits.append(v2)
+    # v1: the cpu controller is mounted at root/cpu (or root/cpu,cpuacct).
+    for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        base = os.path.join(root, mount)
+        if os.path.isdir(base):
+            dirs = _ancestors(base, own.get("cpu", "/"))
+            if base not in dirs:
+                dirs.append(base)
+            v1 = _cgroup_v1_limit(dirs)
+            if v1 is not None:
+                limits.append(v1)
+            break
+    return min(limits) if limits else None
+
+
+def available_cpus() -> int:
+    """The number of CPU cores this process may use (>= 1).
+
+    The CPUs of the affinity mask (``os.sched_getaffinity``; ``os.cpu_count``
+    where there is none), capped by the cgroup CPU quota (cgroup v2
+    ``cpu.max`` or v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``, rounded up)
+    of the process's cgroup and its parents.
+    """
+    n = _affinity_cpus()
+    quota = _cgroup_cpus()
+    if quota is not None:
+        n = min(n, quota)
+    return max(1, n)
+
+
+# ----------------------------------------------------------------------------- surroundings
+
+
+def _parse_env_threads(name: str, text: str) -> int:
+    """``auto``/``0`` -> 0 (all); a positive integer as given; anything else is a ValueError."""
+    value = text.strip().lower()
+    if value in ("auto", "0"):
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"{name} must be a positive integer, 0 or 'auto' (all cores), got {text!r}")
+    return n
+
+
+def _dask_worker_threads() -> int | None:
+    """The nthreads of the Dask worker running this code, if any (never imports distributed)."""
+    if "distributed" not in sys.modules:
+        return None
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except Exception:  # not inside a worker (ValueError), or an old/odd distributed
+        return None
+    for attr in ("nthreads",):
+        n = getattr(worker, attr, None)
+        if n is None:
+            n = getattr(getattr(worker, "state", None), attr, None)
+        if isinstance(n, Integral) and n >= 1:
+            return int(n)
+    return None
+
+
+def _omp_env_threads() -> int | None:
+    """OMP_NUM_THREADS as a cap (its first level for nested lists like '4,2'); None when unset or odd."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text.split(",")[0].strip())
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+# threadpoolctl's controller takes a few ms to build (it scans the loaded libraries),
+# querying its OpenMP libraries takes microseconds: keep one, rebuilt when modules were imported.
+_tp_cache: dict[str, object] = {"key": None, "libs": ()}
+
+
+def _openmp_limit() -> int | None:
+    """The smallest current OpenMP thread limit (threadpoolctl), None when unknown.
+
+    Only consulted when threadpoolctl is already imported (a
+    ``threadpool_limits`` block needs it, and scikit-learn imports it).
+    """
+    tp = sys.modules.get("threadpoolctl")
+    if tp is None:
+        return None
+    key = len(sys.modules)
+    try:
+        if _tp_cache["key"] != key:
+            controller = tp.ThreadpoolController()
+            _tp_cache["libs"] = tuple(lib for lib in controller.lib_controllers if lib.user_api == "openmp")
+            _tp_cache["key"] = key
+        limits = [lib.get_num_threads() for lib in _tp_cache["libs"]]
+    except Exception:
+        return None
+    limits = [int(n) for n in limits if isinstance(n, Integral) and n >= 1]
+    return min(limits) if limits else None
+
+
+def default_threads() -> int:
+    """The thread count ``n_jobs=None`` means (>= 1).
+
+    ``MWUMKL_NUM_THREADS`` when set: a positive integer (capped at
+    :func:`available_cpus`), or ``auto`` / ``0`` for all available cores.
+    Otherwise :func:`available_cpus`, capped by the nthreads of the Dask
+    worker running this code, by ``OMP_NUM_THREADS`` and by the current
+    OpenMP limit (a :func:`threadpoolctl.threadpool_limits` block).
+    """
+    cpus = available_cpus()
+    text = os.environ.get(ENV_VAR, "").strip()
+    if text:
+        n = _parse_env_threads(ENV_VAR, text)
+        return cpus if n == 0 else max(1, min(n, cpus))
+    n = cpus
+    for cap in (_dask_worker_threads(), _omp_env_threads(), _openmp_limit()):
+        if cap is not None:
+            n = min(n, cap)
+    return max(1, n)
+
+
+def resolve_n_jobs(n_jobs) -> int:
+    """The thread count for an ``n_jobs`` value (scikit-learn's meaning), >= 1.
+
+    ``None``: :func:`default_threads`.  ``-1``: every available core
+    (:func:`available_cpus`), ``-2`` all but one, and so on (at least 1).  A
+    positive integer: that many threads, capped at :func:`available_cpus`.
+    ``0`` and anything but an integer or None raise ValueError.
+    """
+    if n_jobs is None:
+        return default_threads()
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, Integral):
+        raise ValueError(f"n_jobs must be None or a non-zero integer (-1: all cores), got {n_jobs!r}")
+    n = int(n_jobs)
+    if n == 0:
+        raise ValueError("n_jobs == 0 has no meaning; use None (the default), -1 (all cores) or a positive integer")
+    cpus = available_cpus()
+    if n < 0:
+        return max(1, cpus + 1 + n)
+    return min(n, cpus)
+
+
+# ----------------------------------------------------------------------------- the library's threads
+
+
+@contextmanager
+def thread_limit(n_jobs=None):
+    """Run a block with the library's numba threads capped for this thread; yields the count.
+
+    ``n_jobs`` as :func:`resolve_n_jobs` takes it.  ``None`` keeps what this
+    thread would use anyway (an enclosing limit or ``_columns.set_num_threads``,
+    else :func:`default_threads`, resolved now), fixed for the block: the
+    estimator's ``n_jobs=None`` fits inside a caller's ``thread_limit(2)`` use
+    2 threads.  Other threads are not affected.  Results do not depend on the
+    count.
+    """
+    from mwumkl_dist.devices import cpu as _columns
+
+    n = _threads_now() if n_jobs is None else resolve_n_jobs(n_jobs)
+    with _columns.thread_limit(n):
+        yield n
+
+
+def _threads_now() -> int:
+    """:func:`current_threads`, with the default resolved afresh (not from ``_columns``' short-lived cache)."""
+    from mwumkl_dist.devices import cpu as _columns
+
+    enclosing = getattr(getattr(_columns, "_local", None), "limit", None)
+    if enclosing is None and getattr(_columns, "_num_threads", None) is None:  # no limit, no override
+        return max(1, min(default_threads(), _numba_pool()))
+    return current_threads()
+
+
+def _numba_pool() -> int:
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def current_threads() -> int:
+    """The threads a fit or prediction started now in this thread would use (numba's pool included)."""
+    from mwumkl_dist.devices import cpu as _columns
+
+    return int(_columns.get_num_threads())

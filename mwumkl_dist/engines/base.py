@@ -1,0 +1,57 @@
+"""The engine protocol: where a problem's shards live and how the superstep's messages move."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from mwumkl_dist.core.mwu_rules import Candidate
+
+__all__ = ["Engine"]
+
+
+class Engine(Protocol):
+    """What an engine (local, Dask) provides: it holds a problem's shards and only moves data.
+
+    :func:`solve` uses the Find-alpha / superstep / final-model methods; the fit
+    driver (:mod:`mwumkl_dist.solvers.driver`) also the traces, configuration, replay,
+    counters and lifetime.  An engine is a context manager that closes itself.
+    """
+
+    n_kernels: int
+    n_samples: int
+
+    def traces(self) -> np.ndarray:
+        """``r_i = sum_j K_i(x_j, x_j)``, added up exactly over the shards (independent of the sharding)."""
+
+    def configure(self, inv_trace: np.ndarray, ridge) -> None:
+        """Set ``1 / r_i`` and the ridge (``1 / C``: a float, or one per point) and reset the shards' state."""
+
+    def initial_candidates(self) -> tuple[Candidate, Candidate]:
+        """With ``g = 0``: the first row of each class."""
+
+    def kernel_block(self, pos: Candidate, neg: Candidate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` of the two picked points."""
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
+        """Add the picked columns to ``V``, score with ``g = V @ coef``, return the best row of each class."""
+
+    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
+        """``(P, N)``: the sums of ``alpha_j h_j`` per class (see :func:`class_totals`)."""
+
+    def alpha_counts(self) -> np.ndarray:
+        """The accumulated dual, in counts (+1/2 per pick), one per row."""
+
+    def replay(self, picks) -> None:
+        """Bring freshly configured shards to the state after ``picks`` (resume from a checkpoint)."""
+
+    def stats(self) -> list[dict]:
+        """Each shard's counters (e.g. a kernel store's column cache; ``{}`` when none)."""
+
+    def close(self) -> None:
+        """Release the shards (and a client the engine started)."""
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(self, *exc) -> None: ...

@@ -1,0 +1,160 @@
+"""The Solver protocol, the task a solver is handed, and the fitted model record it returns.
+
+A fit runs in three steps (:func:`mwumkl_dist.solvers.driver.fit_model`):
+
+1. the driver prepares a :class:`FitTask` once: points of sample weight 0 dropped, the classes
+   and their one-vs-rest targets, the class weights, the seed and the Dask client;
+2. a :class:`Solver` (chosen by name from :data:`mwumkl_dist.solvers.driver.SOLVERS`) turns
+   the :class:`~mwumkl_dist.solvers.spec.FitSpec` and the task into a :class:`FittedModel`;
+3. the driver adds what every model has (classes, kernel names, Platt's sigmoids, the support
+   indices into all rows given) and the estimator sets the attributes.
+
+A nested fit (a cross-validation fold, the two-stage weight stage) is a whole fit again: the
+task carries the driver's :attr:`FitTask.fit` for it, so that no solver imports the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+
+from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
+from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
+from mwumkl_dist.solvers.spec import FitSpec
+
+__all__ = [
+    "Calibration",
+    "FitTask",
+    "FittedModel",
+    "Fitter",
+    "Solver",
+    "drop_zero_weights",
+    "fit_fold",
+    "model_decisions",
+    "one_vs_rest_targets",
+    "training_classes",
+]
+
+#: A whole fit: ``fit(spec, data, *, sample_weight=None, seed=None) -> attributes``.
+Fitter = Callable[..., dict]
+
+
+def training_classes(y) -> np.ndarray:
+    """The classes of the training labels; at least two."""
+    check_classification_targets(y)
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise ValueError(f"the training labels hold one class only ({classes[0]!r}); MWUMKL needs at least two")
+    return classes
+
+
+def one_vs_rest_targets(classes: np.ndarray) -> list:
+    """The positive class of each binary problem: ``classes[1]`` for two classes, else each class."""
+    return [classes[1]] if len(classes) == 2 else list(classes)
+
+
+def drop_zero_weights(data: TrainingInput, sample_weight):
+    """``(data, kept, weights)`` without the points of weight 0; ``kept``: their indices (None: all kept)."""
+    sample_weight = check_sample_weight(sample_weight, data.n_samples)
+    if sample_weight is None:
+        return data, None, None
+    kept = np.flatnonzero(sample_weight > 0)
+    labels = np.unique(data.y[kept])
+    if len(labels) < 2 and len(np.unique(data.y)) >= 2:
+        raise ValueError(
+            f"only one class ({labels.tolist()[0]!r}) has points of non-zero sample weight; "
+            "MWUMKL needs at least two classes"
+        )
+    data = data.subset(kept)  # a store refuses sample weights here
+    return data, (None if len(kept) == len(sample_weight) else kept), sample_weight[kept]
+
+
+@dataclass(frozen=True)
+class FitTask:
+    """What a solver fits: the training input and what the driver decided about it once.
+
+    ``data`` holds the points of non-zero weight only (``kept`` their indices
+    among all the rows given, None when all are kept), ``sample_weight`` their
+    weights; ``targets`` the positive class of each one-vs-rest problem.
+    """
+
+    data: TrainingInput
+    classes: np.ndarray
+    targets: list
+    class_weight: dict | None
+    sample_weight: np.ndarray | None
+    seed: int
+    fit: Fitter = field(repr=False)
+    kept: np.ndarray | None = None
+    resume: object = None
+    client: object = None
+
+    @classmethod
+    def prepare(cls, spec: FitSpec, data: TrainingInput, *, sample_weight, seed: int, fit: Fitter, resume=None):
+        """The task of fitting ``data``: weights checked, zero-weight points dropped, classes found."""
+        data, kept, sample_weight = drop_zero_weights(data, sample_weight)
+        classes = training_classes(data.y)
+        class_weight = check_class_weight(spec.class_weight, classes)
+        return cls(data, classes, one_vs_rest_targets(classes), class_weight, sample_weight, seed, fit, kept, resume)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How ``probability=True``'s folds reproduce a model's regime: size-relative ``C``, polished or not,
+    and the iterations per point of an unpolished fit (None: each fold resolves its own)."""
+
+    C: float
+    polished: bool
+    iterations_per_point: float | None = None
+
+
+@dataclass
+class FittedModel:
+    """A solver's result: its fitted attributes by name, and how to calibrate its decision values."""
+
+    attributes: dict
+    calibration: Calibration
+
+
+class Solver(Protocol):
+    """What a solver provides. Register a new one in :data:`mwumkl_dist.solvers.driver.SOLVERS`."""
+
+    name: str
+
+    def blocker(self, spec: FitSpec, data: TrainingInput, *, resume=None) -> str | None:
+        """Why this solver cannot fit ``data`` with ``spec`` (None: it can)."""
+
+    def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
+        """Fit every one-vs-rest problem of ``task``: kernel weights, duals, biases, ``C_``, ``epsilon_``, ..."""
+
+
+def model_decisions(kernels, attributes: dict, X, device: str = "cpu") -> np.ndarray:
+    """Decision values ``(n_samples, n_problems)`` of a fitted model's ``attributes`` on checked rows ``X``."""
+    predictor = make_predictor(kernels, attributes["kernel_names_"], attributes["n_features_in_"], device)
+    scores = predictor.decision_values(
+        X,
+        attributes["support_"],
+        attributes["support_vectors_"],
+        attributes["dual_coef_"],
+        np.atleast_2d(attributes["raw_kernel_weights_"]),
+    )
+    return scores + attributes["intercept_"][None, :]
+
+
+def fit_fold(fit: Fitter, spec: FitSpec, X_train, y_train, X_test, sample_weight=None) -> tuple[dict, np.ndarray]:
+    """One cross-validation fold: the attributes of ``spec``'s fit on the training rows, and the
+    decision values ``(n_test, n_problems)`` of the held-out rows."""
+    data = make_training_input(X_train, y_train, spec.kernels, estimator=None)
+    attributes = fit(spec, data, sample_weight=sample_weight)
+    return attributes, model_decisions(spec.kernels, attributes, X_test)
+
+
+def predicted_labels(classes: np.ndarray, decisions: np.ndarray) -> np.ndarray:
+    """The labels of decision values ``(n_samples, n_problems)``: sign for one problem, else the argmax."""
+    if decisions.shape[1] == 1:
+        return classes[(decisions[:, 0] > 0).astype(int)]
+    return classes[np.argmax(decisions, axis=1)]

@@ -1,0 +1,131 @@
+"""The MWUMKL iteration: Find-alpha, the superstep and Exponentiate-M on an engine, until ``T``.
+
+The rules it applies are :mod:`mwumkl_dist.core.mwu_rules`; the engine (:class:`mwumkl_dist.engines.base.Engine`)
+holds the ``O(m n)`` state and only moves data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from mwumkl_dist.core.mwu_rules import (
+    MWUResult,
+    ProgressInfo,
+    SolverState,
+    bias_and_scale,
+    check_ridge,
+    eps_prime,
+    exponentiate,
+    gram_block,
+    kernel_weights,
+    ridge_at,
+    update_s,
+)
+from mwumkl_dist.engines.base import Engine
+
+__all__ = ["solve"]
+
+
+class _StopRequest:
+    requested = False
+
+
+@contextlib.contextmanager
+def _sigint_requests_stop():
+    """While solving, a first Ctrl-C only asks the loop to stop after the current iteration.
+
+    Raising ``KeyboardInterrupt`` at an arbitrary point could land between two
+    shards' supersteps (or inside a numba call) and leave the state half
+    updated; a second Ctrl-C does raise it, to abort.
+    """
+    stop = _StopRequest()
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is None or previous is signal.SIG_IGN:
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def solve(
+    engine: Engine,
+    *,
+    inv_trace: np.ndarray,
+    ridge: float | np.ndarray,
+    epsilon: float,
+    rho: float,
+    n_iter: int,
+    callback: Callable[[ProgressInfo], object] | None = None,
+    callback_every: int = 100,
+    state: SolverState | None = None,
+    on_state: Callable[[SolverState], None] | None = None,
+    selectivity: float | None = None,
+) -> MWUResult:
+    """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
+
+    ``callback(info)`` is called every ``callback_every`` iterations and at the
+    end; returning ``True`` stops early (the model is built from the
+    iterations done).  Ctrl-C (SIGINT, when solving in the main thread) does
+    the same at the end of the current iteration, so an interrupted fit keeps
+    what it computed (``interrupted=True``); a second Ctrl-C aborts.
+    ``state`` resumes from a :class:`SolverState`; ``on_state`` sees the state
+    after every iteration (used for checkpoints).  ``ridge`` is ``1 / C``
+    for every point, or an ``(n_samples,)`` array of per-point values (the
+    engine's shards must be configured with the same).  ``selectivity`` sets the exponents'
+    scale (:func:`exponent_scale`): ``None`` is the paper's rule.
+    """
+    eps_p = eps_prime(epsilon, rho)
+    ridge = check_ridge(ridge, engine.n_samples)
+    if state is None:
+        pos, neg = engine.initial_candidates()
+        state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
+    s, pos, neg, t, picks = state.s.copy(), state.pos, state.neg, state.iteration, list(state.picks)
+    start = time.perf_counter()
+    interrupted = False
+    with _sigint_requests_stop() as stop:
+        while t < n_iter:
+            k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
+            block = gram_block(k_pp, k_nn, k_pn, inv_trace, ridge_at(ridge, pos.index), ridge_at(ridge, neg.index))
+            s_next = update_s(s, pos.v_row, neg.v_row, *block)
+            coef = exponentiate(s_next, eps_p, rho, selectivity).coef
+            if not np.all(np.isfinite(coef)):
+                raise FloatingPointError(f"non-finite scores at iteration {t + 1}: the kernels overflow (s = {s_next})")
+            picks.append((pos.index, neg.index))
+            pos, neg = engine.superstep(pos, neg, coef)
+            s, t = s_next, t + 1
+            if on_state is not None:
+                on_state(SolverState(t, s, pos, neg, picks))
+            if callback is not None and (t % callback_every == 0 or t == n_iter):
+                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
+                    interrupted = t < n_iter
+                    break
+            if stop.requested:
+                interrupted = t < n_iter
+                warnings.warn(
+                    f"interrupted after {t} of {n_iter} iterations: the model is built from those", stacklevel=2
+                )
+                break
+    if t == 0:
+        raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
+    mu = kernel_weights(exponentiate(s, eps_p, rho, selectivity))
+    counts = engine.alpha_counts()
+    pos_sum, neg_sum = engine.class_sums(mu)
+    # alpha = counts / t, V = G counts: P (with alpha/t and V/t) = pos_sum / t^2.
+    b, scale = bias_and_scale(pos_sum / t**2, neg_sum / t**2)
+    return MWUResult(counts / t * scale, mu, b, t, s, interrupted)

@@ -1,0 +1,228 @@
+"""The fit specification: the estimator's parameters, validated once, as a frozen dataclass.
+
+:class:`~mwumkl_dist.estimator.MWUMKLClassifier` turns its parameters into a :class:`FitSpec`
+(:meth:`FitSpec.from_params`) at the start of ``fit``; the solvers, the automatic choices, the
+calibration and the weight stage take the specification, never the estimator. A nested fit (a
+cross-validation fold, the two-stage weight stage) narrows it with :func:`dataclasses.replace`.
+
+Each parameter has one checker in :data:`PARAMETER_CONSTRAINTS` (scikit-learn's
+``_parameter_constraints`` habit: one declarative table, checked in one place); the few rules
+that tie two parameters together are in :meth:`FitSpec.from_params`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from mwumkl_dist.core.mwu_rules import eps_prime
+from mwumkl_dist.devices.threads import resolve_n_jobs
+
+__all__ = ["FitSpec", "PARAMETER_CONSTRAINTS", "SOLVER_NAMES", "check_selectivity", "check_solver"]
+
+#: The values of the ``solver`` parameter.
+SOLVER_NAMES = ("auto", "mwu", "two-stage")
+
+
+def _real(name: str, value, alternative: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number{alternative}, got {value!r}")
+    return float(value)
+
+
+def _auto_or_real(name: str):
+    def check(value):
+        if isinstance(value, str) and value == "auto":
+            return None  # resolved during the fit
+        return _real(name, value, ' or "auto"')
+
+    return check
+
+
+def _positive_int(name: str):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        return value
+
+    return check
+
+
+def _one_of(name: str, options: tuple):
+    def check(value):
+        if not (isinstance(value, str) and value in options):
+            wanted = " or ".join(repr(o) for o in options)
+            raise ValueError(f"{name} must be {wanted}, got {value!r}")
+        return value
+
+    return check
+
+
+def _rho(value):
+    rho = _real("rho", value)
+    if not (np.isfinite(rho) and rho > 0):
+        raise ValueError(f"rho must be positive and finite, got {value!r}")
+    return rho
+
+
+def _C(value):
+    C = _auto_or_real("C")(value)
+    if C is not None and not C > 0:
+        raise ValueError(f"C must be positive (np.inf for the hard margin), got {value!r}")
+    return C
+
+
+def _max_iter(value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise ValueError(f"max_iter must be None or a positive integer, got {value!r}")
+    return value
+
+
+def check_selectivity(selectivity):
+    """``selectivity`` as the estimator takes it: "auto", "paper", "exact" (also ``np.inf``) or a real ``>= 0``."""
+    if isinstance(selectivity, str):
+        if selectivity in ("auto", "paper", "exact"):
+            return selectivity
+        raise ValueError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
+    if isinstance(selectivity, (bool, np.bool_)) or not isinstance(selectivity, numbers.Real):
+        raise TypeError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
+    value = float(selectivity)
+    if np.isnan(value) or value < 0:
+        raise ValueError(f"selectivity must be >= 0 (0: uniform weights, np.inf: the exact optimum), got {value!r}")
+    return "exact" if np.isinf(value) else value
+
+
+def check_solver(solver) -> str:
+    """``solver`` as the estimator takes it: "auto", "mwu" or "two-stage"."""
+    if not isinstance(solver, str) or solver not in SOLVER_NAMES:
+        raise ValueError(f'solver must be "auto", "mwu" or "two-stage", got {solver!r}')
+    return solver
+
+
+def _n_jobs(value):
+    if value is not None:
+        resolve_n_jobs(value)  # ValueError naming n_jobs
+    return value
+
+
+def _worker_timeout(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"worker_timeout must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _callback(value):
+    if value is not None and not callable(value):
+        raise TypeError("callback must be callable or None")
+    return value
+
+
+def _polish(value):
+    if not (value is True or value is False or value == "auto"):
+        raise ValueError(f"polish must be 'auto', True or False, got {value!r}")
+    return value
+
+
+def _probability(value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"probability must be True or False, got {value!r}")
+    return value
+
+
+def _class_weight(value):
+    if not (value is None or (isinstance(value, str) and value == "balanced") or isinstance(value, dict)):
+        raise ValueError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, got {value!r}")
+    return value
+
+
+def _unchecked(value):
+    return value
+
+
+#: One checker per parameter, in the order the estimator validates them: each returns the value the
+#: specification holds (``"auto"`` becomes None for ``epsilon`` and ``C``) or raises naming the parameter.
+PARAMETER_CONSTRAINTS: dict[str, Callable] = {
+    "rho": _rho,
+    "selectivity": check_selectivity,
+    "solver": check_solver,
+    "epsilon": _auto_or_real("epsilon"),
+    "C": _C,
+    "max_iter": _max_iter,
+    "engine": _one_of("engine", ("local", "dask")),
+    "device": _one_of("device", ("cpu", "cuda")),
+    "n_shards": _positive_int("n_shards"),
+    "n_kernel_shards": _positive_int("n_kernel_shards"),
+    "callback_every": _positive_int("callback_every"),
+    "checkpoint_every": _positive_int("checkpoint_every"),
+    "n_jobs": _n_jobs,
+    "worker_timeout": _worker_timeout,
+    "callback": _callback,
+    "polish": _polish,
+    "probability": _probability,
+    "class_weight": _class_weight,
+    "kernels": _unchecked,  # checked with the data (make_training_input)
+    "scale_C": _unchecked,
+    "client": _unchecked,
+    "checkpoint": _unchecked,
+    "scheduler_timeout": _unchecked,
+    "verbose": _unchecked,
+    "random_state": _unchecked,  # checked when a seed is drawn (random_seed)
+}
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """What a fit runs with: the estimator's parameters, validated.
+
+    ``epsilon`` and ``C`` are floats, or None for ``"auto"``; ``selectivity`` is
+    "auto", "paper", "exact" or a float; everything else is as the estimator
+    documents it.  Nested fits derive theirs with :func:`dataclasses.replace`.
+    """
+
+    kernels: object = "paper"
+    epsilon: float | None = None
+    C: float | None = None
+    rho: float = 0.5
+    selectivity: object = "auto"
+    max_iter: int | None = None
+    scale_C: bool = True
+    engine: str = "local"
+    device: str = "cpu"
+    client: object = None
+    n_shards: int = 1
+    n_kernel_shards: int = 1
+    n_jobs: int | None = None
+    checkpoint: object = None
+    checkpoint_every: int = 100
+    scheduler_timeout: float = 10.0
+    worker_timeout: float = 600.0
+    callback: Callable | None = None
+    callback_every: int = 100
+    verbose: int = 0
+    polish: object = "auto"
+    random_state: object = 0
+    class_weight: object = None
+    probability: bool = False
+    solver: str = "auto"
+
+    @classmethod
+    def from_params(cls, params: dict) -> FitSpec:
+        """The specification of an estimator's ``get_params()``; raises on any bad parameter."""
+        values = {name: check(params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
+        if values["epsilon"] is not None:
+            eps_prime(values["epsilon"], values["rho"])  # validates 0 < epsilon < 2 rho
+        if values["engine"] == "local" and values["n_kernel_shards"] != 1:
+            raise ValueError("n_kernel_shards needs engine='dask' (the local engine shards rows only)")
+        if values["polish"] is True and values["C"] is not None and np.isinf(values["C"]):
+            raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
+        return cls(**values)
+
+    def C_per_point(self, n_samples: int) -> float | None:
+        """The given ``C`` in size-relative units (``scale_C`` or not); None for ``"auto"``."""
+        if self.C is None:
+            return None
+        return float(self.C) if self.scale_C else float(self.C) / n_samples
+

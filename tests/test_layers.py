@@ -1,0 +1,195 @@
+"""The package's layers: each imports only the layers below it, with no import cycle at all.
+
+The order (bottom to top) is the one ``docs/architecture.md`` describes. An import of a package
+module inside a function is allowed only for a module that brings an optional or heavy
+dependency (``LAZY``), never to dodge a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import mwumkl_dist
+
+PACKAGE = Path(mwumkl_dist.__file__).parent
+
+#: Bottom to top. A module belongs to the first entry that is it or a package above it.
+LAYERS = [
+    ("core", ["mwumkl_dist.core"]),
+    ("devices", ["mwumkl_dist.devices"]),
+    ("kernels", ["mwumkl_dist.kernels"]),
+    ("io", ["mwumkl_dist.io"]),
+    ("data", ["mwumkl_dist.data"]),
+    ("engines", ["mwumkl_dist.engines"]),
+    ("solvers", ["mwumkl_dist.solvers"]),
+    (
+        "api",
+        [
+            "mwumkl_dist.estimator",
+            "mwumkl_dist.inspection",
+            "mwumkl_dist.threads",
+            "mwumkl_dist.stores",
+            "mwumkl_dist",
+        ],
+    ),
+    ("cli", ["mwumkl_dist.cli", "mwumkl_dist.__main__"]),
+]
+
+#: Modules that may be imported inside a function, and why: each pulls in a dependency that a fit
+#: without it must not pay for (distributed's import, a CUDA toolkit).
+LAZY = {
+    "mwumkl_dist.engines.dask": "distributed (only engine='dask' fits import it)",
+    "mwumkl_dist.engines.dask_pool": "distributed (only engine='dask' fits import it)",
+    "mwumkl_dist.data.cuda_shards": "numba.cuda (only device='cuda' imports it)",
+    "mwumkl_dist.devices.cuda_kernels": "numba.cuda (only device='cuda' compiles it)",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> int:
+    best, best_len = None, -1
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = rank, len(prefix)
+    if best is None:
+        raise AssertionError(f"{module} belongs to no layer: add it to LAYERS and to docs/architecture.md")
+    return best
+
+
+def package_imports(path: Path, module: str):
+    """``(target, line, at_module_level)`` for each import of a package module in ``path``."""
+    tree = ast.parse(path.read_text())
+    is_package = path.name == "__init__.py"
+    top_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not (source == "mwumkl_dist" or source.startswith("mwumkl_dist.")):
+                continue
+            for alias in node.names:  # `from pkg import submodule` imports the submodule
+                candidate = f"{source}.{alias.name}"
+                target = candidate if _is_module(candidate) else source
+                yield target, node.lineno, id(node) in top_level
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("mwumkl_dist"):
+                    yield alias.name, node.lineno, id(node) in top_level
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").exists() or (PACKAGE / rel / "__init__.py").exists()
+
+
+def check_imports(edges) -> list[str]:
+    """The layering violations among ``edges`` ``(source, target, line, at_module_level)``."""
+    problems = []
+    for source, target, line, top in edges:
+        if target == source or source.startswith(target + ".") and target == "mwumkl_dist":
+            continue
+        low, high = layer_of(target), layer_of(source)
+        if low > high:
+            problems.append(
+                f"{source}:{line} imports {target}: layer {LAYERS[high][0]!r} may not import "
+                f"the higher layer {LAYERS[low][0]!r}"
+            )
+        if not top and target not in LAZY:
+            problems.append(f"{source}:{line} imports {target} inside a function (only LAZY modules may be)")
+    return problems
+
+
+def find_cycle(edges) -> list[str] | None:
+    graph: dict[str, set[str]] = {}
+    for source, target, _, top in edges:
+        if top and source != target:
+            graph.setdefault(source, set()).add(target)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def all_edges():
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        for target, line, top in package_imports(path, module):
+            # The root package imports its public names from below; a submodule importing the root
+            # (e.g. for __version__) would be a cycle, which find_cycle reports.
+            edges.append((module, target, line, top))
+    return edges
+
+
+def test_every_module_imports_only_lower_layers():
+    problems = check_imports(all_edges())
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle():
+    edges = [(s, t, line, top) for s, t, line, top in all_edges() if not (t == "mwumkl_dist" and s != t)]
+    roots = [s for s, t, _, _ in all_edges() if t == "mwumkl_dist" and s != "mwumkl_dist"]
+    assert not roots, f"modules import the package root (a cycle through __init__): {sorted(set(roots))}"
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges))
+
+
+def test_every_module_has_a_layer():
+    for path in PACKAGE.rglob("*.py"):
+        layer_of(module_name(path))
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "top", "expected"),
+    [
+        ("mwumkl_dist.core.exact", "mwumkl_dist.solvers.driver", True, "may not import the higher layer"),
+        ("mwumkl_dist.devices.threads", "mwumkl_dist.devices.cpu", False, "inside a function"),
+        ("mwumkl_dist.kernels.specs", "mwumkl_dist.data.problems", True, "may not import the higher layer"),
+        ("mwumkl_dist.solvers.driver", "mwumkl_dist.engines.dask", False, None),
+        ("mwumkl_dist.solvers.driver", "mwumkl_dist.core.exact", True, None),
+    ],
+)
+def test_the_checker_catches_an_upward_or_hidden_import(source, target, top, expected):
+    problems = check_imports([(source, target, 1, top)])
+    if expected is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and expected in problems[0]
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    edges = [("a", "b", 1, True), ("b", "c", 1, True), ("c", "a", 1, True), ("c", "d", 1, True)]
+    assert find_cycle(edges) == ["a", "b", "c", "a"]
+    assert find_cycle(edges[:2]) is None
