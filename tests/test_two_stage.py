@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from mwumkl_dist.core import partition
 from mwumkl_dist.kernels import KernelSet
 from mwumkl_dist.kernels.evaluation import combined_kernel
 from mwumkl_dist.solvers import two_stage
@@ -65,7 +66,7 @@ def test_combined_kernel_does_not_depend_on_threads(monkeypatch):
 def test_model_does_not_depend_on_shards_or_threads(monkeypatch):
     from mwumkl_dist import MWUMKLClassifier
 
-    monkeypatch.setattr(two_stage, "_ROW_BLOCK", 64)  # several row blocks: features and Newton over threads
+    monkeypatch.setattr(partition, "ROW_BLOCK", 64)  # several row blocks: features and Newton over threads
     X, y = _data(400)
     a = MWUMKLClassifier(C=10.0, solver="two-stage", n_jobs=1).fit(X, y)
     b = MWUMKLClassifier(C=10.0, solver="two-stage", n_shards=3, n_jobs=2).fit(X, y)

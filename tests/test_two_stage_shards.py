@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core import partition
 from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
 
@@ -30,15 +31,15 @@ def _assert_identical(a, b):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(two_stage, "_ROW_BLOCK", 64)  # 11 row blocks of 64 rows: shards cut between them
+    monkeypatch.setattr(partition, "ROW_BLOCK", 64)  # 11 row blocks of 64 rows: shards cut between them
 
 
 PARAMS = dict(C=10.0, solver="two-stage", kernels="poly:1,gaussian:0.5,gaussian:1,gaussian:2", n_jobs=1)
 
 
 def test_linear_row_ranges_follow_row_blocks():
-    assert two_stage.linear_row_ranges(700, 3, 64) == [(0, 256), (256, 448), (448, 700)]
-    assert two_stage.linear_row_ranges(100, 8, 64) == [(0, 64), (64, 100)]  # at most one shard per block
+    assert partition.linear_row_ranges(700, 3, 64) == [(0, 256), (256, 448), (448, 700)]
+    assert partition.linear_row_ranges(100, 8, 64) == [(0, 64), (64, 100)]  # at most one shard per block
     with pytest.raises(ValueError, match="row block"):
         two_stage.LinearShard(np.zeros((10, 2)), 5, 15, row_block=64)
 
@@ -94,9 +95,9 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     c = rng.uniform(0.5, 2.0, 300)
     one = two_stage.fit_squared_hinge(F, y, 3.0, c)
     shards = []
-    for lo, hi in two_stage.linear_row_ranges(300, 3, 64):
+    for lo, hi in partition.linear_row_ranges(300, 3, 64):
         s = two_stage.LinearShard(F[lo:hi], lo, hi, row_block=64, spill=False)
-        s.load_problem(two_stage._GivenFeatures(6), y[lo:hi], 3.0 * c[lo:hi])
+        s.load_problem(two_stage.GivenFeatures(6), y[lo:hi], 3.0 * c[lo:hi])
         shards.append(s)
     three = two_stage.solve_squared_hinge(two_stage.LocalShards(shards), 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])

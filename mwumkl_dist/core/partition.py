@@ -16,7 +16,20 @@ import numpy as np
 from mwumkl_dist.data.shards import split_rows
 from mwumkl_dist.devices.cpu import TILE_KERNELS, kernel_tiles
 
-__all__ = ["split_rows", "aligned_ranges", "chain_safe_ranges", "kernel_tiles", "TILE_KERNELS"]
+__all__ = [
+    "split_rows",
+    "aligned_ranges",
+    "chain_safe_ranges",
+    "kernel_tiles",
+    "TILE_KERNELS",
+    "ROW_BLOCK",
+    "row_blocks",
+    "linear_row_ranges",
+]
+
+#: Rows per block of the two-stage solver's kernel evaluations (``block x n_landmarks`` values per kernel
+#: at a time). Its shards start on block boundaries and every sum runs over blocks in row order.
+ROW_BLOCK = 8192
 
 
 def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
@@ -59,3 +72,13 @@ def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
     cut.append(n_tiles)
     bounds = [int(tiles[c]) for c in cut]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def row_blocks(start: int, stop: int, row_block: int = ROW_BLOCK) -> list[tuple[int, int]]:
+    """The fixed row blocks of rows ``[start, stop)``: ``row_block`` rows each, from ``start`` (a multiple of it)."""
+    return [(lo, min(lo + row_block, stop)) for lo in range(start, stop, row_block)]
+
+
+def linear_row_ranges(n_samples: int, n_shards: int, row_block: int = ROW_BLOCK) -> list[tuple[int, int]]:
+    """Row ranges of the two-stage solver's shards: on row-block boundaries (at most one shard per block)."""
+    return aligned_ranges(n_samples, row_block, min(int(n_shards), -(-n_samples // row_block)))

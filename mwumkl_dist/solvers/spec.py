@@ -225,4 +225,3 @@ class FitSpec:
         if self.C is None:
             return None
         return float(self.C) if self.scale_C else float(self.C) / n_samples
-

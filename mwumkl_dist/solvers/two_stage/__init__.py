@@ -1,0 +1,87 @@
+"""Two-stage MKL for large ``n``: the kernel weights from a subsample, the classifier from all rows.
+
+The MWU solver needs ``T ~ n / 5`` iterations for an accurate classifier on
+noisy data (``O(m n^2)`` time), but far fewer to find the kernel weights.  The
+two-stage fit (``solver="two-stage"``) therefore
+
+1. learns the kernel weights ``mu`` (and ``C``, the selectivity) with the MWU fit
+   path on a stratified subsample of 2 % of the rows, 1000 to 3000
+   (:func:`weight_points_for`: small enough for the exact polish, so
+   ``epsilon = 0.2``; ``C="auto"`` and ``selectivity="auto"`` cross-validate on
+   it as usual);
+2. maps every row to Nystroem features of the learned combined kernel
+   ``K = sum_i mu_i K_i / (r_i / n)`` (unit mean diagonal) on
+   :data:`N_COMPONENTS` landmark rows ``L``: ``phi(x) = K(x, L) M`` with
+   ``M = U S^{-1/2}`` from ``K(L, L) = U S U'`` (so ``phi(x)' phi(z)`` is the
+   Nystroem approximation of ``K(x, z)``, exact when ``L`` holds all rows);
+3. solves the same 2-norm soft-margin SVM the MWU approximates (squared hinge,
+   ``C`` per point as the MWU's ridge ``1 / C``) on those features with a
+   finite Newton method (:func:`fit_squared_hinge`: on cod-rna 1e5 rows 4x
+   faster than LIBLINEAR on the same problem, with no copy of the features).
+
+The linear model ``w' phi(x) + b`` is a kernel expansion on the landmarks,
+``sum_l beta_l K(x, L_l) + b`` with ``beta = M w``: the fitted model has the
+estimator's usual attributes (``support_`` = the landmarks, ``dual_coef_`` =
+``beta``, ``raw_kernel_weights_``), so prediction, persistence and inspection
+work unchanged.  Cost: ``O(m s^2)`` for the weights (``s`` fixed), ``O(m' n r)``
+for the features (``m'`` kernels with non-negligible weight, ``r`` landmarks)
+and a linear solve on ``n x r`` features: linear in ``n``."""
+
+from mwumkl_dist.solvers.two_stage.newton import fit_linear, fit_squared_hinge, solve_squared_hinge
+from mwumkl_dist.solvers.two_stage.nystroem import (
+    N_COMPONENTS,
+    PRUNE,
+    WEIGHT_FRACTION,
+    WEIGHT_POINTS,
+    WEIGHT_POINTS_MIN,
+    NystroemMap,
+    landmark_rows,
+    nystroem_map,
+    unit_weights,
+)
+from mwumkl_dist.solvers.two_stage.shards import (
+    GivenFeatures,
+    LinearShard,
+    LinearStageProblem,
+    LocalShards,
+    all_traces,
+    linear_shards,
+)
+from mwumkl_dist.solvers.two_stage.solver import (
+    AUTO_TWO_STAGE_POINTS,
+    SOLVERS,
+    check_solver,
+    fit_two_stage,
+    resolve_solver,
+    weight_points_for,
+)
+from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget
+
+__all__ = [
+    "WEIGHT_POINTS",
+    "WEIGHT_POINTS_MIN",
+    "WEIGHT_FRACTION",
+    "weight_points_for",
+    "N_COMPONENTS",
+    "PRUNE",
+    "NystroemMap",
+    "nystroem_map",
+    "landmark_rows",
+    "unit_weights",
+    "fit_linear",
+    "fit_squared_hinge",
+    "solve_squared_hinge",
+    "all_traces",
+    "FeatureBlocks",
+    "feature_memory_budget",
+    "LinearShard",
+    "GivenFeatures",
+    "LocalShards",
+    "LinearStageProblem",
+    "linear_shards",
+    "fit_two_stage",
+    "SOLVERS",
+    "AUTO_TWO_STAGE_POINTS",
+    "check_solver",
+    "resolve_solver",
+]

@@ -1,0 +1,116 @@
+"""Where a linear-stage shard keeps its features: in memory, or spilled to a temporary file past its budget."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+__all__ = [
+    "FeatureBlocks",
+    "feature_memory_budget",
+    "scratch_dir",
+]
+
+logger = logging.getLogger("mwumkl_dist")
+
+
+def feature_memory_budget() -> int:
+    """Bytes a shard may hold features in before it spills them to disk (see :class:`LinearShard`).
+
+    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else a quarter of a Dask
+    worker's ``memory_limit`` on a worker that has one (a warm worker holds
+    about 300 MB itself, and Dask pauses it at 80 % of the limit), or half of
+    the machine's available memory.  Call it on the worker's task thread
+    (:class:`LinearShard` does, when it is built).
+    """
+    env = os.environ.get("MWUMKL_FEATURE_MEMORY")
+    if env:
+        return int(float(env))
+    limit = getattr(getattr(_dask_worker(), "memory_manager", None), "memory_limit", None)
+    if limit:
+        return int(limit // 4)
+    return int(_available_memory() // 2)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _dask_worker():
+    """The Dask worker this task runs on, or None (not on a worker's task thread, or no ``distributed``)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def scratch_dir() -> str:
+    """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
+    return os.environ.get("MWUMKL_SCRATCH") or getattr(_dask_worker(), "local_directory", None) or tempfile.gettempdir()
+
+
+class FeatureBlocks:
+    """A shard's feature blocks, in memory or spilled to an (unlinked) temporary file read back block by block.
+
+    Spilled, the shard's memory holds one block per thread at a time; the file
+    vanishes when it is closed, or with the process.
+    """
+
+    def __init__(self, sizes, rank: int, spill_dir: str | None = None):
+        self.sizes = [int(s) for s in sizes]
+        self.rank = int(rank)
+        self._blocks: list = [None] * len(self.sizes)
+        self._fd = None
+        if spill_dir is not None:
+            fd, path = tempfile.mkstemp(prefix="mwumkl-features-", suffix=".f64", dir=spill_dir)
+            os.unlink(path)
+            self._fd = fd
+            self._offsets = np.concatenate(([0], np.cumsum(self.sizes))) * self.rank * 8
+
+    @property
+    def spilled(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes) * self.rank * 8
+
+    def put(self, i: int, F: np.ndarray) -> None:
+        if self._fd is None:
+            self._blocks[i] = F
+            return
+        view = memoryview(np.ascontiguousarray(F, dtype=np.float64)).cast("B")
+        offset, done = int(self._offsets[i]), 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], offset + done)
+
+    def get(self, i: int) -> np.ndarray:
+        if self._fd is None:
+            return self._blocks[i]
+        out = np.empty((self.sizes[i], self.rank))
+        view = memoryview(out).cast("B")
+        offset, done = int(self._offsets[i]), 0
+        while done < len(view):
+            got = os.preadv(self._fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"spilled features: short read in block {i}")
+            done += got
+        return out
+
+    def close(self) -> None:
+        self._blocks = [None] * len(self.sizes)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
