@@ -593,7 +593,8 @@ def _feature_budget_probe() -> dict:
     A linear-stage shard runs in its shard server's own thread (not a Dask task): what it sees is
     the ``shard_thread`` entry.
     """
-    from mwumkl_dist.solvers.two_stage import _scratch_dir, feature_memory_budget
+    from mwumkl_dist.solvers.two_stage.spill import feature_memory_budget
+    from mwumkl_dist.solvers.two_stage.spill import scratch_dir as _scratch_dir
 
     out = {"task_thread": {"budget_bytes": feature_memory_budget(), "scratch": _scratch_dir()}}
 

@@ -1,6 +1,6 @@
 """mwumkl_dist: scalable multiple kernel learning (MWUMKL, Moeller et al., AISTATS 2014)."""
 
-from mwumkl_dist.core.mwu_rules import ConvergenceWarning, ProgressInfo
+from mwumkl_dist.core.mwu_rules import ConvergenceWarning, FewIterationsWarning, ProgressInfo
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.kernels.specs import (
@@ -14,7 +14,6 @@ from mwumkl_dist.kernels.specs import (
     paper_per_feature_family,
     parse_kernels,
 )
-from mwumkl_dist.solvers.auto import FewIterationsWarning
 from mwumkl_dist.stores import DataStore, KernelStore, StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = [

@@ -9,8 +9,6 @@ fitted model into a predictor), :mod:`mwumkl_dist.solvers.driver` runs the fit,
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
@@ -18,14 +16,13 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
-from mwumkl_dist.devices.threads import resolve_n_jobs, thread_limit
+from mwumkl_dist.devices.threads import thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
-from mwumkl_dist.solvers import mwu
-from mwumkl_dist.solvers.auto import check_selectivity, random_seed
+from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.driver import fit_model
-from mwumkl_dist.solvers.two_stage import check_solver
+from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = ["MWUMKLClassifier", "EXPECTED_FAILED_CHECKS"]
 
@@ -356,64 +353,6 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         # A fit that failed half-way (e.g. one class) may leave n_features_in_ behind but no model.
         return hasattr(self, "raw_kernel_weights_")
 
-    # ------------------------------------------------------------------ validation
-
-    def _check_params(self):
-        """The validated ``(epsilon, C, rho)`` (None for ``"auto"``); raises on any bad parameter."""
-
-        def real(name, value, alternative=""):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number{alternative}, got {value!r}")
-            return float(value)
-
-        rho = real("rho", self.rho)
-        check_selectivity(self.selectivity)
-        check_solver(self.solver)
-        if not (np.isfinite(rho) and rho > 0):
-            raise ValueError(f"rho must be positive and finite, got {self.rho!r}")
-        if isinstance(self.epsilon, str) and self.epsilon == "auto":
-            eps = None  # resolved in fit, once the polish regime is known
-        else:
-            eps = real("epsilon", self.epsilon, ' or "auto"')
-            mwu.eps_prime(eps, rho)  # validates 0 < eps < 2 rho
-        if isinstance(self.C, str) and self.C == "auto":
-            C = None
-        else:
-            C = real("C", self.C, ' or "auto"')
-            if not C > 0:
-                raise ValueError(f"C must be positive (np.inf for the hard margin), got {self.C!r}")
-        if self.max_iter is not None and (
-            isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1
-        ):
-            raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
-        if self.engine not in ("local", "dask"):
-            raise ValueError(f"engine must be 'local' or 'dask', got {self.engine!r}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.engine == "local" and self.n_kernel_shards != 1:
-            raise ValueError("n_kernel_shards needs engine='dask' (the local engine shards rows only)")
-        for name in ("n_shards", "n_kernel_shards", "callback_every", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.n_jobs is not None:
-            resolve_n_jobs(self.n_jobs)  # ValueError naming n_jobs
-        wt = self.worker_timeout
-        if isinstance(wt, bool) or not isinstance(wt, numbers.Real) or not wt > 0:
-            raise ValueError(f"worker_timeout must be a positive number of seconds, got {wt!r}")
-        if self.callback is not None and not callable(self.callback):
-            raise TypeError("callback must be callable or None")
-        if not (self.polish is True or self.polish is False or self.polish == "auto"):
-            raise ValueError(f"polish must be 'auto', True or False, got {self.polish!r}")
-        if self.polish is True and C is not None and np.isinf(C):
-            raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
-        if not isinstance(self.probability, (bool, np.bool_)):
-            raise ValueError(f"probability must be True or False, got {self.probability!r}")
-        cw = self.class_weight
-        if not (cw is None or (isinstance(cw, str) and cw == "balanced") or isinstance(cw, dict)):
-            raise ValueError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, got {cw!r}")
-        return eps, C, rho
-
     # ------------------------------------------------------------------ fit
 
     def fit(self, X, y=None, sample_weight=None, resume=None):
@@ -445,18 +384,16 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : MWUMKLClassifier
         """
-        eps, C, rho = self._check_params()
-        seed = random_seed(self.random_state)
+        spec = FitSpec.from_params(self.get_params())  # every parameter validated, once
+        seed = random_seed(spec.random_state)
         # A failed refit must not leave the old model next to new classes_.
         for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
             delattr(self, name)
         # This thread's numba threads (the folds of C="auto" and probability inherit n_jobs); the
         # Dask engine's shards use their workers' threads.
-        with thread_limit(self.n_jobs):
-            data = make_training_input(X, y, self.kernels, estimator=self)
-            fitted = fit_model(
-                self, data, epsilon=eps, C=C, rho=rho, seed=seed, resume=resume, sample_weight=sample_weight
-            )
+        with thread_limit(spec.n_jobs):
+            data = make_training_input(X, y, spec.kernels, estimator=self)
+            fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():
             setattr(self, name, value)
         return self

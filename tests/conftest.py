@@ -51,3 +51,22 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def record_nested_fits(monkeypatch) -> list:
+    """Record every nested fit (cross-validation folds, the two-stage weight stage) as
+    ``(spec as a dict, n_samples, sample_weight)``; the outer ``fit`` itself is not recorded."""
+    from dataclasses import asdict
+
+    from mwumkl_dist.solvers import driver
+
+    calls = []
+    fit_model = driver.fit_model
+
+    def spy(spec, data, **kwargs):
+        weights = kwargs.get("sample_weight")
+        calls.append((asdict(spec), data.n_samples, None if weights is None else np.array(weights)))
+        return fit_model(spec, data, **kwargs)
+
+    monkeypatch.setattr(driver, "fit_model", spy)
+    return calls

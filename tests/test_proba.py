@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import record_nested_fits
 from scipy.optimize import minimize
 from sklearn.exceptions import NotFittedError
 
@@ -273,23 +274,18 @@ def test_probabilities_are_reproducible_and_survive_save_and_load(fitted, tmp_pa
     assert loaded.probability is True
 
 
-def test_calibration_folds_are_five_fits_with_the_final_C_and_weights():
-    calls = []
-
-    class Spy(MWUMKLClassifier):
-        def fit(self, X, y=None, sample_weight=None, resume=None):
-            calls.append((self.get_params(), len(y), sample_weight))
-            return super().fit(X, y, sample_weight=sample_weight, resume=resume)
-
+def test_calibration_folds_are_five_fits_with_the_final_C_and_weights(monkeypatch):
+    calls = record_nested_fits(monkeypatch)
     X, y = _blobs(n=100)
     sw = np.random.default_rng(0).uniform(0.5, 2, 100)
-    clf = Spy(C=5.0, scale_C=False, probability=True, class_weight="balanced").fit(X, y, sample_weight=sw)
-    folds = calls[1:]
+    clf = MWUMKLClassifier(C=5.0, scale_C=False, probability=True, class_weight="balanced").fit(X, y, sample_weight=sw)
+    folds = calls
     assert len(folds) == 5
     for params, n, weights in folds:
         assert params["probability"] is False and params["class_weight"] == "balanced"
         assert params["C"] == 5.0 / 100 and params["scale_C"] is True  # the final C_eff, relative to the size
         assert n == 80 and np.isin(weights, sw).all()
+    monkeypatch.undo()
     assert clf.probA_.shape == (1,)
     # The same seed, the same sigmoid; another seed, other folds.
     again = MWUMKLClassifier(C=5.0, scale_C=False, probability=True, class_weight="balanced").fit(

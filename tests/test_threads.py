@@ -240,10 +240,10 @@ def test_models_are_bit_identical_for_every_n_jobs():
 @pytest.mark.timeout(300)
 def test_auto_C_folds_use_n_jobs():
     """C="auto": the cross-validation folds run with the estimator's n_jobs too (and the same choice)."""
-    import mwumkl_dist.solvers.driver as fitting
+    from mwumkl_dist.solvers.mwu import one_vs_rest
 
     seen = []
-    original = fitting.mwu.solve
+    original = one_vs_rest.solve
 
     def solve(*args, **kwargs):
         seen.append(threads.current_threads())
@@ -254,11 +254,11 @@ def test_auto_C_folds_use_n_jobs():
     X, y = _problem(120)
     params = {"kernels": "linear,gaussian:1", "max_iter": 20, "polish": False, "selectivity": 100.0}
     try:
-        fitting.mwu.solve = solve
+        one_vs_rest.solve = solve
         one = MWUMKLClassifier(n_jobs=1, **params).fit(X, y)
         assert set(seen) == {1} and len(seen) > 1  # folds and the final fit
     finally:
-        fitting.mwu.solve = original
+        one_vs_rest.solve = original
     two = MWUMKLClassifier(n_jobs=2, **params).fit(X, y)
     assert one.C_ == two.C_ and np.array_equal(one.dual_coef_, two.dual_coef_)
 

@@ -8,6 +8,9 @@ from mwumkl_dist.core import partition
 from mwumkl_dist.kernels import KernelSet
 from mwumkl_dist.kernels.evaluation import combined_kernel
 from mwumkl_dist.solvers import two_stage
+from mwumkl_dist.solvers.base import FitTask
+from mwumkl_dist.solvers.driver import fit_model, resolve_solver
+from mwumkl_dist.solvers.spec import FitSpec
 
 
 def _data(n=120, d=5, seed=0):
@@ -133,9 +136,11 @@ def _two_stage_model(X, y, **params):
     from mwumkl_dist.data.problems import make_training_input
 
     est = MWUMKLClassifier(**params)
+    spec = FitSpec.from_params(est.get_params())
     data = make_training_input(X, y, est.kernels, estimator=est)
-    attrs = two_stage.fit_two_stage(est, data, epsilon=None, C=None if est.C == "auto" else est.C, rho=est.rho,
-                                    seed=0, weight_points=150, n_components=60)  # fmt: skip
+    solver = two_stage.TwoStageSolver(weight_points=150, n_components=60)
+    task = FitTask.prepare(spec, data, sample_weight=None, seed=0, fit=fit_model)
+    attrs = {"classes_": task.classes, "kernel_names_": data.kernel_names, **solver.fit(spec, task).attributes}
     for name, value in attrs.items():
         setattr(est, name, value)
     return est
@@ -213,18 +218,20 @@ def test_auto_solver_rule():
     from mwumkl_dist import MWUMKLClassifier
 
     def data(n):
-        return SimpleNamespace(n_samples=n, X=None, kernel_set=None)
+        return SimpleNamespace(n_samples=n, X=None, kernel_set=object())
+
+    def spec(**params):
+        return FitSpec.from_params(MWUMKLClassifier(**params).get_params())
 
     n = two_stage.AUTO_TWO_STAGE_POINTS
-    est = MWUMKLClassifier()
-    assert two_stage.resolve_solver("auto", data(n), None, estimator=est) == "two-stage"
-    assert two_stage.resolve_solver("auto", data(n - 1), None, estimator=est) == "mwu"
-    assert two_stage.resolve_solver("mwu", data(n), None, estimator=est) == "mwu"
-    assert two_stage.resolve_solver("auto", data(n), np.inf, estimator=est) == "mwu"
-    assert two_stage.resolve_solver("auto", data(n), None, estimator=est, resume="ck.npz") == "mwu"
+    assert resolve_solver(spec(), data(n)) == "two-stage"
+    assert resolve_solver(spec(), data(n - 1)) == "mwu"
+    assert resolve_solver(spec(solver="mwu"), data(n)) == "mwu"
+    assert resolve_solver(spec(C=np.inf), data(n)) == "mwu"
+    assert resolve_solver(spec(), data(n), resume="ck.npz") == "mwu"
     # Either engine, in memory or from a data store (both have feature rows and a kernel set).
-    assert two_stage.resolve_solver("auto", data(n), None, estimator=MWUMKLClassifier(engine="dask")) == "two-stage"
-    assert two_stage.resolve_solver("auto", data(n), None, estimator=MWUMKLClassifier(device="cuda")) == "mwu"
-    assert two_stage.resolve_solver("auto", SimpleNamespace(n_samples=n), None, estimator=est) == "mwu"  # precomputed
+    assert resolve_solver(spec(engine="dask"), data(n)) == "two-stage"
+    assert resolve_solver(spec(device="cuda"), data(n)) == "mwu"
+    assert resolve_solver(spec(), SimpleNamespace(n_samples=n, kernel_set=None)) == "mwu"  # precomputed
     with pytest.raises(ValueError, match="checkpoints"):
-        two_stage.resolve_solver("two-stage", data(10), None, estimator=MWUMKLClassifier(checkpoint="c.npz"))
+        resolve_solver(spec(solver="two-stage", checkpoint="c.npz"), data(10))

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import explicit_kernels
+from conftest import explicit_kernels, record_nested_fits
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.data import weights
@@ -565,18 +565,12 @@ def test_balanced_class_weight_lowers_the_balanced_error_on_imbalanced_data():
     assert balanced.predict(Xt).mean() > plain.predict(Xt).mean()  # more of the minority class
 
 
-def test_C_auto_fits_its_folds_with_the_weights():
-    calls = []
-
-    class Spy(MWUMKLClassifier):
-        def fit(self, X, y=None, sample_weight=None, resume=None):
-            calls.append(None if sample_weight is None else np.array(sample_weight))
-            return super().fit(X, y, sample_weight=sample_weight, resume=resume)
-
+def test_C_auto_fits_its_folds_with_the_weights(monkeypatch):
+    calls = record_nested_fits(monkeypatch)
     X, y = _data(n=45)
     sw = 1.0 + np.arange(45) / 100.0  # each point's weight names it
-    clf = Spy(kernels=SPECS[:2], epsilon=0.4, polish=False, selectivity=100.0).fit(X, y, sample_weight=sw)
-    folds = calls[1:]
+    clf = MWUMKLClassifier(kernels=SPECS[:2], epsilon=0.4, polish=False, selectivity=100.0).fit(X, y, sample_weight=sw)
+    folds = [weights for _, _, weights in calls]
     assert len(folds) == 18 and all(w is not None and np.isin(w, sw).all() for w in folds)
     assert all(len(w) == 30 for w in folds)  # 3 folds: two thirds of the points each
     ref = MWUMKLClassifier(kernels=SPECS[:2], epsilon=0.4, polish=False, selectivity=100.0).fit(X, y)
@@ -649,27 +643,22 @@ def test_class_weight_dict_survives_save_and_load(tmp_path):
     np.testing.assert_array_equal(refit.dual_coef_, clf.dual_coef_)
 
 
-def test_folds_of_an_unpolished_weighted_fit_run_its_iterations_per_point():
+def test_folds_of_an_unpolished_weighted_fit_run_its_iterations_per_point(monkeypatch):
     """C="auto" and probability folds of an unpolished fit with unequal weights run the final T / n, not their own:
     with fewer iterations per point a weighted MWU bias drifts (a9a, 8000 rows, balanced: C=0.1 looked best on
     folds of their own T and gave 43 % balanced error at full size)."""
-    calls = []
-
-    class Spy(MWUMKLClassifier):
-        def fit(self, X, y=None, sample_weight=None, resume=None):
-            calls.append((self.max_iter, len(y)))
-            return super().fit(X, y, sample_weight=sample_weight, resume=resume)
-
+    nested = record_nested_fits(monkeypatch)
     X, y = _data(n=60)
     assert (y > 0).sum() != 30  # "balanced" weighs the classes differently
-    clf = Spy(
+    clf = MWUMKLClassifier(
         kernels=SPECS[:2], epsilon=0.4, polish=False, class_weight="balanced", probability=True, selectivity=100.0
     ).fit(X, y)
-    assert len(calls) == 1 + 18 + 5
-    for max_iter, n_train in calls[1:]:
+    calls = [(spec["max_iter"], n) for spec, n, _ in nested]
+    assert len(calls) == 18 + 5  # the folds (the outer fit is not recorded)
+    for max_iter, n_train in calls:
         assert max_iter == math.ceil(clf.n_iter_ / 60 * n_train)
-    calls.clear()
-    Spy(kernels=SPECS[:2], epsilon=0.4, polish=False, selectivity=100.0).fit(
+    nested.clear()
+    MWUMKLClassifier(kernels=SPECS[:2], epsilon=0.4, polish=False, selectivity=100.0).fit(
         X, y
     )  # no weights: each fold its own epsilon
-    assert all(max_iter is None for max_iter, _ in calls)
+    assert all(spec["max_iter"] is None for spec, _, _ in nested)

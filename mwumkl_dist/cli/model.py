@@ -37,7 +37,8 @@ from mwumkl_dist.io.files import format_label, load_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
-from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, SOLVERS, weight_points_for
+from mwumkl_dist.solvers.spec import SOLVER_NAMES
+from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
 
 __all__ = ["add_model_commands", "cmd_demo", "cmd_fit", "cmd_predict", "cmd_evaluate", "PREDICT_OUTPUTS"]
 
@@ -117,7 +118,7 @@ def _model_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--solver",
-        choices=SOLVERS,
+        choices=SOLVER_NAMES,
         default="auto",
         help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
         "then a linear solver on Nystroem features of the learned kernel (time ~ n); auto (default): "

@@ -30,6 +30,7 @@ __all__ = [
     "QUASH_THRESHOLD",
     "FitInterrupted",
     "ConvergenceWarning",
+    "FewIterationsWarning",
     "Candidate",
     "eps_prime",
     "iteration_count",
@@ -63,6 +64,10 @@ class FitInterrupted(RuntimeError):
 
 class ConvergenceWarning(UserWarning):
     """The solver ended in a degenerate state (e.g. overlapping hulls with C = inf)."""
+
+
+class FewIterationsWarning(UserWarning):
+    """The given ``epsilon`` or ``max_iter`` gives far too few iterations for an unpolished fit."""
 
 
 @dataclass

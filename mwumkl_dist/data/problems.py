@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.validation import validate_data
+from sklearn.utils.validation import check_X_y, validate_data
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import chain_safe_ranges
@@ -105,6 +105,8 @@ class TrainingInput(Protocol):
         engine's shards add them up (exactly, so the sharding does not matter).
     polish_blocker : str or None
         Why the exact polish cannot run on this input (None: it can).
+    kernel_set : KernelSet or None
+        The kernels of feature rows (in memory or in a data store); None for precomputed kernels.
     """
 
     y: np.ndarray
@@ -113,6 +115,7 @@ class TrainingInput(Protocol):
     kernel_names: Sequence[str]
     traces: np.ndarray | None
     polish_blocker: str | None
+    kernel_set: KernelSet | None
 
     def binary(self, y_pm: np.ndarray) -> Problem:
         """The binary problem with labels ``y_pm`` (+1 / -1, one per row)."""
@@ -336,6 +339,7 @@ class PrecomputedInput:
     """Precomputed training kernels ``K`` of shape ``(m, n, n)``."""
 
     polish_blocker = None
+    kernel_set = None
 
     def __init__(self, K, y):
         self.K = K
@@ -448,6 +452,8 @@ class DataStoreInput(_StoreData):
 class KernelStoreInput(_StoreData):
     """Precomputed kernels in a :class:`~mwumkl_dist.stores.KernelStore`."""
 
+    kernel_set = None
+
     def __init__(self, store: KernelStore):
         super().__init__(store)
         self.n_features_in = store.n_samples
@@ -504,7 +510,8 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
     ``X`` is an array or sparse matrix of features, ``(m, n, n)`` kernels with
     ``kernels="precomputed"``, or a store (then ``y`` must be None).  Feature
     arrays are validated by scikit-learn's ``validate_data``, which also sets
-    ``estimator.n_features_in_`` (and ``feature_names_in_``).
+    ``estimator.n_features_in_`` (and ``feature_names_in_``); with ``estimator=None``
+    (a nested fit's rows, already validated) by ``check_X_y``.
     """
     store = as_store(X)
     if store is not None:
@@ -515,9 +522,8 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
         if y.ndim != 1 or len(y) != K.shape[1]:
             raise ValueError(f"y must be 1-d with {K.shape[1]} labels, got shape {y.shape}")
         return PrecomputedInput(K, y)
-    X, y = validate_data(
-        estimator, X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False
-    )
+    checks = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
+    X, y = check_X_y(X, y, **checks) if estimator is None else validate_data(estimator, X, y, **checks)
     return FeatureInput(X, y, kernels)
 
 

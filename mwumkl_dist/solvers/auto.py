@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from mwumkl_dist.core import mwu_rules as mwu
+from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.solvers import mwu
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, predicted_labels
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
+from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
     "AUTO_EPS_POLISHED",
@@ -35,12 +37,11 @@ __all__ = [
     "auto_epsilon",
     "plan_iterations",
     "stratified_rows",
-    "fold_params",
+    "fold_spec",
     "choose_C",
     "AUTO_SELECTIVITY_GRID",
     "AUTO_SELECTIVITY_START",
     "AUTO_SELECTIVITY_STORE",
-    "check_selectivity",
     "solver_selectivity",
 ]
 
@@ -70,10 +71,6 @@ AUTO_SELECTIVITY_GRID = (0.0, 30.0, 100.0, 300.0)
 AUTO_SELECTIVITY_START = 100.0
 #: ``selectivity="auto"`` for a fit from a kernel store (nothing is cross-validated there).
 AUTO_SELECTIVITY_STORE = 100.0
-
-
-class FewIterationsWarning(UserWarning):
-    """The given ``epsilon`` or ``max_iter`` gives far too few iterations for an unpolished fit."""
 
 
 def random_seed(random_state) -> int:
@@ -194,48 +191,38 @@ def stratified_rows(y, size: int, seed: int) -> np.ndarray:
     return np.sort(rows)
 
 
-def fold_params(estimator, *, polished: bool, iterations_per_point: float | None = None, n_train: int = 0) -> dict:
-    """The parameters of a cross-validation fold's fit: ``estimator``'s, local and quiet, ``C`` size-relative.
+def fold_spec(
+    spec: FitSpec, *, polished: bool, iterations_per_point: float | None = None, n_train: int = 0, **changes
+) -> FitSpec:
+    """The specification of a cross-validation fold's fit: ``spec``'s, local and quiet, ``C`` size-relative.
 
     Used by ``C="auto"`` and by ``probability=True``'s held-out decision values;
-    a fold fit never cross-validates probabilities itself.  With
+    a fold fit never cross-validates probabilities itself and always runs the
+    MWU solver (folds hold at most :data:`AUTO_C_POINTS` rows).  With
     ``iterations_per_point`` a fold on ``n_train`` points runs that many
     iterations per point (``max_iter``), as many as the final fit: an
     unpolished MWU model depends on ``T / n`` (with too few iterations per point
     its dual stays on a few points and, with class weights, its bias drifts to
     the class of smaller ridge), so a fold with the fold's own ``T`` would be
-    judged in another regime than the final fit.
+    judged in another regime than the final fit.  ``changes`` (``C``,
+    ``selectivity``, ``kernels``) are applied last.
     """
-    matched = {}
     if iterations_per_point is not None:
-        matched["max_iter"] = max(1, math.ceil(iterations_per_point * n_train))
-    return {
-        **estimator.get_params(),
-        "polish": polished,
-        "scale_C": True,
-        "engine": "local",
-        "n_shards": 1,
-        "n_kernel_shards": 1,
-        "checkpoint": None,
-        "callback": None,
-        "verbose": 0,
-        "probability": False,
-        **matched,
-    }
-
-
-def check_selectivity(selectivity):
-    """``selectivity`` as the estimator takes it: "auto", "paper", "exact" (also ``np.inf``) or a real ``>= 0``."""
-    if isinstance(selectivity, str):
-        if selectivity in ("auto", "paper", "exact"):
-            return selectivity
-        raise ValueError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
-    if isinstance(selectivity, (bool, np.bool_)) or not isinstance(selectivity, numbers.Real):
-        raise TypeError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
-    value = float(selectivity)
-    if np.isnan(value) or value < 0:
-        raise ValueError(f"selectivity must be >= 0 (0: uniform weights, np.inf: the exact optimum), got {value!r}")
-    return "exact" if np.isinf(value) else value
+        changes.setdefault("max_iter", max(1, math.ceil(iterations_per_point * n_train)))
+    return replace(
+        spec,
+        polish=polished,
+        scale_C=True,
+        engine="local",
+        n_shards=1,
+        n_kernel_shards=1,
+        checkpoint=None,
+        callback=None,
+        verbose=0,
+        probability=False,
+        solver="mwu",
+        **changes,
+    )
 
 
 def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | None:
@@ -252,12 +239,12 @@ def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | N
 
 
 def choose_C(
-    estimator,
+    spec: FitSpec,
     data,
     *,
+    fit: Fitter,
     polished: bool,
     seed: int,
-    verbose: int = 0,
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
@@ -266,16 +253,16 @@ def choose_C(
     selectivity of :data:`AUTO_SELECTIVITY_GRID` with the best cross-validated error.
 
     A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
-    (when ``estimator.C`` is "auto"), with the estimator's own selectivity or
+    (when ``spec.C`` is "auto"), with the specification's own selectivity or
     :data:`AUTO_SELECTIVITY_START` when that is "auto"; then, with
     ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
     small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
     training points from winning the margin, so each is judged with the other
     near its final value.  Ties go to the smaller ``C`` and the less selective.
 
-    Each candidate is scored by stratified 3-fold cross-validation of
-    ``estimator``'s class with its parameters (same kernels, ``epsilon`` and
-    ``rho``) on at most :data:`AUTO_C_POINTS` training rows (drawn with
+    Each candidate is scored by stratified 3-fold cross-validation of the fit
+    ``fit`` runs with ``spec``'s settings (same kernels, ``epsilon`` and
+    ``rho``; :func:`fold_spec`) on at most :data:`AUTO_C_POINTS` training rows (drawn with
     ``seed``; a data store's rows are read as whole chunks in a random order
     first), with the polish on or off as the final fit will have it: the
     candidates are judged in the regime they will be used in.  A kernel store
@@ -286,20 +273,21 @@ def choose_C(
 
     Parameters
     ----------
-    estimator : MWUMKLClassifier
-        Its parameters configure the fold fits.
+    spec : FitSpec
+        Configures the fold fits.
     data : mwumkl_dist.data.problems.TrainingInput
+    fit : callable
+        A whole fit (the driver's :func:`~mwumkl_dist.solvers.driver.fit_model`), run on each fold.
     polished : bool
         Whether the final fit ends with the exact polish.
     seed : int
-    verbose : int
     sample_weight : ndarray of shape (n_samples,), optional
         Positive weights of ``data``'s points (an in-memory input: its own cross-validation input).
     iterations_per_point : float, optional
-        Run the folds at the final fit's ``T / n`` (see :func:`fold_params`);
+        Run the folds at the final fit's ``T / n`` (see :func:`fold_spec`);
         None: each fold resolves ``epsilon`` for its own size.
     choose_selectivity : bool
-        Also choose the selectivity (else it is the estimator's).
+        Also choose the selectivity (else it is the specification's).
 
     Returns
     -------
@@ -308,11 +296,8 @@ def choose_C(
     C_path, selectivity_path : dict
         The cross-validated error of each candidate (empty when none was cross-validated).
     """
-    # The folds take C relative to their size (fold_params sets scale_C): convert an absolute one.
-    per_point = 1 if estimator.scale_C else data.n_samples
-    given_C = None if isinstance(estimator.C, str) else float(estimator.C) / per_point
-    own = check_selectivity(estimator.selectivity)
-    start = AUTO_SELECTIVITY_START if own == "auto" else own
+    given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
+    start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
@@ -325,7 +310,7 @@ def choose_C(
     from sklearn.model_selection import StratifiedKFold
 
     folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
-    scoring = score_weights(cv.y, estimator.class_weight, sample_weight)  # class_weight: checked by the fit
+    scoring = score_weights(cv.y, spec.class_weight, sample_weight)  # class_weight: checked by the fit
     # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
     # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
     cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
@@ -335,18 +320,16 @@ def choose_C(
         error = 0.0
         for (a, b), kept in zip(folds, fold_kernels):
             train, test = rows[a], rows[b]
-            X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
-            params = fold_params(estimator, polished=polished, iterations_per_point=iterations_per_point,
-                                 n_train=len(train))  # fmt: skip
-            fold = type(estimator)(**{**params, **kernel_params, "C": C, "selectivity": selectivity})
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
-                fold.fit(X_train, cv.y[train], sample_weight=None if sample_weight is None else sample_weight[train])
-            if fold.interrupted_:  # Ctrl-C inside a fold: a half-run fold must not score a candidate
-                raise mwu.FitInterrupted("interrupted while choosing C by cross-validation; nothing was fitted")
+            fold = fold_spec(spec, polished=polished, iterations_per_point=iterations_per_point,
+                             n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+            attrs, decisions = fold_decisions(
+                fit, fold, cv, kept, train, test, sample_weight, doing="choosing C by cross-validation"
+            )
             test_weights = None if scoring is None else scoring[test]
-            error += weighted_error(fold.predict(X_test), cv.y[test], test_weights) / len(folds)
-        if verbose:
+            error += weighted_error(predicted_labels(attrs["classes_"], decisions), cv.y[test], test_weights) / len(
+                folds
+            )
+        if spec.verbose:
             logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
         return error
 

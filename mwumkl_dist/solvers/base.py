@@ -15,13 +15,15 @@ task carries the driver's :attr:`FitTask.fit` for it, so that no solver imports 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
+from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
 from mwumkl_dist.solvers.spec import FitSpec
@@ -33,7 +35,8 @@ __all__ = [
     "Fitter",
     "Solver",
     "drop_zero_weights",
-    "fit_fold",
+    "fold_decisions",
+    "predicted_labels",
     "model_decisions",
     "one_vs_rest_targets",
     "training_classes",
@@ -145,11 +148,22 @@ def model_decisions(kernels, attributes: dict, X, device: str = "cpu") -> np.nda
     return scores + attributes["intercept_"][None, :]
 
 
-def fit_fold(fit: Fitter, spec: FitSpec, X_train, y_train, X_test, sample_weight=None) -> tuple[dict, np.ndarray]:
-    """One cross-validation fold: the attributes of ``spec``'s fit on the training rows, and the
-    decision values ``(n_test, n_problems)`` of the held-out rows."""
-    data = make_training_input(X_train, y_train, spec.kernels, estimator=None)
-    attributes = fit(spec, data, sample_weight=sample_weight)
+def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, test, sample_weight, *, doing: str):
+    """One cross-validation fold of ``cv``: ``spec``'s fit on rows ``train`` (kernels ``kept``) and the
+    decision values ``(len(test), n_problems)`` of rows ``test``: ``(attributes, decisions)``.
+
+    The fold's own few-iterations warning is not repeated (the final fit says it once); a fold
+    interrupted by Ctrl-C raises :class:`~mwumkl_dist.core.mwu_rules.FitInterrupted` (``doing`` says
+    what was interrupted): a half-run fold must not count.
+    """
+    X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
+    spec = replace(spec, **kernel_params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
+        data = make_training_input(X_train, cv.y[train], spec.kernels, estimator=None)
+        attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
+    if attributes["interrupted_"]:
+        raise FitInterrupted(f"interrupted while {doing}; nothing was fitted")
     return attributes, model_decisions(spec.kernels, attributes, X_test)
 
 

@@ -37,6 +37,7 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
     NystroemMap,
     landmark_rows,
     nystroem_map,
+    pruned_weights,
     unit_weights,
 )
 from mwumkl_dist.solvers.two_stage.shards import (
@@ -49,10 +50,8 @@ from mwumkl_dist.solvers.two_stage.shards import (
 )
 from mwumkl_dist.solvers.two_stage.solver import (
     AUTO_TWO_STAGE_POINTS,
-    SOLVERS,
-    check_solver,
-    fit_two_stage,
-    resolve_solver,
+    TwoStageSolver,
+    two_stage_blocker,
     weight_points_for,
 )
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget
@@ -68,6 +67,7 @@ __all__ = [
     "nystroem_map",
     "landmark_rows",
     "unit_weights",
+    "pruned_weights",
     "fit_linear",
     "fit_squared_hinge",
     "solve_squared_hinge",
@@ -79,9 +79,7 @@ __all__ = [
     "LocalShards",
     "LinearStageProblem",
     "linear_shards",
-    "fit_two_stage",
-    "SOLVERS",
     "AUTO_TWO_STAGE_POINTS",
-    "check_solver",
-    "resolve_solver",
+    "TwoStageSolver",
+    "two_stage_blocker",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "nystroem_map",
     "landmark_rows",
     "unit_weights",
+    "pruned_weights",
     "ordered_map",
     "one_blas_thread",
 ]
@@ -55,14 +56,19 @@ def landmark_rows(n_samples: int, n_components: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n_samples, size=k, replace=False))
 
 
+def pruned_weights(kernel_weights, prune: float = PRUNE) -> np.ndarray:
+    """The kernel weights with those below ``prune * max(mu)`` set to 0, the rest renormalised to sum 1."""
+    mu = np.asarray(kernel_weights, dtype=np.float64)
+    mu = np.where(mu >= prune * mu.max(), mu, 0.0)
+    return mu / mu.sum()
+
+
 def unit_weights(kernel_weights, traces, n_samples: int, prune: float = PRUNE) -> np.ndarray:
-    """Raw weights ``mu_i / r_i`` with the kernels below ``prune * max(mu)`` set to 0, times ``n_samples``.
+    """Raw weights ``mu_i / r_i`` of :func:`pruned_weights`, times ``n_samples``.
 
     The combined kernel ``sum_i w_i K_i`` of the result has unit mean diagonal on the training rows.
     """
-    mu = np.asarray(kernel_weights, dtype=np.float64)
-    mu = np.where(mu >= prune * mu.max(), mu, 0.0)
-    return mu / np.asarray(traces, dtype=np.float64) * float(n_samples)
+    return pruned_weights(kernel_weights, prune) / np.asarray(traces, dtype=np.float64) * float(n_samples)
 
 
 def ordered_map(fn, items) -> list:

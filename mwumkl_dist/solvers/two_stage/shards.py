@@ -201,8 +201,8 @@ def sum_parts(parts, size: int) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def linear_shards(estimator, data, client=None, row_block: int | None = None, spill="auto"):
-    """The linear stage's shards of ``data`` (``estimator.n_shards`` of them) on the estimator's engine.
+def linear_shards(spec, data, client=None, row_block: int | None = None, spill="auto"):
+    """The linear stage's shards of ``data`` (``spec.n_shards`` of them) on ``spec``'s engine.
 
     Local: :class:`LocalShards` in this process; ``engine="dask"``: a
     :class:`~mwumkl_dist.engines.dask.DaskEngine` of :class:`LinearShard` on
@@ -211,14 +211,12 @@ def linear_shards(estimator, data, client=None, row_block: int | None = None, sp
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     problem = LinearStageProblem(data, row_block, spill)
-    if getattr(estimator, "engine", "local") == "dask":
+    if spec.engine == "dask":
         from mwumkl_dist.engines.dask import DaskEngine
-        from mwumkl_dist.solvers.driver import DEFAULT_WORKER_TIMEOUT
 
-        timeout = getattr(estimator, "worker_timeout", DEFAULT_WORKER_TIMEOUT)
-        shards = DaskEngine(problem, client, n_shards=estimator.n_shards, n_kernel_shards=1, timeout=timeout)
+        shards = DaskEngine(problem, client, n_shards=spec.n_shards, n_kernel_shards=1, timeout=spec.worker_timeout)
     else:
-        shards = LocalShards(problem.make_shard(*rows) for rows in problem.row_ranges(estimator.n_shards))
+        shards = LocalShards(problem.make_shard(*rows) for rows in problem.row_ranges(spec.n_shards))
     try:
         yield shards
     finally:

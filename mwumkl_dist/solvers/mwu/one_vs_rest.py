@@ -1,0 +1,267 @@
+"""The MWU solver's one-vs-rest loop: each binary problem on its engine, with checkpoints and resume.
+
+:func:`solve_one_vs_rest` builds each problem's engine (:func:`make_engine`: local or Dask, CPU or
+GPU shards), runs the MWU iteration on it (:func:`mwumkl_dist.solvers.mwu.iterate.solve`), writes
+checkpoints and resumes from one, and names the checkpoint to resume from when a Dask cluster is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, ProgressInfo, SolverState
+from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
+from mwumkl_dist.engines.base import Engine
+from mwumkl_dist.engines.local import LocalEngine
+from mwumkl_dist.io.checkpoint import Checkpointer, fingerprint, load_checkpoint
+from mwumkl_dist.solvers.base import one_vs_rest_targets
+from mwumkl_dist.solvers.mwu.iterate import solve
+from mwumkl_dist.solvers.spec import FitSpec
+
+__all__ = [
+    "MIN_ROWS_PER_SHARD",
+    "SolveSettings",
+    "base_ridge",
+    "check_shard_count",
+    "make_engine",
+    "solve_one_vs_rest",
+]
+
+#: Fewer rows than this per row shard draws a warning: a shard's fixed cost per superstep (and,
+#: on Dask, its actor and socket) then outweighs its work.  More shards than rows is an error.
+MIN_ROWS_PER_SHARD = 16
+
+logger = logging.getLogger("mwumkl_dist")
+
+
+@dataclass
+class SolveSettings:
+    """What the binary problems of a fit are solved with.
+
+    ``ridges`` holds one ridge per binary problem (one-vs-rest target): ``1 / C_eff``
+    as a float, or ``1 / C_j`` per training point with sample or class weights
+    (see :mod:`mwumkl_dist.data.weights`); each goes to the engines and to the polish as it is.
+    ``selectivity`` is what :func:`mwumkl_dist.solvers.mwu.solve` takes (None: the paper's rule).
+    """
+
+    epsilon: float
+    rho: float
+    n_iter: int
+    ridges: list
+    selectivity: float | None = None
+
+
+def base_ridge(C: float, n_samples: int, scale_C: bool) -> float:
+    """``1 / C_eff`` with ``C_eff = C * n`` (``scale_C``) or ``C``; 0 for the hard margin."""
+    return 0.0 if np.isinf(C) else 1.0 / (C * n_samples if scale_C else C)
+
+
+def check_shard_count(n_shards, n_samples: int) -> None:
+    """Refuse more row shards than training points; warn below :data:`MIN_ROWS_PER_SHARD` rows per shard.
+
+    Every row shard costs a fixed amount per superstep (on Dask also an actor and a
+    connection set up before the first iteration), whatever its rows: 300 shards of one row
+    each on 208 points ran 93 s where 1 shard takes 2 s.  The model does not depend on the
+    sharding, so fewer shards lose nothing.
+    """
+    if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or n_shards < 1:
+        raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}")
+    n_shards = int(n_shards)
+    if n_shards > n_samples:
+        raise ValueError(
+            f"n_shards={n_shards} row shards for {n_samples} training points: a shard needs at least one row; "
+            f"use at most {max(1, n_samples // MIN_ROWS_PER_SHARD)} shards ({MIN_ROWS_PER_SHARD}+ rows each)"
+        )
+    if n_shards > 1 and n_samples < n_shards * MIN_ROWS_PER_SHARD:
+        warnings.warn(
+            f"n_shards={n_shards} gives {n_samples // n_shards} rows per shard (fewer than {MIN_ROWS_PER_SHARD}): "
+            f"each shard's fixed cost per iteration outweighs its work; "
+            f"{max(1, n_samples // MIN_ROWS_PER_SHARD)} shards or fewer would be faster, with the same model",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
+    """The spec's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``)."""
+    device = spec.device
+    if device != "cpu":
+        from mwumkl_dist.data import cuda_shards as cuda
+
+        # The local engine's GPU is checked here, at once; Dask workers check their own.
+        problem = cuda.on_device(problem, device, driver_gpu=spec.engine == "local")
+    if spec.engine == "local":
+        return LocalEngine(problem, n_shards=spec.n_shards)
+    from mwumkl_dist.engines.dask import DaskEngine
+
+    return DaskEngine(
+        problem,
+        client,
+        n_shards=spec.n_shards,
+        n_kernel_shards=spec.n_kernel_shards,
+        timeout=spec.worker_timeout,
+    )
+
+
+def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
+    ridges = settings.ridges
+    if all(isinstance(r, float) and r == ridges[0] for r in ridges):
+        ridge = ridges[0]  # one ridge for every problem and point: the fingerprint of unweighted fits
+    else:  # per-point ridges: their bytes (a JSON list would be huge)
+        digest = hashlib.sha256()
+        for r in ridges:
+            digest.update(np.ascontiguousarray(r, dtype=np.float64).tobytes())
+        ridge = digest.hexdigest()
+    return fingerprint(
+        data.fingerprint_data(),
+        data.y,
+        data.kernel_names,
+        {
+            "eps": settings.epsilon,
+            "rho": settings.rho,
+            "ridge": ridge,
+            "n_iter": settings.n_iter,
+            "selectivity": settings.selectivity,
+            "classes": np.asarray(classes).tolist(),
+        },
+    )
+
+
+def solve_one_vs_rest(spec, data: TrainingInput, classes, settings: SolveSettings, client, resume=None):
+    """Solve the binary problem of each one-vs-rest target in turn (resuming from a checkpoint when given one).
+
+    Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.solvers.MWUResult` of
+    each problem solved, the kernels' traces and the engines' shard counters.
+    Raises :class:`~mwumkl_dist.solvers.FitInterrupted` when a stop left some of
+    several problems unsolved.  A lost Dask cluster (``ConnectionError``, e.g.
+    :class:`~mwumkl_dist.engines.dask.SchedulerLostError`, or a shard that stopped
+    answering) is raised with the checkpoint to resume from added to its message.
+    """
+    targets = one_vs_rest_targets(classes)
+    fp = None
+    if spec.checkpoint is not None or resume is not None:
+        fp = _fingerprint(data, classes, settings)
+    resumed = load_checkpoint(resume, fp) if resume is not None else None
+    results: list[MWUResult] = list(resumed["finished"]) if resumed is not None else []
+    try:
+        traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp)
+    except _cluster_failures(spec) as exc:
+        raise _with_checkpoint_note(exc, spec, fp) from None
+    if len(results) < len(targets):
+        how = (
+            f"resume it with fit(..., resume={spec.checkpoint!r})"
+            if spec.checkpoint is not None
+            else "refit with checkpoint=PATH to be able to resume"
+        )
+        raise FitInterrupted(
+            f"the fit was interrupted after {len(results)} of {len(targets)} one-vs-rest problems; {how}"
+        )
+    return results, np.asarray(traces, dtype=np.float64), stats
+
+
+def _solve_problems(spec, data: TrainingInput, targets, settings: SolveSettings, client, resumed, results, fp):
+    """Solve the binary problems not in ``results`` yet (appending to it); ``(traces, stats)``."""
+    traces, stats = data.traces, []
+    for k in range(len(results), len(targets)):
+        problem = data.binary(np.where(data.y == targets[k], 1.0, -1.0))
+        with make_engine(spec, problem, client) as engine:
+            if traces is None:
+                traces = engine.traces()
+            check_traces(traces, data.kernel_names)
+            inv_trace = 1.0 / traces
+            engine.configure(inv_trace, settings.ridges[k])
+            state = None
+            if resumed is not None and resumed["problem_index"] == k:
+                state = resume_state(resumed, problem, engine)
+            on_state = None
+            if spec.checkpoint is not None:
+                on_state = Checkpointer(spec.checkpoint, spec.checkpoint_every, fp, k, results)
+            result = solve(
+                engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
+                n_iter=settings.n_iter, callback=progress_callback(spec, k, len(targets)),
+                callback_every=spec.callback_every, state=state, on_state=on_state,
+                selectivity=settings.selectivity,
+            )  # fmt: skip
+            stats.extend(engine.stats())
+        results.append(result)
+        if result.interrupted:
+            break  # keep what was computed; the remaining classes are not fitted
+    return traces, stats
+
+
+def _cluster_failures(spec) -> tuple:
+    """The errors of a lost cluster (scheduler, workers, shards): reported with the checkpoint to resume from."""
+    if spec.engine != "dask":
+        return ()
+    from mwumkl_dist.engines.dask import ShardLostError
+
+    return (ConnectionError, ShardLostError)
+
+
+def _with_checkpoint_note(exc: Exception, spec, fp) -> Exception:
+    """``exc`` (same type) whose message also names the checkpoint this fit can resume from, if any."""
+    path = spec.checkpoint
+    if path is None:
+        if type(exc) is ConnectionError:  # e.g. no workers at the start: nothing to resume
+            return exc
+        note = "the fit wrote no checkpoint (fit with checkpoint=PATH, CLI --checkpoint, to be able to resume)"
+    else:
+        try:
+            saved = load_checkpoint(path, fp)
+        except (OSError, ValueError):
+            saved = None
+        if saved is None:
+            note = (
+                f"no checkpoint of this fit was written yet ({path} is written every "
+                f"{spec.checkpoint_every} iterations)"
+            )
+        else:
+            note = (
+                f"resume from the checkpoint {path} (iteration {saved['iteration']} of one-vs-rest problem "
+                f"{saved['problem_index'] + 1}): fit(..., resume={str(path)!r}), or the CLI's --resume {path}"
+            )
+    message = f"{exc}; {note}"
+    try:
+        return type(exc)(message)
+    except Exception:  # an exception type with another signature
+        return ConnectionError(message)
+
+
+def resume_state(resumed: dict, problem: Problem, engine: Engine) -> SolverState:
+    """Replay a checkpoint's picks on a freshly configured engine; the solver state to continue from."""
+    engine.replay(resumed["picks"])
+    (pi, pg, pv), (ni, ng, nv) = resumed["pos"], resumed["neg"]
+    return SolverState(
+        resumed["iteration"],
+        resumed["s"],
+        Candidate(pi, pg, pv, problem.point(pi)),
+        Candidate(ni, ng, nv, problem.point(ni)),
+        resumed["picks"],
+    )
+
+
+def progress_callback(spec, k: int, n_problems: int):
+    """The spec's ``callback`` and ``verbose`` logging for problem ``k``, or None when neither is set."""
+    if spec.callback is None and not spec.verbose:
+        return None
+
+    def report(info: ProgressInfo):
+        if spec.verbose:
+            logger.info(
+                "problem %d/%d: iteration %d/%d, %.1f it/s",
+                k + 1,
+                n_problems,
+                info.iteration,
+                info.n_iter,
+                info.iteration / max(info.elapsed, 1e-12),
+            )
+        if spec.callback is not None:
+            return spec.callback(info)
+        return None
+
+    return report

@@ -1,0 +1,93 @@
+"""The MWU solver: the paper's algorithm on all training rows, then the exact polish where it fits.
+
+:class:`MWUSolver` implements the :class:`~mwumkl_dist.solvers.base.Solver` protocol: it plans the
+iterations (``epsilon="auto"``), chooses ``C`` and the selectivity by cross-validation when they are
+``"auto"`` (:func:`mwumkl_dist.solvers.auto.choose_C`, each fold a nested fit), solves every
+one-vs-rest problem (:mod:`mwumkl_dist.solvers.mwu.one_vs_rest`), then polishes the model exactly or
+checks its biases (:mod:`mwumkl_dist.solvers.mwu.model`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from mwumkl_dist.core.mwu_rules import FewIterationsWarning
+from mwumkl_dist.data.problems import TrainingInput
+from mwumkl_dist.data.store_problems import merge_cache_stats
+from mwumkl_dist.data.weights import point_ridge, problem_weights
+from mwumkl_dist.solvers import auto
+from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
+from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model
+from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
+from mwumkl_dist.solvers.spec import FitSpec
+
+__all__ = ["MWUSolver"]
+
+
+class MWUSolver:
+    """MWUMKL on every training row (``solver="mwu"``); runs on any input, engine and device."""
+
+    name = "mwu"
+
+    def blocker(self, spec: FitSpec, data: TrainingInput, *, resume=None) -> str | None:
+        return None
+
+    def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
+        data = task.data
+        check_shard_count(spec.n_shards, data.n_samples)
+        n, m = data.n_samples, len(data.kernel_names)
+        if spec.polish is True and data.polish_blocker is not None:
+            raise ValueError(f"polish=True is not available for {data.polish_blocker}")
+        plan = auto.plan_iterations(
+            epsilon="auto" if spec.epsilon is None else spec.epsilon, max_iter=spec.max_iter, rho=spec.rho,
+            polish=spec.polish, C=spec.C, n_samples=n, n_kernels=m, in_memory=data.polish_blocker is None,
+        )  # fmt: skip
+        attrs = {"classes_": task.classes, "solver_": "mwu", "epsilon_": plan.epsilon, "fit_warnings_": []}
+        if plan.warning is not None:  # before any fitting, C="auto"'s included
+            warnings.warn(plan.warning, FewIterationsWarning, stacklevel=4)
+            attrs["fit_warnings_"].append(plan.warning)
+        point_weights = [
+            problem_weights(data.y, task.classes, t, task.class_weight, task.sample_weight) for t in task.targets
+        ]
+        ridge, selectivity = self._choose_ridge(spec, task, plan, point_weights, attrs)
+        attrs["selectivity_"] = selectivity
+        ridges = [point_ridge(ridge, w) for w in point_weights]
+        settings = SolveSettings(
+            plan.epsilon, spec.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
+        )
+        results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume)
+        attrs.update(model_attributes(results, data, task.targets, traces))
+        cache_info = merge_cache_stats(stats)
+        if cache_info is not None:
+            attrs["cache_info_"] = cache_info
+        attrs.update(polish_model(attrs, data, task.targets, ridges, spec.polish))
+        if not attrs["polished_"]:
+            guard_biases(spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
+                         few_iterations=plan.warning is not None)  # fmt: skip
+        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n  # the folds scale C to their size
+        per_point = None if plan.polished else plan.n_iter / n
+        return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point))
+
+    @staticmethod
+    def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
+        """``(1 / C_eff, selectivity)``, cross-validated when ``"auto"``; records ``C_`` and the paths in ``attrs``."""
+        n = task.data.n_samples
+        selectivity = spec.selectivity
+        if spec.C is not None:
+            if selectivity == "auto":  # a given C: no cross-validation behind the user's back
+                selectivity = auto.AUTO_SELECTIVITY_START
+            attrs["C_"] = spec.C
+            return base_ridge(spec.C, n, spec.scale_C), selectivity
+        # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
+        unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
+        per_point = plan.n_iter / n if unequal and not plan.polished else None
+        C, selectivity, attrs["C_path_"], selectivity_path = auto.choose_C(
+            spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed, sample_weight=task.sample_weight,
+            iterations_per_point=per_point, choose_selectivity=selectivity == "auto",
+        )  # fmt: skip
+        if spec.selectivity == "auto":
+            attrs["selectivity_path_"] = selectivity_path
+        attrs["C_"] = C if spec.scale_C else C * n
+        return base_ridge(C, n, scale_C=True), selectivity
