@@ -253,41 +253,32 @@ def choose_C(
     selectivity of :data:`AUTO_SELECTIVITY_GRID` with the best cross-validated error.
 
     A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
-    (when ``spec.C`` is "auto"), with the specification's own selectivity or
+    (when ``spec.C`` is "auto"), with ``spec``'s selectivity or
     :data:`AUTO_SELECTIVITY_START` when that is "auto"; then, with
     ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
     small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
     training points from winning the margin, so each is judged with the other
     near its final value.  Ties go to the smaller ``C`` and the less selective.
-
-    Each candidate is scored by stratified 3-fold cross-validation of the fit
-    ``fit`` runs with ``spec``'s settings (same kernels, ``epsilon`` and
-    ``rho``; :func:`fold_spec`) on at most :data:`AUTO_C_POINTS` training rows (drawn with
-    ``seed``; a data store's rows are read as whole chunks in a random order
-    first), with the polish on or off as the final fit will have it: the
-    candidates are judged in the regime they will be used in.  A kernel store
-    is not sampled: :data:`AUTO_C_STORE` and :data:`AUTO_SELECTIVITY_STORE`.
-    With sample or class weights the folds are fitted with them and scored by
-    the weighted error (:func:`mwumkl_dist.data.weights.score_weights`: the
-    balanced error for ``class_weight="balanced"``).
+    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`)
+    on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
+    (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
 
     Parameters
     ----------
     spec : FitSpec
-        Configures the fold fits.
+        Configures the fold fits (:func:`fold_spec`).
     data : mwumkl_dist.data.problems.TrainingInput
     fit : callable
         A whole fit (the driver's :func:`~mwumkl_dist.solvers.driver.fit_model`), run on each fold.
     polished : bool
-        Whether the final fit ends with the exact polish.
+        Whether the final fit ends with the exact polish (the folds are judged in that regime).
     seed : int
     sample_weight : ndarray of shape (n_samples,), optional
         Positive weights of ``data``'s points (an in-memory input: its own cross-validation input).
     iterations_per_point : float, optional
-        Run the folds at the final fit's ``T / n`` (see :func:`fold_spec`);
-        None: each fold resolves ``epsilon`` for its own size.
+        Run the folds at the final fit's ``T / n`` (see :func:`fold_spec`); None: each fold its own.
     choose_selectivity : bool
-        Also choose the selectivity (else it is the specification's).
+        Also choose the selectivity (else it is ``spec``'s).
 
     Returns
     -------
@@ -302,47 +293,74 @@ def choose_C(
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
         return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}
-    rows = stratified_rows(cv.y, AUTO_C_POINTS, seed)
-    ys = cv.y[rows]
-    n_folds = int(min(3, np.unique(ys, return_counts=True)[1].min()))
-    if n_folds < 2:
+    scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
+    if scorer is None:  # a class too small for two folds
         return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}
-    from sklearn.model_selection import StratifiedKFold
-
-    folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
-    scoring = score_weights(cv.y, spec.class_weight, sample_weight)  # class_weight: checked by the fit
-    # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
-    # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
-    cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
-    fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
-
-    def score(C, selectivity) -> float:
-        error = 0.0
-        for (a, b), kept in zip(folds, fold_kernels):
-            train, test = rows[a], rows[b]
-            fold = fold_spec(spec, polished=polished, iterations_per_point=iterations_per_point,
-                             n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
-            attrs, decisions = fold_decisions(
-                fit, fold, cv, kept, train, test, sample_weight, doing="choosing C by cross-validation"
-            )
-            test_weights = None if scoring is None else scoring[test]
-            error += weighted_error(predicted_labels(attrs["classes_"], decisions), cv.y[test], test_weights) / len(
-                folds
-            )
-        if spec.verbose:
-            logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
-        return error
-
     C, C_path = given_C, {}
     if C is None:
-        C_path = {c: score(c, start) for c in AUTO_C_GRID}
+        C_path = {c: scorer.error(c, start) for c in AUTO_C_GRID}
         C = _first_best(C_path)
     selectivity, selectivity_path = start, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         for s in AUTO_SELECTIVITY_GRID:
-            selectivity_path[s] = C_path[C] if (s == start and C in C_path) else score(C, s)
+            selectivity_path[s] = C_path[C] if (s == start and C in C_path) else scorer.error(C, s)
         selectivity = _first_best(selectivity_path)
     return float(C), selectivity, C_path, selectivity_path
+
+
+@dataclass(frozen=True)
+class _FoldScorer:
+    """Stratified 3-fold cross-validation of ``spec``'s fit on at most :data:`AUTO_C_POINTS` rows of ``cv``.
+
+    The rows are drawn with ``seed`` (a data store's rows are read as whole chunks in a random order
+    first). With sample or class weights the folds are fitted with them and scored by the weighted
+    error (:func:`mwumkl_dist.data.weights.score_weights`: the balanced error for ``"balanced"``).
+    """
+
+    fit: Fitter
+    spec: FitSpec
+    cv: object
+    rows: np.ndarray
+    folds: list
+    fold_kernels: list
+    scoring: np.ndarray | None
+    sample_weight: np.ndarray | None
+    polished: bool
+    iterations_per_point: float | None
+
+    @classmethod
+    def make(cls, fit, spec, cv, seed, sample_weight, polished, iterations_per_point):
+        """The scorer, or None when a class has fewer than two sampled rows."""
+        rows = stratified_rows(cv.y, AUTO_C_POINTS, seed)
+        ys = cv.y[rows]
+        n_folds = int(min(3, np.unique(ys, return_counts=True)[1].min()))
+        if n_folds < 2:
+            return None
+        from sklearn.model_selection import StratifiedKFold
+
+        folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
+        scoring = score_weights(cv.y, spec.class_weight, sample_weight)  # class_weight: checked by the fit
+        # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
+        # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
+        cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
+        fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
+        return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point)
+
+    def error(self, C, selectivity) -> float:
+        """The cross-validated (weighted) error of ``C`` (size-relative) with ``selectivity``."""
+        error = 0.0
+        for (a, b), kept in zip(self.folds, self.fold_kernels):
+            train, test = self.rows[a], self.rows[b]
+            fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                             n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+            attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
+                                              doing="choosing C by cross-validation")  # fmt: skip
+            predicted = predicted_labels(attrs["classes_"], decisions)
+            test_weights = None if self.scoring is None else self.scoring[test]
+            error += weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
+        if self.spec.verbose:
+            logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
+        return error
 
 
 def _first_best(path: dict):
