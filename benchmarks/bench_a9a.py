@@ -56,10 +56,10 @@ from threadpoolctl import threadpool_limits
 import mwumkl_dist
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.data.problems import FeatureProblem
-from mwumkl_dist.data.shards import as_csr, plan_args
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import KernelSet
+from mwumkl_dist.kernels.evaluation import as_csr, plan_args
 from mwumkl_dist.solvers import mwu
 
 ROOT = Path(__file__).resolve().parents[1]

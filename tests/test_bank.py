@@ -16,9 +16,10 @@ from conftest import explicit_kernel, explicit_kernels, literal
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.core.exact import SHIFT
 from mwumkl_dist.data.problems import FeatureInput, FeatureProblem, make_training_input
-from mwumkl_dist.data.shards import FeatureShard, plan_args, point_kernel_block
+from mwumkl_dist.data.shards import FeatureShard
 from mwumkl_dist.devices.cpu import kernel_diagonal
 from mwumkl_dist.kernels import BankKernelNames, Gaussian, KernelSet, RandomGaussianBank, bank_of, bank_plan
+from mwumkl_dist.kernels.evaluation import plan_args, point_kernel_block
 
 SPEC = "random:2000:size=2:seed=5"
 #: No sigma is sqrt(2) times another: no squaring chains, so the kernels can be cut into blocks anywhere.

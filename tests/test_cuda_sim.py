@@ -348,9 +348,9 @@ def case_predict():
     import scipy.sparse as sp
 
     from mwumkl_dist.data import cuda_shards as cuda
-    from mwumkl_dist.data.shards import as_csr, plan_args
     from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
+    from mwumkl_dist.kernels.evaluation import as_csr, plan_args
 
     rng = np.random.default_rng(6)
     specs = [

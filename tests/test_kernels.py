@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import explicit_kernel, explicit_kernels
 
-from mwumkl_dist.data.shards import FeatureShard, as_csr, plan_args
+from mwumkl_dist.data.shards import FeatureShard
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import (
     PAPER_SIGMAS,
@@ -24,6 +24,7 @@ from mwumkl_dist.kernels import (
     parse_kernels,
     parse_number,
 )
+from mwumkl_dist.kernels.evaluation import as_csr, plan_args
 
 D = 6
 

@@ -48,10 +48,13 @@ import functools
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from mwumkl_dist.core.mwu_rules import Candidate
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase, as_csr, plan_args
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.devices import cpu as _columns
+from mwumkl_dist.kernels.evaluation import as_csr, plan_args, row_group_sqnorms
+from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
     "check_device",
@@ -424,8 +427,7 @@ class CudaFeatureShard(_CudaShard):
         else:
             self._csr = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (X.indptr, X.indices, X.data))
         if not self._inline:
-            row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, G)
-            self._d_row_sq = cuda.to_device(np.ascontiguousarray(row_sq.T))  # (G, n)
+            self._d_row_sq = cuda.to_device(np.ascontiguousarray(row_group_sqnorms(X, plan).T))  # (G, n)
             self._dp = cuda.device_array((G, n), np.float64)
             self._dq = cuda.device_array((G, n), np.float64)
         self._ppp = cuda.device_array(G, np.float64)
@@ -532,7 +534,7 @@ class DevicePlan:
         self._out = cuda.device_array((3, int(plan.n_kernels)), np.float64)
 
     def point_kernels(self, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`mwumkl_dist.data.shards.point_kernel_block` on the GPU (the same bits)."""
+        """:func:`mwumkl_dist.kernels.evaluation.point_kernel_block` on the GPU (the same bits)."""
         k, P = self._k, self.arrays
         self._p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
         self._q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
@@ -627,8 +629,6 @@ def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indice
     The support vectors go to the GPU dense (``n_sv x n_features``), the rows
     in dense blocks sized to the free memory (at most ``max_block_bytes``).
     """
-    from mwumkl_dist.kernels.specs import KernelPlan
-
     k = _kernels()
     cuda = check_device()
     n = len(indptr) - 1
@@ -641,8 +641,6 @@ def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indice
     n_sv = len(sv_indptr) - 1
     if n == 0 or n_sv == 0:
         return out
-    import scipy.sparse as sp
-
     rows = sp.csr_matrix((data, indices, indptr), shape=(n, d))
     sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, d)).toarray()
     plan = KernelPlan(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, G, d)

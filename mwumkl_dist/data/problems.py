@@ -30,11 +30,16 @@ from sklearn.utils.validation import check_X_y, validate_data
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import chain_safe_ranges
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, split_rows
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
-from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
-from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_traces
+from mwumkl_dist.kernels.evaluation import (
+    as_csr,
+    combined_kernel,
+    kernel_traces,
+    point_kernel_block,
+    support_vector_sums,
+)
 from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet
 
 __all__ = [
@@ -545,23 +550,12 @@ class _KernelSetPredictor(_FeatureRowsPredictor):
         self.device = device
 
     def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
-        plan = self.kernel_set.plan
-        Xq = as_csr(X)
-        sv = as_csr(support_vectors)
-        # (n_sv, n_groups) in Fortran order: the CPU predictor reads it per group without a transposed copy.
-        sv_sq = _columns.group_sqnorms_t(
-            sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups
-        ).T
+        sums = None  # the CPU's
         if self.device == "cuda":
             from mwumkl_dist.data import cuda_shards as cuda
 
-            weighted_kernel_sums = cuda.weighted_kernel_sums
-        else:
-            weighted_kernel_sums = _columns.weighted_kernel_sums
-        return weighted_kernel_sums(
-            Xq.indptr, Xq.indices, Xq.data, self.kernel_set.n_features, sv.indptr, sv.indices, sv.data, sv_sq,
-            np.ascontiguousarray(dual_coef), np.ascontiguousarray(raw_weights), *plan_args(plan),
-        )  # fmt: skip
+            sums = cuda.weighted_kernel_sums
+        return support_vector_sums(self.kernel_set.plan, X, support_vectors, dual_coef, raw_weights, sums)
 
 
 class _PrecomputedPredictor:

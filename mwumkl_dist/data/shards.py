@@ -11,11 +11,11 @@ on workers, so both give the same numbers by construction.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from mwumkl_dist.core.exact import exact_column_sums
 from mwumkl_dist.core.mwu_rules import Candidate
 from mwumkl_dist.devices import cpu as _columns
+from mwumkl_dist.kernels.evaluation import as_csr, kernel_columns, kernel_diagonal, plan_args, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
@@ -23,8 +23,6 @@ __all__ = [
     "FeatureShard",
     "PrecomputedShard",
     "split_rows",
-    "plan_args",
-    "point_kernel_block",
     "sum_tile_partials",
 ]
 
@@ -54,43 +52,6 @@ def sum_tile_partials(parts) -> np.ndarray:
     for row in rows[1:]:
         g += row
     return g
-
-
-def plan_args(plan: KernelPlan) -> tuple:
-    """The plan's arrays in the order the numba kernels take them."""
-    return (
-        plan.kind,
-        plan.param_a,
-        plan.param_b,
-        plan.group,
-        plan.square_of,
-        plan.order,
-        plan.feat_ptr,
-        plan.feat_groups,
-        plan.n_groups,
-    )
-
-
-def as_csr(X) -> sp.csr_matrix:
-    """Rows as CSR with float64 data, int32/int64 indices and sorted, de-duplicated entries."""
-    csr = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr().astype(np.float64)
-    csr.sum_duplicates()
-    # One index dtype (int32 unless the matrix needs int64): the numba kernels then compile once.
-    index = np.int32 if max(csr.nnz, *csr.shape) < 2**31 else np.int64
-    if csr.indices.dtype != index or csr.indptr.dtype != index:
-        csr.indices = csr.indices.astype(index)
-        csr.indptr = csr.indptr.astype(index)
-    return csr
-
-
-def point_kernel_block(plan: KernelPlan, p: np.ndarray, q: np.ndarray):
-    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors.
-
-    The same numbers the shards' column passes produce for these rows.
-    """
-    p = np.ascontiguousarray(p, dtype=np.float64)
-    q = np.ascontiguousarray(q, dtype=np.float64)
-    return _columns.point_kernels(p, q, *plan_args(plan))
 
 
 class ShardBase:
@@ -226,10 +187,8 @@ class FeatureShard(ShardBase):
         self.X = X
         self.plan = plan
         self._plan_args = plan_args(plan)
-        # Per-row group norms, needed by every superstep: computed once, kept group-major
-        # ((n_rows, n_groups) view of a C-ordered (n_groups, n_rows) array: a group's rows are contiguous).
-        row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
-        self._row_sq = np.ascontiguousarray(row_sq.T).T
+        # Per-row group norms, needed by every superstep: computed once, kept group-major.
+        self._row_sq = row_group_sqnorms(X, plan)
         # A dense transposed copy (dense data) or a column copy (sparse data: one group visits only the
         # columns where the two points are non-zero, many groups only their tile's) makes the dots cheaper.
         self._csc = None
@@ -252,8 +211,7 @@ class FeatureShard(ShardBase):
 
     def diagonal(self) -> np.ndarray:
         """``K_i(x_j, x_j)`` for this block's rows, ``(n_rows, m)``."""
-        X = self.X
-        return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *self._plan_args)
+        return kernel_diagonal(self.X, self.plan)
 
     def _step(self, ip, iq, p, q, coef):
         X = self.X
@@ -282,8 +240,7 @@ class FeatureShard(ShardBase):
 
     def raw_columns(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Raw kernel values of this block's rows against two points, ``(n_rows, m)`` each."""
-        X = self.X
-        return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *self._plan_args, row_sq=self._row_sq)
+        return kernel_columns(self.X, self.plan, p, q, self._row_sq)
 
 
 class PrecomputedShard(ShardBase):

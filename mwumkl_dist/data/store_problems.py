@@ -22,8 +22,9 @@ from collections import OrderedDict
 import numpy as np
 
 from mwumkl_dist.core.partition import chain_safe_ranges
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase, point_kernel_block
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.io.zarr_format import DEFAULT_CACHE_BYTES, DataStore, KernelStore
+from mwumkl_dist.kernels.evaluation import point_kernel_block
 from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [

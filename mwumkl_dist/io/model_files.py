@@ -18,6 +18,7 @@ import re
 import numpy as np
 import scipy.sparse as sp
 
+from mwumkl_dist.core.version import __version__
 from mwumkl_dist.kernels.specs import BankKernelNames, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
@@ -70,8 +71,6 @@ def _json_label(label):
 
 
 def _model_meta(estimator) -> dict:
-    from mwumkl_dist.core.version import __version__
-
     names = estimator.kernel_names_
     bank = names.bank if isinstance(names, BankKernelNames) else None
     return {

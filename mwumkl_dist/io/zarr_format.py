@@ -49,7 +49,8 @@ import scipy.sparse as sp
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
-from mwumkl_dist.data.shards import FeatureShard, as_csr
+from mwumkl_dist.core.version import __version__
+from mwumkl_dist.kernels.evaluation import as_csr, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
@@ -82,12 +83,6 @@ _WRITE_BLOCK_BYTES = 64 * 2**20
 
 class StoreError(ValueError):
     """A store that cannot be used; the message names the store and the problem."""
-
-
-def _package_version() -> str:
-    from mwumkl_dist.core.version import __version__
-
-    return __version__
 
 
 # ----------------------------------------------------------------------------- labels
@@ -226,6 +221,44 @@ def _product(ranges):
             yield (i, *rest)
 
 
+def _meta_value(key: str, doc: str) -> property:
+    """A read-only property: the store metadata's ``key``."""
+    return property(lambda self: self.meta[key], doc=doc)
+
+
+def _check_positive(meta: dict, keys, fail) -> None:
+    """Each metadata value of ``keys`` a positive integer, else ``fail(problem)`` raised."""
+    for key in keys:
+        v = meta[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise fail(f"metadata {key!r} must be a positive integer, got {v!r}")
+
+
+def _check_positive_arg(name: str, v) -> None:
+    """A writer's argument ``name`` a positive integer (or None), else a ``ValueError``."""
+    if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _store_meta(fmt: str, n: int, labels: tuple, chunk_rows: int, source, sha: str, shape: dict, chunks: dict) -> dict:
+    """A store's metadata: what both kinds hold, ``shape`` after ``n_samples``, ``chunks`` after ``chunk_rows``."""
+    classes, label_dtype = labels
+    return {
+        "format": fmt,
+        "format_version": STORE_VERSION,
+        "package_version": __version__,
+        "n_samples": n,
+        **shape,
+        "classes": classes,
+        "label_dtype": label_dtype,
+        "chunk_rows": chunk_rows,
+        **chunks,
+        "source": os.path.abspath(os.fspath(source)) if source is not None else None,
+        "source_sha256": sha,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
 class _StoreBase:
     """What both store kinds share: opening, validation, labels, lazy arrays on workers."""
 
@@ -271,16 +304,13 @@ class _StoreBase:
         if version != STORE_VERSION:
             raise StoreError(
                 f"{path}: written by an incompatible version (store format {version!r}, "
-                f"mwumkl_dist {meta.get('package_version', '?')}); this mwumkl_dist ({_package_version()}) "
+                f"mwumkl_dist {meta.get('package_version', '?')}); this mwumkl_dist ({__version__}) "
                 f"reads store format {STORE_VERSION} only: rewrite the store"
             )
         missing = [k for k in self.REQUIRED if k not in meta]
         if missing:
             raise StoreError(f"{path}: metadata lacks {', '.join(repr(k) for k in missing)}")
-        for key in ("n_samples", "chunk_rows"):
-            v = meta[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise StoreError(f"{path}: metadata {key!r} must be a positive integer, got {v!r}")
+        _check_positive(meta, ("n_samples", "chunk_rows"), self._fail)
         if not isinstance(meta["classes"], list) or len(meta["classes"]) < 1:
             raise StoreError(f"{path}: metadata 'classes' must be a non-empty list")
         try:
@@ -382,13 +412,8 @@ class _StoreBase:
             )
         self._y_codes = codes
 
-    @property
-    def n_samples(self) -> int:
-        return self.meta["n_samples"]
-
-    @property
-    def chunk_rows(self) -> int:
-        return self.meta["chunk_rows"]
+    n_samples = _meta_value("n_samples", "The number of training points.")
+    chunk_rows = _meta_value("chunk_rows", "Rows per chunk (``R``).")
 
     @property
     def classes(self) -> np.ndarray:
@@ -457,8 +482,7 @@ class DataStore(_StoreBase):
     def _validate(self) -> None:
         meta = self.meta
         n, d, R = meta["n_samples"], meta["n_features"], meta["chunk_rows"]
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise self._fail(f"metadata 'n_features' must be a positive integer, got {d!r}")
+        _check_positive(meta, ("n_features",), self._fail)
         if meta["sparse"]:
             nnz = meta.get("nnz")
             if not isinstance(nnz, int) or nnz < 0:
@@ -478,9 +502,7 @@ class DataStore(_StoreBase):
             self._check_array("X", (n, d), np.float64, (R, d))
         self._validate_labels()
 
-    @property
-    def n_features(self) -> int:
-        return self.meta["n_features"]
+    n_features = _meta_value("n_features", "The number of features.")
 
     @property
     def sparse(self) -> bool:
@@ -601,9 +623,34 @@ def write_data_store(
         Zstandard-compress the chunks (each chunk carries a CRC-32C checksum either way).
     """
     path = os.fspath(path)
-    if isinstance(chunk_rows, bool) or int(chunk_rows) != chunk_rows or chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    _check_positive_arg("chunk_rows", chunk_rows)
     chunk_rows = int(chunk_rows)
+    Xs, sparse = _feature_rows(X)
+    n, d = Xs.shape
+    codes, classes, label_dtype = _encode_labels(y)
+    if len(codes) != n:
+        raise ValueError(f"{n} rows but {len(codes)} labels")
+    _prepare_output(path, overwrite)
+    if source is not None:
+        sha = _sha256_file(os.fspath(source))
+    elif sparse:
+        sha = _sha256_arrays(Xs.indptr, Xs.indices, Xs.data, codes)
+    else:
+        sha = _sha256_arrays(Xs, codes)
+
+    zarr = _zarr()
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    shape = {"n_features": d, "sparse": bool(sparse)}
+    meta = _store_meta(DATA_FORMAT, n, (classes, label_dtype), chunk_rows, source, sha, shape, {})
+    meta.update(_write_features(group, Xs, sparse, chunk_rows, compress))
+    ya = _create(group, "y", (n,), (chunk_rows,), np.int32, compress=compress)
+    ya[:] = codes
+    group.attrs[_ATTR] = meta  # last: a store without it is incomplete
+    return DataStore(path)
+
+
+def _feature_rows(X):
+    """``(rows, sparse)``: sparse ``X`` as CSR (:func:`as_csr`), dense as a float64 array; checked finite and 2-d."""
     sparse = sp.issparse(X)
     if sparse:
         Xs = as_csr(X)
@@ -618,53 +665,28 @@ def write_data_store(
     n, d = Xs.shape
     if n < 1 or d < 1:
         raise ValueError(f"need at least one row and one feature, got shape {Xs.shape}")
-    codes, classes, label_dtype = _encode_labels(y)
-    if len(codes) != n:
-        raise ValueError(f"{n} rows but {len(codes)} labels")
-    _prepare_output(path, overwrite)
-    if source is not None:
-        sha = _sha256_file(os.fspath(source))
-    elif sparse:
-        sha = _sha256_arrays(Xs.indptr, Xs.indices, Xs.data, codes)
-    else:
-        sha = _sha256_arrays(Xs, codes)
+    return Xs, sparse
 
-    zarr = _zarr()
-    group = zarr.open_group(path, mode="w", zarr_format=3)
-    meta = {
-        "format": DATA_FORMAT,
-        "format_version": STORE_VERSION,
-        "package_version": _package_version(),
-        "n_samples": n,
-        "n_features": d,
-        "sparse": bool(sparse),
-        "classes": classes,
-        "label_dtype": label_dtype,
-        "chunk_rows": chunk_rows,
-        "source": os.path.abspath(os.fspath(source)) if source is not None else None,
-        "source_sha256": sha,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    if sparse:
-        nnz = int(Xs.nnz)
-        chunk_nnz = max(1024, math.ceil(nnz / n * min(chunk_rows, n))) if nnz else 1024
-        meta.update(nnz=nnz, chunk_nnz=chunk_nnz)
-        indptr = _create(group, "indptr", (n + 1,), (chunk_rows,), np.int64, compress=compress)
-        indices = _create(group, "indices", (nnz,), (chunk_nnz,), np.int32, compress=compress)
-        data = _create(group, "data", (nnz,), (chunk_nnz,), np.float64, compress=compress)
-        indptr[:] = Xs.indptr.astype(np.int64)
-        for a in range(0, nnz, chunk_nnz * 64):
-            b = min(nnz, a + chunk_nnz * 64)
-            indices[a:b] = Xs.indices[a:b].astype(np.int32)
-            data[a:b] = Xs.data[a:b]
-    else:
+
+def _write_features(group, Xs, sparse: bool, chunk_rows: int, compress: bool) -> dict:
+    """Write the feature arrays (``indptr``, ``indices``, ``data``, or ``X``); the metadata they add."""
+    n, d = Xs.shape
+    if not sparse:
         Xa = _create(group, "X", (n, d), (chunk_rows, d), np.float64, compress=compress)
         for a in range(0, n, chunk_rows * 16):
             Xa[a : a + chunk_rows * 16] = Xs[a : a + chunk_rows * 16]
-    ya = _create(group, "y", (n,), (chunk_rows,), np.int32, compress=compress)
-    ya[:] = codes
-    group.attrs[_ATTR] = meta  # last: a store without it is incomplete
-    return DataStore(path)
+        return {}
+    nnz = int(Xs.nnz)
+    chunk_nnz = max(1024, math.ceil(nnz / n * min(chunk_rows, n))) if nnz else 1024
+    indptr = _create(group, "indptr", (n + 1,), (chunk_rows,), np.int64, compress=compress)
+    indices = _create(group, "indices", (nnz,), (chunk_nnz,), np.int32, compress=compress)
+    data = _create(group, "data", (nnz,), (chunk_nnz,), np.float64, compress=compress)
+    indptr[:] = Xs.indptr.astype(np.int64)
+    for a in range(0, nnz, chunk_nnz * 64):
+        b = min(nnz, a + chunk_nnz * 64)
+        indices[a:b] = Xs.indices[a:b].astype(np.int32)
+        data[a:b] = Xs.data[a:b]
+    return {"nnz": nnz, "chunk_nnz": chunk_nnz}
 
 
 def open_data_store(path, *, verify: bool = True) -> DataStore:
@@ -708,9 +730,7 @@ class KernelStore(_StoreBase):
     def _validate(self) -> None:
         meta = self.meta
         n, m, R, mc = meta["n_samples"], meta["n_kernels"], meta["chunk_rows"], meta["chunk_kernels"]
-        for key, v in (("n_kernels", m), ("chunk_kernels", mc)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise self._fail(f"metadata {key!r} must be a positive integer, got {v!r}")
+        _check_positive(meta, ("n_kernels", "chunk_kernels"), self._fail)
         if len(meta["kernel_names"]) != m or len(meta["traces"]) != m:
             raise self._fail(
                 f"metadata lists {len(meta['kernel_names'])} kernel names and {len(meta['traces'])} traces "
@@ -728,13 +748,8 @@ class KernelStore(_StoreBase):
                 f"metadata trace of kernel {i} ({stored[i]!r}) disagrees with its stored diagonal ({traces[i]!r})"
             )
 
-    @property
-    def n_kernels(self) -> int:
-        return self.meta["n_kernels"]
-
-    @property
-    def chunk_kernels(self) -> int:
-        return self.meta["chunk_kernels"]
+    n_kernels = _meta_value("n_kernels", "The number of kernels (``m``).")
+    chunk_kernels = _meta_value("chunk_kernels", "Kernels per chunk.")
 
     @property
     def kernel_names(self) -> list[str]:
@@ -821,17 +836,11 @@ def write_kernel_store(
     path = os.fspath(path)
     if (K is None) == (X is None):
         raise ValueError("give either K (precomputed kernel arrays) or X with kernels")
-    for name, v in (("chunk_rows", chunk_rows), ("chunk_kernels", chunk_kernels)):
-        if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    _check_positive_arg("chunk_rows", chunk_rows)
+    _check_positive_arg("chunk_kernels", chunk_kernels)
     codes, classes, label_dtype = _encode_labels(y)
     n = len(codes)
-    if K is not None:
-        names, columns = _given_kernel_columns(K, n, kernel_names)
-        n_features, sha = None, None  # hashed from the kernel blocks as they are written
-    else:
-        names, columns, Xc = _computed_kernel_columns(X, kernels, n)
-        n_features, sha = Xc.shape[1], _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
+    names, columns, n_features, sha = _kernel_source(K, X, kernels, kernel_names, codes)
     m = len(names)
     if n < 1 or m < 1:
         raise ValueError("need at least one point and one kernel")
@@ -845,29 +854,27 @@ def write_kernel_store(
     try:
         diag = _write_kernel_columns(group, columns, (m, n, mc, R), hasher, progress)
         _create(group, "y", (n,), (R,), np.int32, compress=True)[:] = codes
-        meta = {
-            "format": KERNEL_FORMAT,
-            "format_version": STORE_VERSION,
-            "package_version": _package_version(),
-            "n_samples": n,
-            "n_kernels": m,
-            "n_features": n_features,
-            "kernel_names": names,
-            "traces": exact_to_float(exact_column_sums(diag.T)).tolist(),
-            "classes": classes,
-            "label_dtype": label_dtype,
-            "chunk_rows": R,
-            "chunk_kernels": mc,
-            "layout": "K[i, j, r] = K_i(x_r, x_j) (column j of kernel i)",
-            "source": os.path.abspath(os.fspath(source)) if source is not None else None,
-            "source_sha256": sha if sha is not None else hasher.hexdigest(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        traces = exact_to_float(exact_column_sums(diag.T)).tolist()
+        shape = {"n_kernels": m, "n_features": n_features, "kernel_names": names, "traces": traces}
+        chunks = {"chunk_kernels": mc, "layout": "K[i, j, r] = K_i(x_r, x_j) (column j of kernel i)"}
+        sha = sha if sha is not None else hasher.hexdigest()
+        meta = _store_meta(KERNEL_FORMAT, n, (classes, label_dtype), R, source, sha, shape, chunks)
         group.attrs[_ATTR] = meta  # last: a store without it is incomplete
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # never leave a half-written store behind
         raise
     return KernelStore(path)
+
+
+def _kernel_source(K, X, kernels, kernel_names, codes):
+    """``(names, columns, n_features, sha)``: the kernels' names, a column-block reader or evaluator, the number of
+    features (None for user kernels) and the SHA-256 of the features and labels (None: hashed as written)."""
+    n = len(codes)
+    if K is not None:
+        names, columns = _given_kernel_columns(K, n, kernel_names)
+        return names, columns, None, None
+    names, columns, Xc = _computed_kernel_columns(X, kernels, n)
+    return names, columns, Xc.shape[1], _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
 
 
 def _given_kernel_columns(K, n: int, kernel_names):
@@ -905,19 +912,11 @@ def _computed_kernel_columns(X, kernels, n: int):
     if Xc.shape[0] != n:
         raise ValueError(f"{Xc.shape[0]} rows but {n} labels")
     kernel_set = KernelSet(kernels, Xc.shape[1])
-    m = len(kernel_set)
-    shard = FeatureShard(Xc, np.ones(n), 0, kernel_set.plan)
+    plan = kernel_set.plan
+    row_sq = row_group_sqnorms(Xc, plan)  # once for all column blocks
 
     def columns(c0, c1):
-        out = np.empty((m, c1 - c0, n))
-        for j in range(c0, c1, 2):
-            p = np.asarray(Xc[j].toarray()).ravel()
-            q = np.asarray(Xc[min(j + 1, c1 - 1)].toarray()).ravel()
-            colp, colq = shard.raw_columns(p, q)
-            out[:, j - c0, :] = colp.T
-            if j + 1 < c1:
-                out[:, j + 1 - c0, :] = colq.T
-        return out
+        return kernel_column_block(Xc, plan, c0, c1, row_sq)
 
     return kernel_set.names(), columns, Xc
 

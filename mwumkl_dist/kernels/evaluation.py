@@ -1,9 +1,17 @@
-"""Kernel evaluation on data: traces, dense kernel matrices and combined kernels of a kernel set.
+"""Kernel evaluation on data: the values of a kernel set's kernels on given rows.
 
-The solver itself never forms an ``n x n`` matrix; this module does, on
-purpose, for the steps that need one: the exact re-solve of the 2-norm
-soft-margin SVM on a support set with the learned kernel weights, and the
-"Uniform" baseline.
+The one module that evaluates kernels on rows from Python:
+
+* with the numba primitives of :mod:`mwumkl_dist.devices.cpu`, bit for bit
+  what a training shard's superstep adds to ``V``: the kernel values of two
+  points (:func:`point_kernel_block`), of rows against two points
+  (:func:`kernel_columns`), whole columns (:func:`kernel_column_block`, what a
+  kernel store holds), the diagonal (:func:`kernel_diagonal`) and the weighted
+  sums against support vectors that predict (:func:`support_vector_sums`);
+* with numpy, dense blocks: traces, kernel matrices and combined kernels.  The
+  solver itself never forms an ``n x n`` matrix; these do, on purpose, for the
+  steps that need one: the exact re-solve of the 2-norm soft-margin SVM on a
+  support set with the learned kernel weights, and the "Uniform" baseline.
 """
 
 from __future__ import annotations
@@ -15,12 +23,132 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from mwumkl_dist.devices import cpu as _columns
-from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, KernelSet
+from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, KernelPlan, KernelSet
 
-__all__ = ["kernel_traces", "combined_kernel", "kernel_matrices"]
+__all__ = [
+    "as_csr",
+    "plan_args",
+    "point_kernel_block",
+    "row_group_sqnorms",
+    "kernel_columns",
+    "kernel_column_block",
+    "kernel_diagonal",
+    "support_vector_sums",
+    "kernel_traces",
+    "combined_kernel",
+    "kernel_matrices",
+]
 
 #: Entries per temporary block (about 32 MB of float64 each).
 _BLOCK_ENTRIES = 1 << 22
+
+
+# ----------------------------------------------------------------------------- rows and plans
+
+
+def as_csr(X) -> sp.csr_matrix:
+    """Rows as CSR with float64 data, int32/int64 indices and sorted, de-duplicated entries."""
+    csr = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr().astype(np.float64)
+    csr.sum_duplicates()
+    # One index dtype (int32 unless the matrix needs int64): the numba kernels then compile once.
+    index = np.int32 if max(csr.nnz, *csr.shape) < 2**31 else np.int64
+    if csr.indices.dtype != index or csr.indptr.dtype != index:
+        csr.indices = csr.indices.astype(index)
+        csr.indptr = csr.indptr.astype(index)
+    return csr
+
+
+def plan_args(plan: KernelPlan) -> tuple:
+    """The plan's arrays in the order the numba kernels take them."""
+    return (
+        plan.kind,
+        plan.param_a,
+        plan.param_b,
+        plan.group,
+        plan.square_of,
+        plan.order,
+        plan.feat_ptr,
+        plan.feat_groups,
+        plan.n_groups,
+    )
+
+
+# ----------------------------------------------------------------------------- the numba primitives
+
+
+def point_kernel_block(plan: KernelPlan, p: np.ndarray, q: np.ndarray):
+    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors.
+
+    The same numbers the shards' column passes produce for these rows.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    return _columns.point_kernels(p, q, *plan_args(plan))
+
+
+def row_group_sqnorms(X: sp.csr_matrix, plan: KernelPlan) -> np.ndarray:
+    """Each row's squared norm on each feature group of the plan, ``(n_rows, n_groups)``.
+
+    Group-major in memory (the transpose of a C-ordered ``(n_groups, n_rows)``
+    array: a group's rows are contiguous), as the column passes read it.
+    ``X`` is CSR (:func:`as_csr`).
+    """
+    row_sq = _columns.group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+    return np.ascontiguousarray(row_sq.T).T
+
+
+def kernel_columns(X: sp.csr_matrix, plan: KernelPlan, p, q, row_sq=None) -> tuple[np.ndarray, np.ndarray]:
+    """Raw kernel values of the CSR rows ``X`` against two points, ``(n_rows, m)`` each.
+
+    The numbers a superstep adds to ``V`` (before the label, trace and ridge
+    factors); ``row_sq`` is :func:`row_group_sqnorms` of ``X`` (computed when None).
+    """
+    return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *plan_args(plan), row_sq=row_sq)
+
+
+def kernel_column_block(X: sp.csr_matrix, plan: KernelPlan, c0: int, c1: int, row_sq=None) -> np.ndarray:
+    """Columns ``c0..c1-1`` of every kernel on the CSR rows ``X``: ``out[i, c - c0, r] = K_i(x_r, x_c)``.
+
+    Two columns at a time with :func:`kernel_columns` (the same numbers as a
+    training shard's), ``(m, c1 - c0, n_rows)``; what a kernel store holds.
+    """
+    if row_sq is None:
+        row_sq = row_group_sqnorms(X, plan)
+    out = np.empty((plan.n_kernels, c1 - c0, X.shape[0]))
+    for j in range(c0, c1, 2):
+        p = np.asarray(X[j].toarray()).ravel()
+        q = np.asarray(X[min(j + 1, c1 - 1)].toarray()).ravel()
+        colp, colq = kernel_columns(X, plan, p, q, row_sq)
+        out[:, j - c0, :] = colp.T
+        if j + 1 < c1:
+            out[:, j + 1 - c0, :] = colq.T
+    return out
+
+
+def kernel_diagonal(X: sp.csr_matrix, plan: KernelPlan) -> np.ndarray:
+    """``K_i(x_j, x_j)`` for the CSR rows ``X``, ``(n_rows, m)``."""
+    return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *plan_args(plan))
+
+
+def support_vector_sums(plan: KernelPlan, X, support_vectors, coef, weights, sums=None) -> np.ndarray:
+    """``out[t, k] = sum_j coef[k, j] sum_i weights[k, i] K_i(x_t, sv_j)``: decision values of rows ``X``.
+
+    ``sums`` computes them from CSR arrays (the signature of
+    :func:`mwumkl_dist.devices.cpu.weighted_kernel_sums`, the default; a GPU
+    twin takes the same arguments).
+    """
+    Xq = as_csr(X)
+    sv = as_csr(support_vectors)
+    # (n_sv, n_groups) in Fortran order: the CPU predictor reads it per group without a transposed copy.
+    sv_sq = _columns.group_sqnorms_t(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups).T
+    sums = _columns.weighted_kernel_sums if sums is None else sums
+    return sums(
+        Xq.indptr, Xq.indices, Xq.data, plan.n_features, sv.indptr, sv.indices, sv.data, sv_sq,
+        np.ascontiguousarray(coef), np.ascontiguousarray(weights), *plan_args(plan),
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- dense blocks
 
 
 def _group_features(ks: KernelSet) -> list[np.ndarray]:
