@@ -7,7 +7,7 @@ Run on demand (not a test)::
     python benchmarks/bench_channel.py --security plain --out /tmp/c.json
 
 The Dask engine talks to each shard over a socket of its own
-(``mwumkl_dist/engines/_channel.py``) on the ground that a Dask actor round trip
+(``mwumkl_dist/engines/channel.py``) on the ground that a Dask actor round trip
 costs several ms.  This script measures that claim.  On a ``LocalCluster`` of 2
 worker processes with 1 thread each (once plaintext, once with TLS from
 ``Security.temporary()``, which requires encryption) it times the round trip of a
@@ -161,7 +161,7 @@ class _Transport:
 
 class ChannelTransport(_Transport):
     def __init__(self, client, workers):
-        from mwumkl_dist.engines import _channel
+        from mwumkl_dist.engines import channel as _channel
         from mwumkl_dist.engines.dask import ShardServer
 
         self._channel = _channel
