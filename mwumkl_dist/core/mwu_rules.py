@@ -1,13 +1,13 @@
 """The MWUMKL update rules and the final model, written once for every engine.
 
-Notation follows ``SPEC.md`` section 1: ``G_i = Y K_i Y / r_i + I / C`` (with
+Notation follows the paper (Moeller et al., AISTATS 2014, section 3): ``G_i = Y K_i Y / r_i + I / C`` (with
 sample or class weights ``I / C`` becomes ``diag(1 / C_j)``), the
 accumulated dual ``alpha`` (counts: +1/2 per pick), ``V_i = G_i alpha``,
 ``s_i = alpha' G_i alpha`` and the score vector ``g``.  Everything here acts on
 arrays of length ``m`` (kernels) or on the engines' small messages
 (:class:`Candidate`); engines own the ``O(m n)`` state and only move data.
 
-One iteration, as :func:`solve` runs it::
+One iteration, as :func:`mwumkl_dist.solvers.mwu.iterate.solve` runs it::
 
     (iP, iN) = argmax of g per class           # Find-alpha: reduce_candidates
     s += V[iP] + V[iN] + (G[iP,iP] + G[iN,iN] + 2 G[iP,iN]) / 4   # update_s
@@ -171,7 +171,7 @@ def exponent_scale(u: np.ndarray, eps_p: float, rho: float, selectivity: float |
 
     ``selectivity=None`` is the paper's ``c = eps' / (2 rho)``: an absolute scale, while after trace
     normalisation ``u_i / t = sqrt(alpha' G_i alpha)`` is ``O(1 / sqrt(n))``, so the ``x_i`` stay
-    ``O(ln n / sqrt(n))`` apart and the weights stay uniform (SPEC section 1).  Otherwise
+    ``O(ln n / sqrt(n))`` apart and the weights stay uniform.  Otherwise
     ``c = selectivity / max_i u_i``: the exponents are the margins relative to the largest one,
     ``x_i = beta u_i / max u`` in ``[0, beta]``, whatever the data's scale (the running maximum is the
     solver's own estimate of the optimum).  ``beta = 0`` gives uniform weights; large ``beta`` the
