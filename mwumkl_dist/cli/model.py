@@ -220,17 +220,26 @@ def _add_fit(sub, parents):
     p.set_defaults(func=cmd_fit)
 
 
+def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
+    """A command that applies a saved model to a data file: ``--model``, ``--data``, ``--zero-based``, ``--n-jobs``."""
+    p = sub.add_parser(name, parents=parents, help=help, description=description)
+    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
+    p.add_argument("--data", required=True, metavar="FILE", help=data_help)
+    add_zero_based_argument(p)
+    _add_n_jobs(p)
+    return p
+
+
 def _add_predict(sub, parents):
-    p = sub.add_parser(
+    p = _model_on_data(
+        sub,
+        parents,
         "predict",
-        parents=parents,
         help="write one predicted label (or scores, or probabilities) per line",
         description="Predict every point of a data file, one line per point. CSV and .npy files may omit the "
         "label column. The model's feature scaling is applied first.",
+        data_help="the points to predict",
     )
-    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
-    p.add_argument("--data", required=True, metavar="FILE", help="the points to predict")
-    add_zero_based_argument(p)
     p.add_argument(
         "--output",
         choices=PREDICT_OUTPUTS,
@@ -241,22 +250,19 @@ def _add_predict(sub, parents):
         "are comma-separated with a header line naming the classes",
     )
     p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
-    _add_n_jobs(p)
     p.set_defaults(func=cmd_predict)
 
 
 def _add_evaluate(sub, parents):
-    p = sub.add_parser(
+    p = _model_on_data(
+        sub,
+        parents,
         "evaluate",
-        parents=parents,
         help="print accuracy and error on a labelled data file",
         description="Print the accuracy and error of a model on a labelled data file (after the model's "
         "feature scaling).",
+        data_help="labelled test data",
     )
-    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
-    p.add_argument("--data", required=True, metavar="FILE", help="labelled test data")
-    add_zero_based_argument(p)
-    _add_n_jobs(p)
     p.set_defaults(func=cmd_evaluate)
 
 

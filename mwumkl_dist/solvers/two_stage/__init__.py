@@ -27,59 +27,11 @@ work unchanged.  Cost: ``O(m s^2)`` for the weights (``s`` fixed), ``O(m' n r)``
 for the features (``m'`` kernels with non-negligible weight, ``r`` landmarks)
 and a linear solve on ``n x r`` features: linear in ``n``."""
 
-from mwumkl_dist.solvers.two_stage.newton import fit_linear, fit_squared_hinge, solve_squared_hinge
-from mwumkl_dist.solvers.two_stage.nystroem import (
-    N_COMPONENTS,
-    PRUNE,
-    WEIGHT_FRACTION,
-    WEIGHT_POINTS,
-    WEIGHT_POINTS_MIN,
-    NystroemMap,
-    landmark_rows,
-    nystroem_map,
-    pruned_weights,
-    unit_weights,
-)
-from mwumkl_dist.solvers.two_stage.shards import (
-    GivenFeatures,
-    LinearShard,
-    LinearStageProblem,
-    LocalShards,
-    all_traces,
-    linear_shards,
-)
-from mwumkl_dist.solvers.two_stage.solver import (
-    AUTO_TWO_STAGE_POINTS,
-    TwoStageSolver,
-    two_stage_blocker,
-    weight_points_for,
-)
-from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget
+from mwumkl_dist.solvers.two_stage import newton, nystroem, shards, solver, spill
+from mwumkl_dist.solvers.two_stage.newton import *  # noqa: F403
+from mwumkl_dist.solvers.two_stage.nystroem import *  # noqa: F403
+from mwumkl_dist.solvers.two_stage.shards import *  # noqa: F403
+from mwumkl_dist.solvers.two_stage.solver import *  # noqa: F403
+from mwumkl_dist.solvers.two_stage.spill import *  # noqa: F403
 
-__all__ = [
-    "WEIGHT_POINTS",
-    "WEIGHT_POINTS_MIN",
-    "WEIGHT_FRACTION",
-    "weight_points_for",
-    "N_COMPONENTS",
-    "PRUNE",
-    "NystroemMap",
-    "nystroem_map",
-    "landmark_rows",
-    "unit_weights",
-    "pruned_weights",
-    "fit_linear",
-    "fit_squared_hinge",
-    "solve_squared_hinge",
-    "all_traces",
-    "FeatureBlocks",
-    "feature_memory_budget",
-    "LinearShard",
-    "GivenFeatures",
-    "LocalShards",
-    "LinearStageProblem",
-    "linear_shards",
-    "AUTO_TWO_STAGE_POINTS",
-    "TwoStageSolver",
-    "two_stage_blocker",
-]
+__all__ = [*nystroem.__all__, *spill.__all__, *shards.__all__, *newton.__all__, *solver.__all__]
