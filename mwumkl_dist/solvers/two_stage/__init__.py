@@ -42,8 +42,6 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
 from mwumkl_dist.solvers.two_stage.shards import (
     GivenFeatures,
     LinearShard,
-    LinearStageProblem,
-    LocalShards,
     all_traces,
     linear_shards,
 )
@@ -76,8 +74,6 @@ __all__ = [
     "feature_memory_budget",
     "LinearShard",
     "GivenFeatures",
-    "LocalShards",
-    "LinearStageProblem",
     "linear_shards",
     "fit_two_stage",
     "SOLVERS",

@@ -162,7 +162,8 @@ def fit_two_stage(
     # 2. the Nystroem map of each problem's combined kernel on shared landmarks, 3. the linear solve.
     # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
     # the model must not; the kernel evaluations use this thread's numba threads (same bits for any count).
-    with linear_shards(estimator, data, client, row_block, spill) as shards, one_blas_thread():
+    settings = dict(engine=estimator.engine, n_shards=estimator.n_shards, timeout=estimator.worker_timeout)
+    with linear_shards(data, **settings, client=client, row_block=row_block, spill=spill) as shards, one_blas_thread():
         return _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sample_weight, kept, rows,
                            C_rel, n_components=n_components, prune=prune, seed=seed, clock=clock)  # fmt: skip
 
@@ -178,7 +179,7 @@ def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sampl
     if data.traces is not None:
         traces = data.traces
     else:  # the blocks' traces, summed in row order
-        traces = sum_parts((p for parts in shards.map("trace_parts") for p in parts), len(ks))
+        traces = sum_parts((p for parts in shards.call("trace_parts") for p in parts), len(ks))
     landmarks = landmark_rows(n, n_components, seed)
     L = data.support_vectors(landmarks)
     mus = np.atleast_2d(sub_attrs["kernel_weights_"]).astype(np.float64)
@@ -200,14 +201,12 @@ def _full_stage(estimator, data, shards, sub_attrs, classes, class_weight, sampl
         def load(rows, fmap=fmap, y_pm=y_pm, ccw=ccw):
             return (fmap, y_pm[rows[0] : rows[1]], ccw[rows[0] : rows[1]])
 
-        shards.restore = lambda rows, load=load: [("load_problem", load(rows))]  # a rebuilt Dask shard
-        spilled |= any(shards.map("load_problem", load))
+        spilled |= any(shards.call("load_problem", load, keep=True))  # keep: a rebuilt Dask shard loads it too
         clock.append(time.process_time())
         coef, intercept[k] = solve_squared_hinge(shards, fmap.rank, y_pm, C_rel, cw)
         clock.append(time.process_time())
         dual_coef[k] = n * fmap.expansion(coef)  # on the raw kernels: raw weights are mu / r = w / n
         ranks.append(fmap.rank)
-    shards.restore = None
     if estimator.probability:  # the same SVM as the exact polish solves: calibrated on polished folds
         from mwumkl_dist.solvers.driver import platt_scaling, probability_input
 
