@@ -289,7 +289,7 @@ def connect(address: str, n_workers: int, timeout: float):
 
 def wait_for_workers(client, n_workers: int, timeout: float, out=None) -> None:
     """Wait until ``n_workers`` workers are connected, saying so on ``out`` (stderr) after 2 s, then every 10 s."""
-    from mwumkl_dist.engines.dask import WAIT_FIRST_REPORT, WAIT_REPORT_EVERY
+    from mwumkl_dist.engines.dask_pool import WAIT_FIRST_REPORT, WAIT_REPORT_EVERY
 
     out = sys.stderr if out is None else out
     start = time.monotonic()

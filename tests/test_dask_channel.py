@@ -18,6 +18,7 @@ from mwumkl_dist import MWUMKLClassifier  # noqa: E402
 from mwumkl_dist.data.problems import FeatureProblem  # noqa: E402
 from mwumkl_dist.engines import channel as _channel  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
+from mwumkl_dist.engines.dask_pool import DaskPool  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 
 
@@ -186,13 +187,13 @@ def test_intruder_during_setup_neither_hangs_nor_breaks_the_fit(threaded_client,
     params = dict(kernels="paper", **literal(epsilon=0.3))
     ref = MWUMKLClassifier(**params).fit(X, y)
     strangers = []
-    connect = DaskEngine._connect
+    connect = DaskPool._connect
 
     def first_a_stranger(self, address, worker):
         strangers.append(intruder(address[:2]))  # gets there before the driver
         return connect(self, address, worker)
 
-    monkeypatch.setattr(DaskEngine, "_connect", first_a_stranger)
+    monkeypatch.setattr(DaskPool, "_connect", first_a_stranger)
     start = time.monotonic()
     clf = MWUMKLClassifier(**params, engine="dask", client=threaded_client, n_shards=2).fit(X, y)
     assert time.monotonic() - start < 30
@@ -213,7 +214,7 @@ def test_a_shard_runs_with_its_share_of_its_workers_threads(n_shards, expected):
         distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client,
         DaskEngine(problem, client, n_shards=n_shards) as engine,
     ):
-        answers = engine._broadcast("threads")
+        answers = engine.pool.call("threads")
     assert [share for share, _ in answers] == [expected] * n_shards
     from mwumkl_dist.devices import cpu as _columns
 

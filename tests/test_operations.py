@@ -1,7 +1,7 @@
 """Operations (issue 11 item 7): placement of rebuilt shards, waiting for workers, a lost scheduler,
 too many shards, store paths, damaged checkpoints, per-fit checkpoint names of the deploy drivers.
 
-The placement and waiting logic is tested on a :class:`DaskEngine` whose view of the cluster is
+The placement and waiting logic is tested on a :class:`DaskPool` whose view of the cluster is
 replaced (``_live_workers``): no cluster, no timing.  The rest uses threaded ``LocalCluster``\\ s.
 """
 
@@ -51,10 +51,10 @@ class _Cluster:
 
 
 def _engine(cluster, blocks, timeout=30.0, n_workers=None):
-    """A DaskEngine with ``blocks`` ({worker: count}) placed, seeing the cluster through ``cluster``."""
-    from mwumkl_dist.engines.dask import DaskEngine, _Block
+    """A DaskPool with ``blocks`` ({worker: count}) placed, seeing the cluster through ``cluster``."""
+    from mwumkl_dist.engines.dask_pool import DaskPool, _Block
 
-    engine = DaskEngine.__new__(DaskEngine)
+    engine = DaskPool.__new__(DaskPool)
     engine.timeout = timeout
     engine._scheduler_address = "tcp://10.0.0.1:8786"
     engine._departed = set()
@@ -62,7 +62,7 @@ def _engine(cluster, blocks, timeout=30.0, n_workers=None):
     engine.blocks = []
     for worker, count in blocks.items():
         for _ in range(count):
-            block = _Block((0, 1), (0, 1))
+            block = _Block(((0, 1), (0, 1)))
             block.worker = worker
             engine.blocks.append(block)
     engine._n_workers = len(blocks) if n_workers is None else n_workers
@@ -84,13 +84,13 @@ def test_a_rebuilt_shard_goes_to_the_worker_holding_fewest_shards():
     assert engine._place(engine.blocks[1]) == "tcp://a:1"
     # Ties: the worker with more threads, then the address.
     engine = _engine(_Cluster({"tcp://a:1": 1, "tcp://b:1": 4, "tcp://c:1": 4}), {})
-    from mwumkl_dist.engines.dask import _Block
+    from mwumkl_dist.engines.dask_pool import _Block
 
-    assert engine._place(_Block((0, 1), (0, 1))) == "tcp://b:1"
+    assert engine._place(_Block(((0, 1), (0, 1)))) == "tcp://b:1"
 
 
 def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
-    import mwumkl_dist.engines.dask as dask_engine
+    import mwumkl_dist.engines.dask_pool as dask_engine
 
     monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 5.0)
     # B left; a nanny restarts it as B' a few polls later.
@@ -117,7 +117,7 @@ def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
 
 @pytest.mark.timeout(30)
 def test_waiting_for_workers_says_so_and_how_long(monkeypatch, caplog):
-    import mwumkl_dist.engines.dask as dask_engine
+    import mwumkl_dist.engines.dask_pool as dask_engine
 
     monkeypatch.setattr(dask_engine, "WAIT_FIRST_REPORT", 0.2)
     monkeypatch.setattr(dask_engine, "WAIT_REPORT_EVERY", 0.3)
@@ -167,7 +167,7 @@ def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
 @pytest.mark.timeout(300)  # a cold numba cache compiles first
 def test_a_worker_joining_during_the_wait_is_used(caplog, monkeypatch):
     distributed = pytest.importorskip("distributed")
-    import mwumkl_dist.engines.dask as dask_engine
+    import mwumkl_dist.engines.dask_pool as dask_engine
 
     monkeypatch.setattr(dask_engine, "WAIT_FIRST_REPORT", 0.3)
     X, y = _data(n=80)
@@ -215,7 +215,7 @@ def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, 
     def lose_the_scheduler(info):
         if info.iteration == 20:
             cluster.close()  # the scheduler (and its workers) go away mid-fit
-            engines[-1]._recover(engines[-1].blocks[0])  # the next shard rebuild needs the scheduler
+            engines[-1].pool._recover(engines[-1].blocks[0])  # the next shard rebuild needs the scheduler
 
     try:
         with pytest.raises(SchedulerLostError) as err:
@@ -410,7 +410,7 @@ class _FakeClient:
 def test_the_deploy_driver_says_while_it_waits_for_workers(driver, monkeypatch):
     import io
 
-    import mwumkl_dist.engines.dask as dask_engine
+    import mwumkl_dist.engines.dask_pool as dask_engine
 
     monkeypatch.setattr(dask_engine, "WAIT_FIRST_REPORT", 0.2)
     monkeypatch.setattr(dask_engine, "WAIT_REPORT_EVERY", 0.3)

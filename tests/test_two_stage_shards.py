@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.core import partition
+from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
 
@@ -94,12 +97,12 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     y = np.where(F[:, 0] + 0.5 * rng.standard_normal(300) > 0, 1.0, -1.0)
     c = rng.uniform(0.5, 2.0, 300)
     one = two_stage.fit_squared_hinge(F, y, 3.0, c)
-    shards = []
-    for lo, hi in partition.linear_row_ranges(300, 3, 64):
-        s = two_stage.LinearShard(F[lo:hi], lo, hi, row_block=64, spill=False)
-        s.load_problem(two_stage.GivenFeatures(6), y[lo:hi], 3.0 * c[lo:hi])
-        shards.append(s)
-    three = two_stage.solve_squared_hinge(two_stage.LocalShards(shards), 6, y, 3.0, c)
+    slots = partition.linear_row_ranges(300, 3, 64)
+    with LocalPool(
+        slots, lambda r: functools.partial(two_stage.LinearShard, F[r[0] : r[1]], *r, row_block=64, spill=False)
+    ) as pool:
+        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], 3.0 * c[r[0] : r[1]]))
+        three = two_stage.solve_squared_hinge(pool, 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
 
@@ -127,31 +130,31 @@ def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
 @pytest.mark.timeout(180)
 def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
     """A shard that stops answering mid-solve is rebuilt (its problem loaded again): the same model."""
-    from mwumkl_dist.engines import dask as dask_engine
-    from mwumkl_dist.engines.dask import DaskEngine
+    from mwumkl_dist.engines import dask_pool as dask_engine
+    from mwumkl_dist.engines.dask_pool import DaskPool
 
     monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 0.2)  # no worker left: do not wait for one
 
     X, y = _data()
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
     calls = {"n": 0}
-    original = DaskEngine.map
+    original = DaskPool.call
 
-    def flaky(self, method, args_for=None, shared=False):
+    def flaky(self, method, args_for=None, **options):
         if method == "direction":
             calls["n"] += 1
         if method == "direction" and calls["n"] == 2:  # drop one shard's channel before the second Newton step
             self.blocks[1].conn.close()
-        return original(self, method, args_for, shared)
+        return original(self, method, args_for, **options)
 
     rebuilt = []
-    original_recover = DaskEngine._recover
-    DaskEngine.map = flaky
-    DaskEngine._recover = lambda self, block: (rebuilt.append(block.rows), original_recover(self, block))[1]
+    original_recover = DaskPool._recover
+    DaskPool.call = flaky
+    DaskPool._recover = lambda self, block: (rebuilt.append(block.slot), original_recover(self, block))[1]
     try:
         est = MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y)
     finally:
-        DaskEngine.map, DaskEngine._recover = original, original_recover
+        DaskPool.call, DaskPool._recover = original, original_recover
     assert rebuilt == [(256, 448)]
     _assert_identical(ref, est)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
 
-from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard, LocalShards
+from mwumkl_dist.engines.pool import LocalPool
+from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
 
 __all__ = [
     "fit_linear",
@@ -77,8 +79,8 @@ def solve_squared_hinge(
     stops decreasing (relative ``tol``), or after ``max_iter`` steps.  Per step
     the shards add their blocks' Gram parts (one ``n_A x r`` product each) and
     return ``F d`` (``n`` values); the driver keeps the outputs ``o`` (``O(n)``).
-    ``shards``: :class:`LocalShards` or a Dask engine of :class:`LinearShard`,
-    their problems loaded with ``cw = C c`` and features of ``rank`` columns.
+    ``shards``: a shard pool (:mod:`mwumkl_dist.engines.pool`) of :class:`LinearShard`, their
+    slots their row ranges, their problems loaded with ``cw = C c`` and features of ``rank`` columns.
     """
     y = np.asarray(y_pm, dtype=np.float64)
     n = len(y)
@@ -98,7 +100,7 @@ def solve_squared_hinge(
         active = y * o < 1.0
         H = np.zeros((r + 1, r + 1))
         rhs = np.zeros(r + 1)
-        for parts in shards.map("active_parts", lambda rows, a=active: (np.packbits(a[rows[0] : rows[1]]),)):
+        for parts in shards.call("active_parts", lambda rows, a=active: (np.packbits(a[rows[0] : rows[1]]),)):
             for p in parts:  # in row order
                 if p is not None:
                     H += p[0]
@@ -106,7 +108,7 @@ def solve_squared_hinge(
         H[np.diag_indices(r + 1)] += 1.0
         target = np.linalg.solve(H, rhs)
         d = target - v
-        delta = np.concatenate(shards.map("direction", lambda rows, d=d: (d,), shared=True))
+        delta = np.concatenate(shards.call("direction", lambda rows, d=d: (d,), shared=True))
         t = _line_search(v @ d, d @ d, 1.0 - y * o, y * delta, cw, C)
         t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
         v = v + t * d
@@ -125,6 +127,6 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     F = np.asarray(F, dtype=np.float64)
     y = np.asarray(y_pm, dtype=np.float64)
     cw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    shard = LinearShard(F, 0, F.shape[0], spill=False)
-    shard.load_problem(GivenFeatures(F.shape[1]), y, float(C) * cw)
-    return solve_squared_hinge(LocalShards([shard]), F.shape[1], y, C, cw, tol=tol, max_iter=max_iter)
+    with LocalPool([(0, F.shape[0])], lambda rows: functools.partial(LinearShard, F, *rows, spill=False)) as pool:
+        pool.call("load_problem", lambda rows: (GivenFeatures(F.shape[1]), y, float(C) * cw))
+        return solve_squared_hinge(pool, F.shape[1], y, C, cw, tol=tol, max_iter=max_iter)

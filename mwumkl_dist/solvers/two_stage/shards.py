@@ -10,6 +10,7 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import linear_row_ranges, row_blocks
+from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
@@ -19,8 +20,6 @@ from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_bu
 __all__ = [
     "all_traces",
     "LinearShard",
-    "LocalShards",
-    "LinearStageProblem",
     "linear_shards",
     "GivenFeatures",
     "sum_parts",
@@ -53,9 +52,6 @@ class LinearShard:
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
-
-    #: What the Dask engine's shard servers may call.
-    REMOTE_METHODS = frozenset({"trace_parts", "load_problem", "active_parts", "direction"})
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, spill="auto"):
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
@@ -141,52 +137,6 @@ class LinearShard:
             self.features_ = None
 
 
-class LocalShards:
-    """Linear-stage shards in this process, with the Dask engine's ``map`` (the same calls, the same bits)."""
-
-    def __init__(self, shards):
-        self.shards = list(shards)
-        self.restore = None  # the Dask engine's rebuild hook; nothing is lost here
-
-    def map(self, method: str, args_for=None, shared: bool = False) -> list:
-        """``shard.method(*args_for((start, stop)))`` on every shard, the results in row order."""
-        return [getattr(s, method)(*(args_for((s.start, s.stop)) if args_for else ())) for s in self.shards]
-
-    def close(self) -> None:
-        for s in self.shards:
-            s.close()
-
-
-class LinearStageProblem:
-    """The linear stage of a training input as a problem for :class:`~mwumkl_dist.engines.dask.DaskEngine`.
-
-    Its shards are :class:`LinearShard`; a store's shards read their rows on
-    their workers, an array's shards are sent their rows.
-    """
-
-    n_kernels = 1  # the engine's kernel axis is not used
-
-    def __init__(self, data, row_block: int = partition.ROW_BLOCK, spill="auto"):
-        self.source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
-        self.n_samples = data.n_samples
-        self.kernel_set = data.kernel_set
-        self.row_block = row_block
-        self.spill = spill
-
-    def row_ranges(self, n_shards: int) -> list[tuple[int, int]]:
-        return linear_row_ranges(self.n_samples, n_shards, self.row_block)
-
-    def kernel_ranges(self, n_blocks: int) -> list[tuple[int, int]]:
-        return [(0, 1)]
-
-    def shard_factory(self, start: int, stop: int, kernels=None):
-        rows = self.source if isinstance(self.source, DataStore) else self.source[start:stop]
-        return functools.partial(LinearShard, rows, start, stop, self.kernel_set, self.row_block, self.spill)
-
-    def make_shard(self, start: int, stop: int, kernels=None) -> LinearShard:
-        return self.shard_factory(start, stop, kernels)()
-
-
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:
     """Traces of every kernel on the rows of ``X``: the block traces of :func:`row_blocks`, summed in order."""
     shard = LinearShard(X, 0, X.shape[0], kernel_set, spill=False)
@@ -200,24 +150,43 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-@contextlib.contextmanager
-def linear_shards(spec, data, client=None, row_block: int | None = None, spill="auto"):
-    """The linear stage's shards of ``data`` (``spec.n_shards`` of them) on ``spec``'s engine.
+def _linear_factory(source, kernel_set, row_block: int, spill):
+    """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
-    Local: :class:`LocalShards` in this process; ``engine="dask"``: a
-    :class:`~mwumkl_dist.engines.dask.DaskEngine` of :class:`LinearShard` on
-    ``client``'s workers (each shard reads or is sent its own rows).  Both give
-    the same bits for any shard count.
+    A store's shards read their rows where they are built; an array's shards are given their rows.
+    """
+
+    def factory_for(rows):
+        start, stop = rows
+        part = source if isinstance(source, DataStore) else source[start:stop]
+        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, spill)
+
+    return factory_for
+
+
+@contextlib.contextmanager
+def linear_shards(
+    data, *, engine: str, n_shards: int, client=None, timeout: float = 600.0, row_block=None, spill="auto"
+):
+    """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
+
+    Each shard's slot is its row range ``(start, stop)`` (:func:`linear_row_ranges`).
+    ``engine="local"``: a :class:`~mwumkl_dist.engines.pool.LocalPool` in this process;
+    ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
+    (``timeout``: the estimator's ``worker_timeout``), each shard reading or being sent its
+    own rows.  Both give the same bits for any shard count.
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
-    problem = LinearStageProblem(data, row_block, spill)
-    if spec.engine == "dask":
-        from mwumkl_dist.engines.dask import DaskEngine
+    source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
+    slots = linear_row_ranges(data.n_samples, n_shards, row_block)
+    factory_for = _linear_factory(source, data.kernel_set, row_block, spill)
+    if engine == "dask":
+        from mwumkl_dist.engines.dask_pool import DaskPool
 
-        shards = DaskEngine(problem, client, n_shards=spec.n_shards, n_kernel_shards=1, timeout=spec.worker_timeout)
+        pool = DaskPool(slots, factory_for, client=client, timeout=timeout)
     else:
-        shards = LocalShards(problem.make_shard(*rows) for rows in problem.row_ranges(spec.n_shards))
+        pool = LocalPool(slots, factory_for)
     try:
-        yield shards
+        yield pool
     finally:
-        shards.close()
+        pool.close()

@@ -94,7 +94,18 @@ class TwoStageSolver:
         clock.append(time.process_time())
         # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
         # the model must not; the kernel evaluations use this thread's numba threads (same bits for any count).
-        with linear_shards(spec, data, task.client, self.row_block, self.spill) as shards, one_blas_thread():
+        with (
+            linear_shards(
+                data,
+                engine=spec.engine,
+                n_shards=spec.n_shards,
+                client=task.client,
+                timeout=spec.worker_timeout,
+                row_block=self.row_block,
+                spill=self.spill,
+            ) as shards,  # fmt: skip
+            one_blas_thread(),
+        ):
             attrs = self._full_stage(task, shards, weights, clock)
         if spec.verbose:
             stage_seconds = np.diff(clock)
@@ -120,7 +131,7 @@ class TwoStageSolver:
         if data.traces is not None:
             traces = data.traces
         else:  # the blocks' traces, summed in row order
-            traces = sum_parts((p for parts in shards.map("trace_parts") for p in parts), len(data.kernel_set))
+            traces = sum_parts((p for parts in shards.call("trace_parts") for p in parts), len(data.kernel_set))
         landmarks = landmark_rows(n, self.n_components, task.seed)
         L = data.support_vectors(landmarks)
         mus = np.atleast_2d(weights["kernel_weights_"]).astype(np.float64)
@@ -138,7 +149,6 @@ class TwoStageSolver:
             clock.append(time.process_time())
             dual_coef[k] = n * fmap.expansion(coef)  # on the raw kernels: raw weights are mu / r = w / n
             ranks.append(fmap.rank)
-        shards.restore = None
         single = len(task.targets) == 1
         attrs = {key: weights[key] for key in _FROM_WEIGHT_STAGE if key in weights}
         attrs.update(
@@ -174,5 +184,4 @@ def _load_problem(shards, fmap, y_pm: np.ndarray, ccw: np.ndarray) -> bool:
     def load(rows):
         return (fmap, y_pm[rows[0] : rows[1]], ccw[rows[0] : rows[1]])
 
-    shards.restore = lambda rows: [("load_problem", load(rows))]  # a rebuilt Dask shard
-    return any(shards.map("load_problem", load))
+    return any(shards.call("load_problem", load, keep=True))  # kept: a rebuilt Dask shard loads it again

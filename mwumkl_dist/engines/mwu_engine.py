@@ -1,0 +1,209 @@
+"""The MWU engine: a problem's shards in a shard pool, and the MWU iteration's messages over it.
+
+The shards are blocks of rows x kernels (``SPEC.md`` section 3):
+
+* row shards (one kernel range): each shard holds some rows for all kernels, reduces its rows
+  to one candidate per class, and the driver reduces the candidates: no O(n) data moves per
+  superstep;
+* kernel shards and row x kernel blocks: a block holds some rows for some kernels and returns
+  its partial ``g`` for its rows; the driver sums the partials of each row range and takes the
+  argmax, then fetches the chosen rows' ``V`` entries (a second, small round trip).
+
+A superstep's arguments are the same for every block of a kernel range, so the pool sends them
+encoded once per kernel range (once in all for row shards).  Where the pool can lose a shard,
+the engine keeps the log of picks: a rebuilt block is configured and replays the picks in order
+(the pool's ``restore``), which gives bit-identical ``V`` blocks, so a fit that lost a worker
+ends with the same model.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from mwumkl_dist.data.shards import sum_tile_partials
+from mwumkl_dist.devices import cpu as _columns
+
+__all__ = ["MWUEngine", "Block", "fetch_row"]
+
+
+class Block(NamedTuple):
+    """A shard's slot in the pool: rows ``[r0, r1)`` x kernels ``[k0, k1)``."""
+
+    rows: tuple[int, int]
+    kernels: tuple[int, int]
+
+    def __str__(self) -> str:
+        return f"rows {self.rows} kernels {self.kernels}"
+
+
+def fetch_row(shard, local: int):
+    """A shard's ``V`` row and point of its row ``local`` (called where the shard lives)."""
+    return shard.V[local].copy(), shard.point(local)
+
+
+def _reduce(pairs) -> tuple[Candidate, Candidate]:
+    return reduce_candidates([p for p, _ in pairs]), reduce_candidates([n for _, n in pairs])
+
+
+class MWUEngine:
+    """A problem's shards in a pool made by ``make_pool(blocks, factory_for, restore=...)``.
+
+    Implements :class:`mwumkl_dist.engines.base.Engine`; ``LocalEngine`` and ``DaskEngine``
+    are this engine on a :class:`~mwumkl_dist.engines.pool.LocalPool` and a
+    :class:`~mwumkl_dist.engines.dask_pool.DaskPool`.
+    """
+
+    def __init__(self, problem, make_pool, n_shards: int = 1, n_kernel_shards: int = 1):
+        self.problem = problem
+        self.n_samples = problem.n_samples
+        self.n_kernels = problem.n_kernels
+        kernel_ranges = problem.kernel_ranges(n_kernel_shards)
+        if len(kernel_ranges) < n_kernel_shards:
+            warnings.warn(
+                f"n_kernel_shards={n_kernel_shards} but {problem.n_kernels} kernels make only "
+                f"{len(kernel_ranges)} kernel block(s): blocks hold whole kernel tiles of about "
+                f"{_columns.TILE_KERNELS} kernels (so that every layout gives the same model); using "
+                f"{len(kernel_ranges)}",
+                UserWarning,
+                stacklevel=3,
+            )
+        self.partial = len(kernel_ranges) > 1
+        self.slots: list[Block] = [Block(r, k) for r in problem.row_ranges(n_shards) for k in kernel_ranges]
+        # The pick log, for rebuilding a lost block (kept only where the pool can lose one).
+        self._picks: list[tuple[int, int]] = []
+        self._points: dict[int, object] = {}
+        self._replayed = 0
+        self._config = None
+        self.pool = make_pool(self.slots, self._factory, restore=self._restore)
+        self._log = self.pool.rebuilds
+
+    def _factory(self, block: Block):
+        return self.problem.shard_factory(*block.rows, kernels=block.kernels)
+
+    def _restore(self, block: Block) -> list:
+        """A rebuilt block's calls: the configuration, and the picks it had seen (see the module)."""
+        if self._config is None:
+            return []
+        inv_trace, ridge = self._config
+        calls = [("configure", (self._kernel_slice(block, inv_trace), ridge_rows(ridge, *block.rows)))]
+        done = self._picks[: self._replayed]
+        if done:
+            calls.append(("replay", (np.asarray(done, dtype=np.int64), self._points)))
+        return calls
+
+    @staticmethod
+    def _kernel_slice(block: Block, per_kernel: np.ndarray) -> np.ndarray:
+        return per_kernel[block.kernels[0] : block.kernels[1]]
+
+    @staticmethod
+    def _by_kernels(block: Block):
+        return block.kernels
+
+    # ------------------------------------------------------------------ Engine protocol
+    def traces(self) -> np.ndarray:
+        totals = [0] * self.n_kernels
+        for b, parts in zip(self.slots, self.pool.call("trace_parts")):
+            for k, part in enumerate(parts, start=b.kernels[0]):
+                totals[k] += part
+        return exact_to_float(totals)
+
+    def configure(self, inv_trace: np.ndarray, ridge) -> None:
+        """``1 / r_i`` and the ridge: a float, or per point (each block gets its rows' values)."""
+        ridge = check_ridge(ridge, self.n_samples)
+        if self._log:
+            self._config = (inv_trace, ridge)
+        self._picks, self._points, self._replayed = [], {}, 0
+        self.pool.call("configure", lambda b: (self._kernel_slice(b, inv_trace), ridge_rows(ridge, *b.rows)))
+
+    def _fetch(self, index: int) -> tuple[np.ndarray, object]:
+        """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""
+        owners = [i for i, b in enumerate(self.slots) if b.rows[0] <= index < b.rows[1]]
+        answers = self.pool.call(fetch_row, lambda b: (index - b.rows[0],), shared=lambda b: b.rows, shards=owners)
+        v_row = np.empty(self.n_kernels)
+        for i, (v, _) in zip(owners, answers):
+            k0, k1 = self.slots[i].kernels
+            v_row[k0:k1] = v
+        return v_row, answers[0][1]  # every owner holds the same point
+
+    def _select(self, g: np.ndarray) -> tuple[Candidate, Candidate]:
+        """Find-alpha on a full ``g`` (kernel-sharded layouts): argmax per class, lowest index on ties."""
+        out = []
+        for cls in (1.0, -1.0):
+            idx = np.flatnonzero(self.problem.y == cls)
+            j = int(idx[np.argmax(g[idx])])
+            out.append(Candidate(j, float(g[j]), *self._fetch(j)))
+        return out[0], out[1]
+
+    def initial_candidates(self) -> tuple[Candidate, Candidate]:
+        if self.partial:
+            return self._select(np.zeros(self.n_samples))
+        return _reduce(self.pool.call("initial_candidates"))
+
+    def kernel_block(self, pos: Candidate, neg: Candidate):
+        return self.problem.kernel_block(pos.point, neg.point)
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
+        if self._log:  # the pick log lets a lost block be rebuilt bit for bit (replay before this superstep)
+            self._picks.append((pos.index, neg.index))
+            self._points.setdefault(pos.index, pos.point)
+            self._points.setdefault(neg.index, neg.point)
+            self._replayed = len(self._picks) - 1
+        # Encoded once per kernel range (once in all for row shards): the same bytes to every block.
+        results = self.pool.call(
+            "superstep_scores" if self.partial else "superstep",
+            lambda b: (pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)),
+            shared=self._by_kernels,
+        )
+        self._replayed = len(self._picks)
+        if not self.partial:
+            return _reduce(results)
+        # Each row range's blocks' tile partials, added in kernel (tile) order: one block's sums.
+        by_rows: dict = {}
+        for b, part in zip(self.slots, results):
+            by_rows.setdefault(b.rows, []).append((b.kernels[0], part))
+        g = np.empty(self.n_samples)
+        for (r0, r1), parts in by_rows.items():
+            g[r0:r1] = sum_tile_partials([part for _, part in sorted(parts, key=lambda kp: kp[0])])
+        return self._select(g)
+
+    def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
+        parts = self.pool.call("support_margins", lambda b: (self._kernel_slice(b, weights),), shared=self._by_kernels)
+        return class_totals(parts, self.problem.y)
+
+    def replay(self, picks) -> None:
+        """Bring freshly configured blocks to the state after ``picks`` (resume from a checkpoint)."""
+        picks = [tuple(p) for p in picks]
+        points = {j: self.problem.point(j) for pick in picks for j in pick}
+        if self._log:
+            self._picks, self._points = picks, points
+        picks_arr = np.asarray(picks, dtype=np.int64).reshape(-1, 2)
+        self.pool.call("replay", lambda b: (picks_arr, points), shared=True)
+        self._replayed = len(self._picks)
+
+    def stats(self) -> list[dict]:
+        """Each block's counters (:meth:`shard.stats`, e.g. a kernel store's column cache)."""
+        return self.pool.call("stats")
+
+    def alpha_counts(self) -> np.ndarray:
+        out = np.zeros(self.n_samples)
+        first = [i for i, b in enumerate(self.slots) if b.kernels[0] == 0]
+        for i, counts in zip(first, self.pool.call("alpha_counts", shards=first)):
+            r0, r1 = self.slots[i].rows
+            out[r0:r1] = counts
+        return out
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release the shards (and a client the pool started)."""
+        self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
