@@ -13,11 +13,11 @@ worker processes with 1 thread each (once plaintext, once with TLS from
 ``Security.temporary()``, which requires encryption) it times the round trip of a
 superstep-sized exchange over each transport:
 
-* ``channel``: the engine's own path.  A :class:`~mwumkl_dist.engines.dask.ShardServer`
+* ``channel``: the engine's own path.  A :class:`~mwumkl_dist.engines.dask_pool.ShardServer`
   actor per worker (with a stand-in shard whose ``superstep`` echoes), listening with
   the worker's ``Security.get_listen_args("worker")`` TLS context on TLS clusters; the
   driver connects with ``_channel.connect``, the per-fit HMAC secret and the client's
-  ``Security.get_connection_args("client")`` context, encodes the ``("step", args)``
+  ``Security.get_connection_args("client")`` context, encodes the ``("superstep", args)``
   message once and sends the same frame to every shard (as ``DaskEngine._broadcast``).
 * ``comm``: ``distributed.comm`` directly.  A ``distributed.comm.listen`` listener on
   each worker's event loop (started by ``client.run``; the worker's listen arguments),
@@ -114,7 +114,7 @@ async def _start_comm_server(threaded: bool, dask_worker=None):
     from distributed.comm import CommClosedError, listen
     from distributed.protocol import ToPickle
 
-    from mwumkl_dist.engines.dask import _listen_host
+    from mwumkl_dist.engines.dask_pool import listen_host
 
     scheme = dask_worker.address.split("://", 1)[0]
 
@@ -133,7 +133,7 @@ async def _start_comm_server(threaded: bool, dask_worker=None):
             comm.abort()
 
     listener = listen(
-        f"{scheme}://{_listen_host(dask_worker.address)}:0",
+        f"{scheme}://{listen_host(dask_worker.address)}:0",
         handle,
         deserialize=True,
         **dask_worker.security.get_listen_args("worker"),
@@ -162,7 +162,7 @@ class _Transport:
 class ChannelTransport(_Transport):
     def __init__(self, client, workers):
         from mwumkl_dist.engines import channel as _channel
-        from mwumkl_dist.engines.dask import ShardServer
+        from mwumkl_dist.engines.dask_pool import ShardServer
 
         self._channel = _channel
         self.secret = _channel.new_secret()
@@ -181,7 +181,7 @@ class ChannelTransport(_Transport):
         self.tls = all(c.tls for c in self.conns)
 
     def round(self, targets, args):
-        frame = self._channel.encode(("step", args))  # once, the same bytes to every shard
+        frame = self._channel.encode(("superstep", args))  # once, the same bytes to every shard
         for t in targets:
             self.conns[t].send_frame(frame)
         out = []

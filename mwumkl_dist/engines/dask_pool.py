@@ -36,6 +36,7 @@ from mwumkl_dist.engines.pool import call_args, close_shard, invoke
 
 __all__ = [
     "DaskPool",
+    "listen_host",
     "ShardServer",
     "connect_client",
     "ShardLostError",
@@ -175,7 +176,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
         raise ValueError(f"{address!r} is a Dask {kind or 'peer'} address, not a scheduler's")
 
 
-def _listen_host(worker_address: str) -> str:
+def listen_host(worker_address: str) -> str:
     """The host a shard listens on: the worker's own (advertised) host, IPv4 only."""
     scheme, _, rest = worker_address.partition("://")
     if scheme == "inproc":
@@ -222,7 +223,7 @@ class ShardServer:
             ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
             if ssl_context is None:
                 raise RuntimeError(f"worker {worker.address} listens on TLS but its Security has no TLS context")
-        self._listener = _channel.Listener(_listen_host(worker.address), secret, ssl_context)
+        self._listener = _channel.Listener(listen_host(worker.address), secret, ssl_context)
         self._accept_timeout = accept_timeout  # no driver by then: stop listening
         with _SHARDS_LOCK:
             _SHARDS_ON_WORKER.setdefault(self._worker_address, weakref.WeakSet()).add(self)
