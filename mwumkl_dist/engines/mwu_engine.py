@@ -1,6 +1,6 @@
 """The MWU engine: a problem's shards in a shard pool, and the MWU iteration's messages over it.
 
-The shards are blocks of rows x kernels (``SPEC.md`` section 3):
+The shards are blocks of rows x kernels (the layouts of docs/architecture.md):
 
 * row shards (one kernel range): each shard holds some rows for all kernels, reduces its rows
   to one candidate per class, and the driver reduces the candidates: no O(n) data moves per
