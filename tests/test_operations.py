@@ -22,7 +22,7 @@ from conftest import literal
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.cli import main
 from mwumkl_dist.io.checkpoint import load_checkpoint
-from mwumkl_dist.solvers.driver import MIN_ROWS_PER_SHARD, check_shard_count
+from mwumkl_dist.solvers.mwu.one_vs_rest import MIN_ROWS_PER_SHARD, check_shard_count
 from mwumkl_dist.stores import DataStore, write_data_store
 
 REPO = Path(__file__).resolve().parent.parent
