@@ -238,7 +238,7 @@ def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, 
 
 def test_the_checkpoint_note_without_a_checkpoint_written():
     from mwumkl_dist.engines.dask import SchedulerLostError
-    from mwumkl_dist.solvers.driver import _with_checkpoint_note
+    from mwumkl_dist.solvers.mwu.one_vs_rest import _with_checkpoint_note
 
     class Est:
         checkpoint, checkpoint_every = "/nonexistent/ck.npz", 50
