@@ -29,8 +29,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
-from mwumkl_dist.core.partition import chain_safe_ranges
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block, split_rows
+from mwumkl_dist.core.partition import chain_safe_ranges, split_rows
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, as_csr, plan_args, point_kernel_block
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store

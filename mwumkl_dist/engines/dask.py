@@ -40,12 +40,14 @@ import time
 import traceback
 import warnings
 import weakref
-from contextlib import nullcontext
 
 import numpy as np
 
+from mwumkl_dist.core import partition
 from mwumkl_dist.core.exact import exact_to_float
 from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from mwumkl_dist.data.shards import sum_tile_partials
+from mwumkl_dist.devices.threads import current_threads, dask_worker, limit_threads, worker_threads
 from mwumkl_dist.engines import channel as _channel
 
 __all__ = ["DaskEngine", "connect_client", "ShardLostError", "SchedulerLostError"]
@@ -197,12 +199,6 @@ _SHARDS_ON_WORKER: dict[str, weakref.WeakSet] = {}
 _SHARDS_LOCK = threading.Lock()
 
 
-def _worker_nthreads(worker) -> int:
-    state = getattr(worker, "state", None)
-    n = getattr(state, "nthreads", None) or getattr(worker, "nthreads", None)
-    return int(n) if n else 1
-
-
 class ShardServer:
     """Dask actor holding one shard; answers supersteps over a direct socket (:mod:`._channel`).
 
@@ -211,14 +207,14 @@ class ShardServer:
     """
 
     def __init__(self, shard_factory, secret: bytes, accept_timeout: float | None = None):
-        from distributed import get_worker
-
-        worker = get_worker()
+        worker = dask_worker()
+        if worker is None:
+            raise RuntimeError("a ShardServer is a Dask actor: it runs on a Dask worker")
         # Problems ship a factory (e.g. a store path and a row range), not a built shard: the
         # shard is built, and its data read, on the worker.
         self.shard = shard_factory()
         self._worker_address = worker.address
-        self._nthreads = _worker_nthreads(worker)
+        self._nthreads = worker_threads(worker) or 1
         ssl_context = None
         if worker.address.startswith("tls://"):
             ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
@@ -246,9 +242,6 @@ class ShardServer:
             _SHARDS_ON_WORKER.get(self._worker_address, weakref.WeakSet()).discard(self)
 
     def _serve(self):
-        from mwumkl_dist.devices import cpu as _columns
-
-        thread_limit = getattr(_columns, "thread_limit", None)
         try:
             chan = self._listener.accept(self._accept_timeout)  # strangers are closed; waits for the driver
         except (OSError, TimeoutError):
@@ -263,7 +256,7 @@ class ShardServer:
                         chan.send(("ok", None))
                         return
                     try:
-                        with thread_limit(self.threads()) if thread_limit is not None else nullcontext():
+                        with limit_threads(self.threads()):
                             value = getattr(self, "_do_" + method)(*args)
                         frame = _channel.encode(("ok", value))
                     except Exception:  # report to the driver instead of dying silently
@@ -277,10 +270,7 @@ class ShardServer:
     # -- the shard's operations (run in the server thread) --------------------------------
     def _do_threads(self):
         """The threads this shard's supersteps run with (inside its thread limit)."""
-        from mwumkl_dist.devices import cpu as _columns
-
-        get = getattr(_columns, "get_num_threads", None)
-        return self.threads(), (get() if get is not None else None)
+        return self.threads(), current_threads()
 
     def _do_trace_parts(self):
         return self.shard.trace_parts()
@@ -371,12 +361,10 @@ class DaskEngine:
         row_ranges = problem.row_ranges(n_shards)
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         if len(kernel_ranges) < n_kernel_shards:
-            from mwumkl_dist.devices.cpu import TILE_KERNELS
-
             warnings.warn(
                 f"n_kernel_shards={n_kernel_shards} but {problem.n_kernels} kernels make only "
-                f"{len(kernel_ranges)} kernel block(s): blocks hold whole kernel tiles of about {TILE_KERNELS} "
-                "kernels (so that every layout gives the same model); using "
+                f"{len(kernel_ranges)} kernel block(s): blocks hold whole kernel tiles of about "
+                f"{partition.TILE_KERNELS} kernels (so that every layout gives the same model); using "
                 f"{len(kernel_ranges)}",
                 UserWarning,
                 stacklevel=2,
@@ -696,8 +684,6 @@ class DaskEngine:
         if not self.partial:
             return reduce_candidates([p for p, _ in results]), reduce_candidates([n for _, n in results])
         # Each row range's blocks' tile partials, added in kernel (tile) order: the local engine's sums.
-        from mwumkl_dist.data.shards import sum_tile_partials
-
         by_rows: dict = {}
         for b, part in zip(self.blocks, results):
             by_rows.setdefault(b.rows, []).append((b.kernels[0], part))
