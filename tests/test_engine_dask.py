@@ -14,8 +14,8 @@ from conftest import closed_port, literal
 distributed = pytest.importorskip("distributed")
 
 from mwumkl_dist import MWUMKLClassifier  # noqa: E402
+from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.data.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
-from mwumkl_dist.devices import cpu as _columns  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 
@@ -86,7 +86,7 @@ def test_relative_exponents_are_the_same_in_every_layout(threaded_client, select
 def test_precomputed_kernels_on_dask(threaded_client, monkeypatch):
     # Tiles of one kernel (this process only: the threaded client's shards live here) let the 3 kernels
     # make 3 kernel blocks; without squaring chains they add the scores exactly as one tile does.
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 1)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 1)
     X, y = _data(n=90)
     ks = KernelSet("linear,gaussian:1,gaussian:2", X.shape[1])
     from mwumkl_dist.data.shards import FeatureShard

@@ -11,8 +11,8 @@ import pytest
 from conftest import explicit_kernels, literal
 
 from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core import partition
 from mwumkl_dist.core.mwu_rules import FitInterrupted
-from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import KernelSet
 
 zarr = pytest.importorskip("zarr")
@@ -75,7 +75,7 @@ def _engine_params(engine, request):
     client = request.getfixturevalue("threaded_client")
     # Kernel tiles of 2 (this process only: the threaded client's shards live here), so that these few
     # kernels make two kernel blocks; every fit of the test (reference included) runs after this.
-    request.getfixturevalue("monkeypatch").setattr(_columns, "TILE_KERNELS", 2)
+    request.getfixturevalue("monkeypatch").setattr(partition, "TILE_KERNELS", 2)
     return dict(engine="dask", client=client, n_shards=2, n_kernel_shards=2)
 
 

@@ -8,8 +8,9 @@ import scipy.sparse as sp
 from conftest import explicit_kernels
 
 from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core.partition import split_rows
 from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, split_rows
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
 from mwumkl_dist.solvers import mwu

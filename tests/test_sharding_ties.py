@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from conftest import literal
 
 from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import chain_safe_ranges, kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, sum_tile_partials
 from mwumkl_dist.devices import cpu as _columns
@@ -17,7 +18,7 @@ from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
 def test_tiles_are_fixed_chain_safe_and_kernel_ranges_follow_them(monkeypatch):
     plan = KernelSet("paper-per-feature", 11).plan  # 132 kernels with squaring chains
     tiles = kernel_tiles(plan.square_of)
-    assert tiles[0] == 0 and tiles[-1] == plan.n_kernels and np.all(np.diff(tiles) >= _columns.TILE_KERNELS - 11)
+    assert tiles[0] == 0 and tiles[-1] == plan.n_kernels and np.all(np.diff(tiles) >= partition.TILE_KERNELS - 11)
     tile_of = np.searchsorted(tiles, np.arange(plan.n_kernels), "right")
     linked = plan.square_of >= 0
     assert np.all(tile_of[linked] == tile_of[plan.square_of[linked]])
@@ -27,7 +28,7 @@ def test_tiles_are_fixed_chain_safe_and_kernel_ranges_follow_them(monkeypatch):
         assert ranges[0][0] == 0 and ranges[-1][1] == plan.n_kernels
         assert all(a in tiles for a, _ in ranges) and len(ranges) == min(n_blocks, len(tiles) - 1)
     assert chain_safe_ranges(12, 3) == [(0, 12)]  # one tile: one block
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 4)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 4)
     assert chain_safe_ranges(12, 3) == [(0, 4), (4, 8), (8, 12)]
 
 
@@ -161,7 +162,7 @@ def test_every_layout_is_bit_identical_on_tied_data(monkeypatch, threaded_client
         # where the threaded client's shards live): three tiles
         kernels = "linear,poly:2,poly:3,gaussian:0.7,gaussian:1.3,gaussian:2.9,gaussian:6,linear@0-9,poly:2@5-20,"
         kernels += "gaussian:1@0-14,gaussian:3@10-29,linear@20-29"
-        monkeypatch.setattr(_columns, "TILE_KERNELS", 4)
+        monkeypatch.setattr(partition, "TILE_KERNELS", 4)
         layouts = [(1, 2), (1, 3), (3, 3)]
     params = dict(kernels=kernels, **literal(epsilon=0.4))
     ref = MWUMKLClassifier(**params).fit(X, y)
@@ -180,7 +181,7 @@ def test_every_layout_is_bit_identical_on_tied_data(monkeypatch, threaded_client
 
 @pytest.mark.timeout(300)
 def test_precomputed_shards_sum_tiles_like_feature_shards(monkeypatch):
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 3)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 3)
     rng = np.random.default_rng(4)
     n, m = 40, 8
     A = rng.random((m, n, 5))
@@ -212,7 +213,7 @@ def test_kernel_blocks_scores_add_up_to_the_whole_shards_bits(monkeypatch):
     """Every row's g (not only the argmax): blocks' tile partials, added in order, equal one shard's bits."""
     from mwumkl_dist.data.problems import FeatureProblem
 
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 8)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 8)
     rng = np.random.default_rng(6)
     X = rng.random((90, 10))
     y = np.where(rng.random(90) < 0.5, 1.0, -1.0)

@@ -17,8 +17,8 @@ zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
 from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
+from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
-from mwumkl_dist.devices import cpu as _columns  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 from mwumkl_dist.stores import (  # noqa: E402
     ColumnCache,
@@ -179,7 +179,7 @@ def test_fit_from_kernel_store_equals_in_memory(kernel_case, threaded_client, mo
     # Kernel blocks hold whole kernel tiles: tiles of one kernel (this process only, where the threaded
     # client's shards live) let n_kernel_shards=3 cut the 3 kernels into 3 blocks.  Without squaring
     # chains, tiles of one kernel add the scores exactly as one tile does: the reference still holds.
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 1)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 1)
     layouts = [dict(n_shards=1), dict(n_shards=3), dict(engine="dask", client=threaded_client, n_shards=2)]
     layouts.append(dict(engine="dask", client=threaded_client, n_shards=2, n_kernel_shards=3))
     for extra in layouts:

@@ -187,6 +187,35 @@ def test_inside_a_dask_worker():
         assert client.submit(threads._dask_worker_threads, pure=False).result() == 1
 
 
+def test_thread_state_and_policy_need_no_numba(monkeypatch):
+    """devices/threads.py runs alone: no numba, numpy or package import; without a pool, the cores cap it."""
+    import importlib.util
+    import sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("numba", "numpy", "mwumkl_dist"):
+                raise ImportError(f"{name} is blocked")
+
+    monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
+    spec = importlib.util.spec_from_file_location("threads_alone", threads.__file__)
+    alone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alone)
+    assert alone.pool_size() == alone.available_cpus()
+    with alone.limit_threads(10**6):
+        assert alone.current_threads() == alone.available_cpus()
+    alone.register_pool(lambda: 1)
+    with alone.thread_limit(None), alone.limit_threads(3):
+        assert alone.current_threads() == 1
+    assert alone.ordered_map(lambda x: 2 * x, range(5)) == [0, 2, 4, 6, 8]
+    assert alone.dask_worker() is None and alone.worker_threads(object()) is None
+
+
+def test_ordered_map_keeps_the_order_on_several_threads():
+    with threads.limit_threads(2):
+        assert threads.ordered_map(lambda x: x * x, range(50)) == [x * x for x in range(50)]
+
+
 # ----------------------------------------------------------------------------- n_jobs of the estimator
 
 

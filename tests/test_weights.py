@@ -19,10 +19,10 @@ import scipy.sparse as sp
 from conftest import explicit_kernels, record_nested_fits
 
 from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.core import partition
 from mwumkl_dist.data import weights
 from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
 from mwumkl_dist.data.shards import FeatureShard
-from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial, RandomGaussianBank
 from mwumkl_dist.solvers import mwu
@@ -251,7 +251,7 @@ def test_dask_engine_ships_each_block_its_ridge_rows(monkeypatch):
     distributed = pytest.importorskip("distributed")
     # Kernel tiles of 2 (this process only: the threaded client's shards live here): the 5 kernels make
     # kernel blocks (blocks hold whole tiles; the reference below is computed with the same tiles).
-    monkeypatch.setattr(_columns, "TILE_KERNELS", 2)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 2)
     from mwumkl_dist.engines.dask import DaskEngine
 
     X, y = _data()

@@ -1,10 +1,11 @@
-"""How rows and kernels are cut into shards and blocks.
+"""How rows and kernels are cut into shards, blocks and tiles.
 
-Row shards are contiguous ranges (:func:`mwumkl_dist.data.shards.split_rows`), on
-a store's chunk boundaries when the data come from one (:func:`aligned_ranges`);
-kernel blocks fall on kernel-tile boundaries (:func:`chain_safe_ranges`), which
-never split a Gaussian squaring chain, so every layout evaluates each kernel
-with the same operations and sums the scores in the same order.
+Row shards are contiguous ranges (:func:`split_rows`), on a store's chunk
+boundaries when the data come from one (:func:`aligned_ranges`); kernels are
+cut into tiles of :data:`TILE_KERNELS` (:func:`kernel_tiles`), and kernel
+blocks fall on tile boundaries (:func:`chain_safe_ranges`), which never split
+a Gaussian squaring chain, so every layout evaluates each kernel with the
+same operations and sums the scores in the same order.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from mwumkl_dist.data.shards import split_rows
-from mwumkl_dist.devices.cpu import TILE_KERNELS, kernel_tiles
 
 __all__ = [
     "split_rows",
@@ -27,9 +25,24 @@ __all__ = [
     "linear_row_ranges",
 ]
 
+#: Kernels per tile (a tile is longer only where a Gaussian squaring chain would be cut).
+#: Scores are summed per tile and then over tiles in tile order, so this constant is part of
+#: the numbers: a model with at most this many kernels is summed exactly as before tiles.
+#: Read at call time (tests set it lower to get many tiles from few kernels).
+TILE_KERNELS = 64
+
 #: Rows per block of the two-stage solver's kernel evaluations (``block x n_landmarks`` values per kernel
 #: at a time). Its shards start on block boundaries and every sum runs over blocks in row order.
 ROW_BLOCK = 8192
+
+
+def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
+    """Contiguous, near-equal row ranges ``[(start, stop), ...]``."""
+    if int(n_shards) != n_shards or n_shards < 1:
+        raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}")
+    n_shards = min(int(n_shards), n)
+    bounds = np.linspace(0, n, n_shards + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
@@ -52,10 +65,10 @@ def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
 
     ``square_of`` is the plan's array, or the kernel count for kernels without
     chains (precomputed kernels, kernel stores).  The boundaries are those of
-    :func:`mwumkl_dist.devices.cpu.kernel_tiles` (tiles of ``TILE_KERNELS``
-    kernels): a block then evaluates every kernel exactly as the whole set
-    does (same chains, same rounding) and returns whole tiles' score
-    partials, which the driver adds in tile order, so kernel-sharded fits
+    :func:`kernel_tiles` (tiles of :data:`TILE_KERNELS` kernels): a block
+    then evaluates every kernel exactly as the whole set does (same chains,
+    same rounding) and returns whole tiles' score partials, which the
+    driver adds in tile order, so kernel-sharded fits
     are bit-identical to the local engine, ties included.  Fewer blocks than
     asked come back when there are fewer tiles (at most 64 kernels: one block).
     """
@@ -72,6 +85,46 @@ def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
     cut.append(n_tiles)
     bounds = [int(tiles[c]) for c in cut]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _chain_safe_boundaries(square_of) -> np.ndarray:
+    """Kernel boundaries ``b`` (between kernels ``b-1`` and ``b``, ``0..m``) that split no squaring chain."""
+    square_of = np.asarray(square_of)
+    m = len(square_of)
+    if m == 0 or not np.any(square_of >= 0):
+        return np.arange(m + 1)
+    root = np.arange(m)
+    for i in range(m):
+        while square_of[root[i]] >= 0:
+            root[i] = square_of[root[i]]
+    lo = np.full(m, m)
+    hi = np.full(m, -1)
+    np.minimum.at(lo, root, np.arange(m))
+    np.maximum.at(hi, root, np.arange(m))
+    # Boundary b is inside a chain's span when lo < b <= hi.
+    inside = np.zeros(m + 2, np.int64)
+    chains = hi >= 0
+    np.add.at(inside, lo[chains] + 1, 1)
+    np.add.at(inside, hi[chains] + 1, -1)
+    return np.flatnonzero(np.cumsum(inside)[: m + 1] == 0)
+
+
+def kernel_tiles(square_of) -> np.ndarray:
+    """Tile boundaries ``[0, b1, ..., m]`` of a kernel plan (``square_of``, or ``m`` without chains).
+
+    Tiles hold :data:`TILE_KERNELS` kernels each (the last fewer), a tile
+    running on to the next boundary where a Gaussian squaring chain would be
+    cut.  A function of the plan only: every shard, block, thread count and
+    engine cuts the kernels the same way, and a kernel block that starts on a
+    tile boundary tiles its kernels exactly as the whole set does.
+    """
+    valid = _chain_safe_boundaries(np.full(int(square_of), -1) if np.ndim(square_of) == 0 else square_of)
+    m = int(valid[-1])
+    bounds = [0]
+    while bounds[-1] < m:
+        target = bounds[-1] + TILE_KERNELS
+        bounds.append(m if target >= m else int(valid[np.searchsorted(valid, target)]))
+    return np.asarray(bounds, np.int64)
 
 
 def row_blocks(start: int, stop: int, row_block: int = ROW_BLOCK) -> list[tuple[int, int]]:

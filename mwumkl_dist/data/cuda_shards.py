@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels.evaluation import as_csr, plan_args, row_group_sqnorms
@@ -229,7 +230,7 @@ def feature_shard_bytes(n_rows: int, plan, X=None, dense: bool | None = None) ->
     group dot products (``3 x 8 n G``), the plan and the per-superstep vectors.
     """
     n, m, G, d = int(n_rows), int(plan.n_kernels), int(plan.n_groups), int(plan.n_features)
-    n_tiles = len(_columns.kernel_tiles(plan.square_of)) - 1
+    n_tiles = len(kernel_tiles(plan.square_of)) - 1
     if dense is None:
         dense = X is None or _columns.dense_copy(X) is not None
     rows = 8 * n * d if dense else X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
@@ -242,7 +243,7 @@ def feature_shard_bytes(n_rows: int, plan, X=None, dense: bool | None = None) ->
 def precomputed_shard_bytes(n_rows: int, n_kernels: int, n_samples: int) -> int:
     """GPU memory of a :class:`CudaPrecomputedShard`: the kernel rows, ``V``, tile partials and vectors."""
     n, m = int(n_rows), int(n_kernels)
-    n_tiles = len(_columns.kernel_tiles(m)) - 1
+    n_tiles = len(kernel_tiles(m)) - 1
     return int(8 * m * n * int(n_samples) + 8 * n * m + 8 * n * n_tiles + 8 * (4 * m + 2 * n))
 
 
@@ -415,7 +416,7 @@ class CudaFeatureShard(_CudaShard):
         n = X.shape[0]
         need = feature_shard_bytes(n, plan, X, dense=dense_t is not None)
         what = f"a GPU shard of {n} rows x {plan.n_kernels} kernels ({plan.n_groups} feature groups)"
-        self._init_device(y, row_offset, plan.n_kernels, _columns.kernel_tiles(plan.square_of), need, what)
+        self._init_device(y, row_offset, plan.n_kernels, kernel_tiles(plan.square_of), need, what)
         cuda = self._cuda
         host = _plan_host(plan)
         self._plan_dev = {key: cuda.to_device(a) for key, a in host.items()}
@@ -477,7 +478,7 @@ class CudaPrecomputedShard(_CudaShard):
         self.K = K_rows
         m, n, n_all = K_rows.shape
         need = precomputed_shard_bytes(n, m, n_all)
-        self._init_device(y, row_offset, m, _columns.kernel_tiles(m), need,
+        self._init_device(y, row_offset, m, kernel_tiles(m), need,
                           f"a GPU shard of {n} rows x {m} precomputed kernels over {n_all} points")  # fmt: skip
         # Kt[i, k, j] = K_i(x_j, x_k): a picked point's column is contiguous over the rows.
         self._Kt = self._cuda.to_device(np.ascontiguousarray(np.asarray(K_rows, dtype=np.float64).transpose(0, 2, 1)))

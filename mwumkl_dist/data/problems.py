@@ -29,8 +29,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_X_y, validate_data
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
-from mwumkl_dist.core.partition import chain_safe_ranges
-from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, split_rows
+from mwumkl_dist.core.partition import chain_safe_ranges, split_rows
+from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
 from mwumkl_dist.kernels.evaluation import (

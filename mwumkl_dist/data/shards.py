@@ -14,6 +14,7 @@ import numpy as np
 
 from mwumkl_dist.core.exact import exact_column_sums
 from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels.evaluation import as_csr, kernel_columns, kernel_diagonal, plan_args, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelPlan
@@ -22,18 +23,8 @@ __all__ = [
     "ShardBase",
     "FeatureShard",
     "PrecomputedShard",
-    "split_rows",
     "sum_tile_partials",
 ]
-
-
-def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
-    """Contiguous, near-equal row ranges ``[(start, stop), ...]``."""
-    if int(n_shards) != n_shards or n_shards < 1:
-        raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}")
-    n_shards = min(int(n_shards), n)
-    bounds = np.linspace(0, n, n_shards + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def sum_tile_partials(parts) -> np.ndarray:
@@ -261,7 +252,7 @@ class PrecomputedShard(ShardBase):
         # (subclasses such as the kernel store's shard do not run this __init__).
         tiles = getattr(self, "_tile_state", None)
         if tiles is None:
-            tile_ptr = _columns.kernel_tiles(self.n_kernels)
+            tile_ptr = kernel_tiles(self.n_kernels)
             tiles = self._tile_state = (tile_ptr, np.zeros((len(tile_ptr) - 1, self.n_rows)))
         return tiles
 

@@ -20,7 +20,7 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   (:func:`dense_copy`) gives the same dot products in straight loops over
   rows: on cod-rna (8 features, 12 kernels) a 10^4-point fit went from 0.60 s
   to 0.47 s;
-* the kernels are cut into tiles of :data:`TILE_KERNELS` (:func:`kernel_tiles`,
+* the kernels are cut into tiles (:func:`mwumkl_dist.core.partition.kernel_tiles`,
   never splitting a Gaussian squaring chain; a function of the plan only).  A
   row's score ``g_j`` is the sum, in tile order, of its tile partials, each a
   sequential sum over the tile's kernels from 0; kernel shards return their
@@ -53,16 +53,20 @@ scalar code paths give bit-identical values for a row.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import time
 from contextlib import contextmanager
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
+
+from mwumkl_dist.core import partition
+from mwumkl_dist.core.partition import kernel_tiles
+from mwumkl_dist.devices import threads
+from mwumkl_dist.devices.threads import current_threads as get_num_threads
+from mwumkl_dist.devices.threads import limit_threads as thread_limit
+from mwumkl_dist.devices.threads import set_num_threads
 
 __all__ = [
     "kernel_columns",
@@ -72,16 +76,17 @@ __all__ = [
     "dense_copy",
     "superstep_workspace",
     "SuperstepWorkspace",
-    "kernel_tiles",
     "group_sqnorms",
     "group_sqnorms_t",
     "weighted_kernel_sums",
     "point_kernels",
     "exp_block",
+    "EXP_CONSTANTS",
     "thread_limit",
     "set_num_threads",
     "get_num_threads",
-    "TILE_KERNELS",
+    "threads_for",
+    "parallel",
     "PARALLEL_MIN_WORK",
 ]
 
@@ -90,21 +95,16 @@ _CACHE = True
 # nogil: shards run by threads (a Dask worker's) compute concurrently.
 _OPTS = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 
-#: Kernels per tile (a tile is longer only where a Gaussian squaring chain would be cut).
-#: Scores are summed per tile and then over tiles in tile order, so this constant is part of
-#: the numbers: a model with at most this many kernels is summed exactly as before tiles.
-TILE_KERNELS = 64
-
 #: A call is split over threads only with at least this much work (rows x kernels) per thread.
 PARALLEL_MIN_WORK = 32768
 
 # ----------------------------------------------------------------------------- threads
 #
-# The thread count of a call: ``thread_limit(n)`` (this Python thread only) if one is active,
-# else the process-wide ``set_num_threads`` value if set, else ``threads.default_threads()``
-# (all usable cores, capped by a Dask worker's nthreads, OMP_NUM_THREADS, threadpoolctl;
-# MWUMKL_NUM_THREADS overrides), always capped by numba's pool size.  Numba's own thread
-# mask is thread-local: it is set around each parallel call so the cap really holds.
+# The thread state and policy (``thread_limit``, ``set_num_threads``, ``get_num_threads``: numba-style
+# names of :func:`~mwumkl_dist.devices.threads.limit_threads`, ``set_num_threads`` and
+# ``current_threads``) live in :mod:`mwumkl_dist.devices.threads`, which knows numba's pool size
+# through the ``register_pool`` below.  Numba's own thread mask is thread-local: :func:`parallel` sets
+# it around each parallel call so the cap really holds.
 #
 # _PARALLEL_LOCK: numba's "workqueue" threading layer (used when neither TBB nor OpenMP is
 # available) aborts the process when two Python threads launch parallel regions at once
@@ -114,78 +114,18 @@ PARALLEL_MIN_WORK = 32768
 # Under "omp" and "tbb" concurrent launches are safe and no lock is taken.
 _PARALLEL_LOCK = threading.Lock()
 _LAYER: list = []  # the threading layer once known
-_local = threading.local()
-_num_threads: int | None = None  # set_num_threads' process-wide override (None: the default)
-_DEFAULT_TTL = 0.25  # seconds a resolved default is reused in a thread (resolving it takes 10-100 us)
-
-
-@contextmanager
-def thread_limit(n_threads: int):
-    """Cap the threads of supersteps and predictions made in this (Python) thread during the block.
-
-    Thread-local: other threads keep their own setting.  Nested blocks apply
-    the innermost cap.  Results do not depend on the thread count.
-    """
-    if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 1:
-        raise ValueError(f"thread_limit needs a positive integer, got {n_threads!r}")
-    before = getattr(_local, "limit", None)
-    _local.limit = int(n_threads)
-    try:
-        yield int(n_threads)
-    finally:
-        _local.limit = before
-
-
-def set_num_threads(n_threads: int | None) -> None:
-    """Process-wide thread count of supersteps and predictions (``None``: the default).
-
-    ``0`` means every numba thread.  The default (``None``) is
-    :func:`mwumkl_dist.threads.default_threads`: every core the process may use.
-    A :func:`thread_limit` block takes precedence in its thread.
-    """
-    global _num_threads
-    if n_threads is not None and (
-        isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 0
-    ):
-        raise ValueError(f"n_threads must be None or a non-negative integer, got {n_threads!r}")
-    _num_threads = None if n_threads is None else int(n_threads)
 
 
 def _pool_size() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
-def _default_threads() -> int:
-    key = (os.environ.get("MWUMKL_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"), len(sys.modules))
-    cached = getattr(_local, "default", None)
-    now = time.monotonic()
-    if cached is not None and cached[0] == key and now - cached[1] < _DEFAULT_TTL:
-        return cached[2]
-    try:
-        from mwumkl_dist.devices.threads import default_threads
-    except ImportError:  # pragma: no cover - threads.py missing
-        n = numba.get_num_threads()
-    else:
-        n = default_threads()
-    _local.default = (key, now, int(n))
-    return int(n)
+threads.register_pool(_pool_size)
 
 
-def get_num_threads() -> int:
-    """The threads a superstep or prediction started now in this thread may use (>= 1)."""
-    limit = getattr(_local, "limit", None)
-    if limit is None:
-        limit = _num_threads
-        if limit is None:
-            limit = _default_threads()
-        elif limit == 0:
-            limit = _pool_size()
-    return max(1, min(int(limit), _pool_size()))
-
-
-def _threads_for(work: int) -> int:
+def threads_for(work: int) -> int:
     """Threads for a call of ``work`` units (rows x kernels): at least PARALLEL_MIN_WORK each."""
-    return max(1, min(get_num_threads(), int(work) // max(1, PARALLEL_MIN_WORK)))
+    return max(1, min(threads.current_threads(), int(work) // max(1, PARALLEL_MIN_WORK)))
 
 
 def _needs_lock() -> bool:
@@ -198,7 +138,7 @@ def _needs_lock() -> bool:
 
 
 @contextmanager
-def _parallel(n_threads: int):
+def parallel(n_threads: int):
     """Yields the tasks' chunk count (1: run serially); numba's thread mask is set for the block.
 
     The mask gets ``min(n_threads, pool size)`` threads (a chunk count above
@@ -232,6 +172,8 @@ _P2 = -2.77777777770155933842e-03
 _P3 = 6.61375632143793436117e-05
 _P4 = -1.65339022054652515390e-06
 _P5 = 4.13813679705723846039e-08
+#: The constants of :func:`_exp_into`, in the order above (the CUDA kernels' ``exp`` uses the same).
+EXP_CONSTANTS = (_LOG2E, _LN2_HI, _LN2_LO, _SHIFT, _P1, _P2, _P3, _P4, _P5)
 
 
 @njit(**_OPTS)
@@ -309,6 +251,14 @@ def _prepare_points(p, q, feat_ptr, feat_groups, n_groups, csc_ptr):
     return pm, qm, ppp, ppq, cost
 
 
+@njit(inline="always", **_OPTS)
+def _column_entries(csc_ptr, csc_rows, f, start, stop):
+    """The entries ``[a, e)`` of CSC column ``f`` whose rows lie in ``[start, stop)`` (rows sorted in a column)."""
+    a0 = csc_ptr[f]
+    e0 = csc_ptr[f + 1]
+    return a0 + np.searchsorted(csc_rows[a0:e0], start), a0 + np.searchsorted(csc_rows[a0:e0], stop)
+
+
 @njit(**_OPTS)
 def _csc_dots(start, stop, n_rows, csc_ptr, csc_rows, csc_vals, pm, qm, dp, dq):
     """``dp[j - start] = <x_j, pm>`` (and ``dq``) for rows ``[start, stop)`` by a pass over columns.
@@ -325,12 +275,11 @@ def _csc_dots(start, stop, n_rows, csc_ptr, csc_rows, csc_vals, pm, qm, dp, dq):
         qf = qm[f]
         if pf == 0.0 and qf == 0.0:
             continue
-        a = csc_ptr[f]
-        e = csc_ptr[f + 1]
-        if not whole:  # rows are sorted within a column
-            a0 = a
-            a = a0 + np.searchsorted(csc_rows[a0:e], start)
-            e = a0 + np.searchsorted(csc_rows[a0:e], stop)
+        if whole:
+            a = csc_ptr[f]
+            e = csc_ptr[f + 1]
+        else:
+            a, e = _column_entries(csc_ptr, csc_rows, f, start, stop)
         if pf != 0.0 and qf != 0.0:
             for k in range(a, e):
                 r = csc_rows[k] - start
@@ -355,6 +304,20 @@ def _point_group_sqnorms(point, feat_ptr, feat_groups, out):
                 out[feat_groups[t]] += v * v
 
 
+@njit(inline="always", **_OPTS)
+def _scatter_dots(v, pf, qf, groups, w0, w1, b, dp, dq):
+    """Entry ``v`` of feature ``f`` in row ``b``: ``dp[g, b] += v p_f`` and ``dq[g, b] += v q_f``.
+
+    For the groups ``g`` in ``groups[w0:w1]`` (those of feature ``f``).
+    """
+    a = v * pf
+    c = v * qf
+    for w in range(w0, w1):
+        g = groups[w]
+        dp[g, b] += a
+        dq[g, b] += c
+
+
 @njit(**_OPTS)
 def _block_dots(indptr, indices, data, j0, nb, pm, qm, feat_ptr, feat_groups, single, dp, dq):
     """``dp[g, b] = <x_{j0+b}, p>`` restricted to group ``g`` (likewise ``dq``), sums in CSR order."""
@@ -375,13 +338,7 @@ def _block_dots(indptr, indices, data, j0, nb, pm, qm, feat_ptr, feat_groups, si
         for b in range(nb):
             for k in range(indptr[j0 + b], indptr[j0 + b + 1]):
                 f = indices[k]
-                v = data[k]
-                a = v * pm[f]
-                c = v * qm[f]
-                for t in range(feat_ptr[f], feat_ptr[f + 1]):
-                    g = feat_groups[t]
-                    dp[g, b] += a
-                    dq[g, b] += c
+                _scatter_dots(data[k], pm[f], qm[f], feat_groups, feat_ptr[f], feat_ptr[f + 1], b, dp, dq)
 
 
 @njit(**_OPTS)
@@ -450,23 +407,28 @@ def _gauss_row(dist2, gamma, out, xbuf, kbits, nb):
     _exp_into(xbuf, out, kbits, nb)
 
 
+@njit(inline="always", **_OPTS)
+def _kernel_values(i, row, src, g, kind, pa, pb, dot, dist2, out, xbuf, kbits, nb):
+    """``out[row, :nb]``: kernel ``i`` on a block of rows, from its group ``g``'s ``dot`` and ``dist2`` rows.
+
+    A Gaussian with twice the gamma of the kernel in ``out[src]`` (``src >= 0``) is that row squared.
+    """
+    if src >= 0:  # K_i = K_src ** 2
+        _square_row(out[src], out[row], nb)
+    elif kind[i] == 0:  # linear
+        out[row, :nb] = dot[g, :nb]
+    elif kind[i] == 1:  # polynomial (dot + coef0) ** degree, by repeated multiplication
+        _poly_row(dot[g], pb[i], int(pa[i]), out[row], nb)
+    else:  # gaussian exp(-gamma max(dist2, 0))
+        _gauss_row(dist2[g], pa[i], out[row], xbuf, kbits, nb)
+
+
 @njit(**_OPTS)
 def _block_values(nb, dot, dist2, kind, pa, pb, grp, square_of, order, out, xbuf, kbits):
     """Kernel values ``out[i, b]`` of block rows against one point, from its dots and distances."""
     for t in range(order.shape[0]):
         i = order[t]
-        src = square_of[i]
-        if src >= 0:  # Gaussian with twice the gamma of kernel src: K_i = K_src ** 2
-            _square_row(out[src], out[i], nb)
-            continue
-        g = grp[i]
-        kd = kind[i]
-        if kd == 0:  # linear
-            out[i, :nb] = dot[g, :nb]
-        elif kd == 1:  # polynomial (dot + coef0) ** degree, by repeated multiplication
-            _poly_row(dot[g], pb[i], int(pa[i]), out[i], nb)
-        else:  # gaussian exp(-gamma max(dist2, 0))
-            _gauss_row(dist2[g], pa[i], out[i], xbuf, kbits, nb)
+        _kernel_values(i, i, square_of[i], grp[i], kind, pa, pb, dot, dist2, out, xbuf, kbits, nb)
 
 
 def _block_size(m):
@@ -474,49 +436,6 @@ def _block_size(m):
     # Small blocks for many kernels were a false economy: on mushrooms (1344 per-feature kernels)
     # 16-row blocks cost 24 ms per iteration at n = 1625 and 256-row blocks 4.7 ms (same model).
     return max(16, min(256, ((1 << 22) // max(m, 1)) // 8 * 8))
-
-
-# ----------------------------------------------------------------------------- kernel tiles
-
-
-def _valid_boundaries(square_of) -> np.ndarray:
-    """Kernel boundaries ``b`` (between kernels ``b-1`` and ``b``, ``0..m``) that split no squaring chain."""
-    square_of = np.asarray(square_of)
-    m = len(square_of)
-    if m == 0 or not np.any(square_of >= 0):
-        return np.arange(m + 1)
-    root = np.arange(m)
-    for i in range(m):
-        while square_of[root[i]] >= 0:
-            root[i] = square_of[root[i]]
-    lo = np.full(m, m)
-    hi = np.full(m, -1)
-    np.minimum.at(lo, root, np.arange(m))
-    np.maximum.at(hi, root, np.arange(m))
-    # Boundary b is inside a chain's span when lo < b <= hi.
-    inside = np.zeros(m + 2, np.int64)
-    chains = hi >= 0
-    np.add.at(inside, lo[chains] + 1, 1)
-    np.add.at(inside, hi[chains] + 1, -1)
-    return np.flatnonzero(np.cumsum(inside)[: m + 1] == 0)
-
-
-def kernel_tiles(square_of) -> np.ndarray:
-    """Tile boundaries ``[0, b1, ..., m]`` of a kernel plan (``square_of``, or ``m`` without chains).
-
-    Tiles hold :data:`TILE_KERNELS` kernels each (the last fewer), a tile
-    running on to the next boundary where a Gaussian squaring chain would be
-    cut.  A function of the plan only: every shard, block, thread count and
-    engine cuts the kernels the same way, and a kernel block that starts on a
-    tile boundary tiles its kernels exactly as the whole set does.
-    """
-    valid = _valid_boundaries(np.full(int(square_of), -1) if np.ndim(square_of) == 0 else square_of)
-    m = int(valid[-1])
-    bounds = [0]
-    while bounds[-1] < m:
-        target = bounds[-1] + TILE_KERNELS
-        bounds.append(m if target >= m else int(valid[np.searchsorted(valid, target)]))
-    return np.asarray(bounds, np.int64)
 
 
 @njit(**_OPTS)
@@ -681,18 +600,7 @@ def _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, out, x
     for u in range(mt):
         li = torder[k0 + u]
         i = k0 + li
-        src = lsq[i]
-        if src >= 0:  # Gaussian with twice the gamma of kernel src: K_i = K_src ** 2
-            _square_row(out[src], out[li], nb)
-            continue
-        g = lgrp[i]
-        kd = kind[i]
-        if kd == 0:
-            out[li, :nb] = dot[g, :nb]
-        elif kd == 1:
-            _poly_row(dot[g], pb[i], int(pa[i]), out[li], nb)
-        else:
-            _gauss_row(dist2[g], pa[i], out[li], xbuf, kbits, nb)
+        _kernel_values(i, li, lsq[i], lgrp[i], kind, pa, pb, dot, dist2, out, xbuf, kbits, nb)
 
 
 @njit(**_OPTS)
@@ -732,13 +640,7 @@ def _merge_dots(indptr, indices, data, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, t
             elif f > h:
                 u += 1
             else:
-                v = data[k]
-                a = v * p[f]
-                c = v * q[f]
-                for w in range(tf_gptr[u], tf_gptr[u + 1]):
-                    lg = tf_lg[w]
-                    dp[lg, b] += a
-                    dq[lg, b] += c
+                _scatter_dots(data[k], p[f], q[f], tf_lg, tf_gptr[u], tf_gptr[u + 1], b, dp, dq)
                 k += 1
                 u += 1
 
@@ -752,28 +654,17 @@ def _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, fa, fb, tf_feat, 
     """
     dp[:ng, :nb] = 0.0
     dq[:ng, :nb] = 0.0
-    stop = j0 + nb
     for u in range(fa, fb):
         f = tf_feat[u]
         pf = p[f]
         qf = q[f]
         if pf == 0.0 and qf == 0.0:
             continue
-        a0 = csc_ptr[f]
-        e = csc_ptr[f + 1]
-        k = a0 + np.searchsorted(csc_rows[a0:e], j0)
+        a, e = _column_entries(csc_ptr, csc_rows, f, j0, j0 + nb)
         w0 = tf_gptr[u]
         w1 = tf_gptr[u + 1]
-        while k < e and csc_rows[k] < stop:
-            r = csc_rows[k] - j0
-            v = csc_vals[k]
-            a = v * pf
-            c = v * qf
-            for w in range(w0, w1):
-                lg = tf_lg[w]
-                dp[lg, r] += a
-                dq[lg, r] += c
-            k += 1
+        for k in range(a, e):
+            _scatter_dots(csc_vals[k], pf, qf, tf_lg, w0, w1, csc_rows[k] - j0, dp, dq)
 
 
 @njit(**_OPTS)
@@ -799,6 +690,20 @@ def _add_ridge_tile(V, lx, diag, coef, gb, j0, nb, k0, k1):
             V[lx, i] = v
             g += coef[i] * v
         gb[lx - j0] = g
+
+
+@njit(inline="always", **_OPTS)
+def _class_best(positive, j, g, best_pos, g_pos, best_neg, g_neg):
+    """``(best_pos, g_pos, best_neg, g_neg)`` after row ``j`` (score ``g``, class +1 when ``positive``).
+
+    Strict ``>``: among equal scores the row seen first stays; a NaN score never wins.
+    """
+    if positive:
+        if g > g_pos:
+            return j, g, best_neg, g_neg
+    elif g > g_neg:
+        return best_pos, g_pos, j, g
+    return best_pos, g_pos, best_neg, g_neg
 
 
 @njit(**_OPTS)
@@ -872,13 +777,7 @@ def _task(
         for b in range(nb):
             g = gb[b]
             partial[t, j0 + b] = g
-            if y[j0 + b] > 0:
-                if g > g_pos:
-                    g_pos = g
-                    best_pos = j0 + b
-            elif g > g_neg:
-                g_neg = g
-                best_neg = j0 + b
+            best_pos, g_pos, best_neg, g_neg = _class_best(y[j0 + b] > 0, j0 + b, g, best_pos, g_pos, best_neg, g_neg)
     return best_pos, g_pos, best_neg, g_neg
 
 
@@ -894,14 +793,7 @@ def _sum_rows(r0, r1, y, partial, gsum):
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
     for j in range(r0, r1):
-        g = gsum[j]
-        if y[j] > 0:
-            if g > g_pos:
-                g_pos = g
-                best_pos = j
-        elif g > g_neg:
-            g_neg = g
-            best_neg = j
+        best_pos, g_pos, best_neg, g_neg = _class_best(y[j] > 0, j, gsum[j], best_pos, g_pos, best_neg, g_neg)
     return best_pos, g_pos, best_neg, g_neg
 
 
@@ -1040,43 +932,39 @@ _NO_DENSE = np.zeros((0, 0))
 
 def _layout(n_rows: int, n_tiles: int, n_kernels: int) -> tuple[int, int]:
     """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels), ~4 tasks per thread."""
-    n_threads = _threads_for(n_rows * n_kernels)
+    n_threads = threads_for(n_rows * n_kernels)
     if n_threads == 1:
         return 1, 1
     n_rb = max(1, min(-(-4 * n_threads // n_tiles), n_rows // 32))
     return n_threads, n_rb
 
 
-def superstep_features(
-    indptr,
-    indices,
-    data,
-    y,
-    row_offset,
-    V,
-    p,
-    q,
-    ip,
-    iq,
-    yp,
-    yq,
-    inv_trace,
-    ridge,
-    coef,
-    kind,
-    pa,
-    pb,
-    grp,
-    square_of,
-    order,
-    feat_ptr,
-    feat_groups,
-    n_groups,
-    row_sq=None,
-    csc=None,
-    dense_t=None,
-    workspace=None,
-):
+def _row_passes(indptr, indices, data, feat_ptr, feat_groups, n_groups, row_sq, csc, dense_t):
+    """A superstep's views of its rows: ``(row_sq_t, (csc_ptr, csc_rows, csc_vals), dense_t)``.
+
+    ``row_sq_t`` is the rows' :func:`group_sqnorms`, ``(n_groups, n_rows)`` C order (computed when
+    ``row_sq`` is None); a missing CSC or dense copy is replaced by its empty stand-in.
+    """
+    if row_sq is None:
+        row_sq = group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups)
+    row_sq_t = np.ascontiguousarray(np.asarray(row_sq).T)
+    return row_sq_t, (_NO_CSC if csc is None else csc), (_NO_DENSE if dense_t is None else dense_t)
+
+
+def _run_superstep(front, workspace, n_threads, n_rb, use_csc):
+    """Runs a superstep's (row block, tile) tasks (``front``: their arguments up to the scratch) on ``n_threads``."""
+    with parallel(n_threads) as n_threads:
+        args = (*front, workspace.ensure(n_threads, use_csc), workspace.partial, workspace.g)
+        if n_threads > 1:
+            bp, gp, bn, gn = _superstep_parallel(*args, n_threads, n_rb)
+        else:
+            bp, gp, bn, gn = _superstep_serial(*args)
+    return int(bp), float(gp), int(bn), float(gn)
+
+
+def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp, yq, inv_trace, ridge, coef, kind,
+                       pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, row_sq=None, csc=None,
+                       dense_t=None, workspace=None):  # fmt: skip
     """One fused pass: ``V += (G[:, ip] + G[:, iq]) / 2`` then ``g = V @ coef`` and per-class argmax.
 
     ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge_j * [j == k]`` with
@@ -1125,31 +1013,22 @@ def superstep_features(
         to the lowest index.
     """
     n_groups = int(n_groups)
-    if row_sq is None:
-        row_sq = group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups)
-    row_sq_t = np.ascontiguousarray(np.asarray(row_sq).T)
-    csc_ptr, csc_rows, csc_vals = _NO_CSC if csc is None else csc
-    dense_t = _NO_DENSE if dense_t is None else dense_t
+    row_sq_t, (csc_ptr, csc_rows, csc_vals), dense_t = _row_passes(
+        indptr, indices, data, feat_ptr, feat_groups, n_groups, row_sq, csc, dense_t
+    )
     if workspace is None:
         workspace = superstep_workspace(len(y), kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
     ridge_p, ridge_q = (ridge, ridge) if np.ndim(ridge) == 0 else ridge
     p = _as_f64(p)
     q = _as_f64(q)
     pm, qm, use_csc, use_dense = _superstep_setup(p, q, indptr, feat_ptr, n_groups, csc_ptr, dense_t)
+    front = (
+        indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
+        int(row_offset), V, row_sq_t, p, q, pm, qm, int(ip), int(iq), float(yp), float(yq), inv_trace,
+        float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr, workspace.maps, workspace.B,
+    )  # fmt: skip
     n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
-    with _parallel(n_threads) as n_threads:
-        scratch = workspace.ensure(n_threads, bool(use_csc))
-        args = (
-            indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
-            int(row_offset), V, row_sq_t, p, q, pm, qm, int(ip), int(iq), float(yp), float(yq), inv_trace,
-            float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr, workspace.maps,
-            workspace.B, scratch, workspace.partial, workspace.g,
-        )  # fmt: skip
-        if n_threads > 1:
-            bp, gp, bn, gn = _superstep_parallel(*args, n_threads, n_rb)
-        else:
-            bp, gp, bn, gn = _superstep_serial(*args)
-    return int(bp), float(gp), int(bn), float(gn)
+    return _run_superstep(front, workspace, n_threads, n_rb, bool(use_csc))
 
 
 @njit(**_OPTS)
@@ -1180,13 +1059,7 @@ def _superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, 
                 s += coef[i] * v
             partial[t, j] = s
             g = s if t == 0 else g + s
-        if y[j] > 0:
-            if g > g_pos:
-                g_pos = g
-                best_pos = j
-        elif g > g_neg:
-            g_neg = g
-            best_neg = j
+        best_pos, g_pos, best_neg, g_neg = _class_best(y[j] > 0, j, g, best_pos, g_pos, best_neg, g_neg)
     return best_pos, g_pos, best_neg, g_neg
 
 
@@ -1340,7 +1213,7 @@ def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, 
     n_groups = int(n_groups)
     out = np.empty((n, len(kind)))
     args = (indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
-    with _parallel(min(_threads_for(n * (len(kind) + n_groups)), max(1, n // 16))) as n_threads:
+    with parallel(min(threads_for(n * (len(kind) + n_groups)), max(1, n // 16))) as n_threads:
         if n_threads > 1:
             _diag_parallel(out, *args, min(n, 4 * n_threads))
         else:
@@ -1603,7 +1476,7 @@ def _predicted_kernels(weights, kind, square_of):
 
 
 def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """The predictor's kernel tiles: :data:`TILE_KERNELS` kernels each, squaring chains or not.
+    """The predictor's kernel tiles: ``partition.TILE_KERNELS`` kernels each, squaring chains or not.
 
     (The predictor's numbers do not depend on its tiles.)  The members of
     chains that span tiles (in a large bank, partners can lie far apart) are
@@ -1613,7 +1486,7 @@ def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups,
     """
     m = len(kind)
     square_of = np.asarray(square_of)
-    tile_ptr = np.append(np.arange(0, m, TILE_KERNELS), m).astype(np.int64)
+    tile_ptr = np.append(np.arange(0, m, partition.TILE_KERNELS), m).astype(np.int64)
     slot = np.full(m, -1, np.int64)
     members = np.zeros(0, np.int64)
     if np.any(square_of >= 0):
@@ -1623,7 +1496,7 @@ def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups,
             if np.array_equal(nxt, root):
                 break
             root = nxt
-        tile = np.arange(m) // TILE_KERNELS
+        tile = np.arange(m) // partition.TILE_KERNELS
         lo = np.full(m, m)
         hi = np.full(m, -1)
         np.minimum.at(lo, root, tile)
@@ -1647,27 +1520,53 @@ def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups,
     return tile_ptr, maps, slot, chain_plan, chain_maps
 
 
-def weighted_kernel_sums(
-    indptr,
-    indices,
-    data,
-    n_features,
-    sv_indptr,
-    sv_indices,
-    sv_data,
-    sv_sq,
-    coef,
-    weights,
-    kind,
-    pa,
-    pb,
-    grp,
-    square_of,
-    order,
-    feat_ptr,
-    feat_groups,
-    n_groups,
-):
+def _used_support_vectors(coef, sv_sq_t, sv_indptr, sv_indices, sv_data, n_features):
+    """``(coef, sv_sq_t, sv_indptr, sv_indices, sv_data)`` without the support vectors no output uses."""
+    used = np.flatnonzero(np.any(coef != 0.0, axis=0))
+    if len(used) < coef.shape[1]:  # support vectors that no output uses are never added
+        coef = _as_f64(coef[:, used])
+        sv_sq_t = np.ascontiguousarray(sv_sq_t[:, used])
+        sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(len(sv_indptr) - 1, n_features))[used]
+        sv_indptr, sv_indices, sv_data = sv.indptr, sv.indices, sv.data
+    return coef, sv_sq_t, sv_indptr, sv_indices, sv_data
+
+
+def _predicted_plan(weights, kind, pa, pb, grp, square_of, order):
+    """``(weights, kind, pa, pb, grp, square_of, order)`` of the kernels a prediction evaluates.
+
+    :func:`_predicted_kernels`, with the chains (``square_of``) and the
+    evaluation ``order`` renumbered for the kept kernels.
+    """
+    keep = _predicted_kernels(weights, kind, square_of)
+    if keep is not None:
+        index = np.full(len(kind), -1, np.int64)
+        index[keep] = np.arange(len(keep))
+        src = np.asarray(square_of)[keep]
+        square_of = np.where(src >= 0, index[np.maximum(src, 0)], -1).astype(np.asarray(square_of).dtype)
+        order = np.asarray(order)
+        order = index[order[index[order] >= 0]].astype(order.dtype)
+        kind, pa, pb, grp = (np.ascontiguousarray(np.asarray(a)[keep]) for a in (kind, pa, pb, grp))
+        weights = _as_f64(weights[:, keep])
+    return weights, kind, pa, pb, grp, square_of, order
+
+
+def _support_vector_passes(sv_indptr, sv_indices, sv_data, n_features, n_groups):
+    """``(sv_ptr, sv_rows, sv_vals, sv_dense_t)``: the support vectors as sorted CSC, or as a dense copy.
+
+    The dense transposed copy (:func:`dense_copy`) only with several feature
+    groups and dense enough vectors; the unused form is its empty stand-in.
+    """
+    sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(len(sv_indptr) - 1, n_features))
+    sv_dense_t = dense_copy(sv) if n_groups > 1 else None
+    if sv_dense_t is not None:
+        return (*_NO_CSC, sv_dense_t)
+    csc = sv.tocsc()
+    csc.sort_indices()
+    return csc.indptr, csc.indices, csc.data, None
+
+
+def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_sq, coef, weights, kind,
+                         pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):  # fmt: skip
     """``out[t, k] = sum_j coef[k, j] sum_i weights[k, i] K_i(x_t, sv_j)`` for CSR rows and CSR SVs.
 
     Kernels are evaluated tile by tile (:func:`kernel_tiles`), each tile
@@ -1690,34 +1589,15 @@ def weighted_kernel_sums(
     out = np.zeros((n, weights.shape[0]))
     # (n_groups, n_sv), C order: a tile's group reads its norms contiguously (no copy for a Fortran-ordered sv_sq).
     sv_sq_t = np.ascontiguousarray(np.asarray(sv_sq, dtype=np.float64).T)
-    used = np.flatnonzero(np.any(coef != 0.0, axis=0))
-    if len(used) < coef.shape[1]:  # support vectors that no output uses are never added
-        coef = _as_f64(coef[:, used])
-        sv_sq_t = np.ascontiguousarray(sv_sq_t[:, used])
-        sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(len(sv_indptr) - 1, n_features))[used]
-        sv_indptr, sv_indices, sv_data = sv.indptr, sv.indices, sv.data
-    keep = _predicted_kernels(weights, kind, square_of)
-    if keep is not None:
-        index = np.full(len(kind), -1, np.int64)
-        index[keep] = np.arange(len(keep))
-        src = np.asarray(square_of)[keep]
-        square_of = np.where(src >= 0, index[np.maximum(src, 0)], -1).astype(np.asarray(square_of).dtype)
-        order = np.asarray(order)
-        order = index[order[index[order] >= 0]].astype(order.dtype)
-        kind, pa, pb, grp = (np.ascontiguousarray(np.asarray(a)[keep]) for a in (kind, pa, pb, grp))
-        weights = _as_f64(weights[:, keep])
+    coef, sv_sq_t, sv_indptr, sv_indices, sv_data = _used_support_vectors(
+        coef, sv_sq_t, sv_indptr, sv_indices, sv_data, n_features
+    )
+    weights, kind, pa, pb, grp, square_of, order = _predicted_plan(weights, kind, pa, pb, grp, square_of, order)
     n_sv = len(sv_indptr) - 1
     m = len(kind)
     if n == 0 or n_sv == 0 or m == 0:
         return out
-    sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, n_features))
-    sv_dense_t = dense_copy(sv) if n_groups > 1 else None
-    if sv_dense_t is None:
-        csc = sv.tocsc()
-        csc.sort_indices()
-        sv_ptr, sv_rows, sv_vals = csc.indptr, csc.indices, csc.data
-    else:
-        sv_ptr, sv_rows, sv_vals = _NO_CSC
+    sv_ptr, sv_rows, sv_vals, sv_dense_t = _support_vector_passes(sv_indptr, sv_indices, sv_data, n_features, n_groups)
     tile_ptr, maps, chain_slot, chain_plan, chain_maps = _predictor_tiles(
         kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups
     )
@@ -1730,7 +1610,7 @@ def weighted_kernel_sums(
         kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
     )  # fmt: skip
     # Threads by work (rows x support vectors x kernels); rows are independent, so any split gives the same numbers.
-    with _parallel(min(_threads_for(n * n_sv * m), max(1, n // 4))) as n_threads:
+    with parallel(min(threads_for(n * n_sv * m), max(1, n // 4))) as n_threads:
         if n_threads > 1:
             _wks_parallel(*args, min(n, 4 * n_threads))
         else:

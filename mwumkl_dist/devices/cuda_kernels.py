@@ -11,12 +11,12 @@ engine's bit for bit:
 * products that feed an addition go through :func:`_mul` (``__dmul_rn``:
   a multiply with an explicit rounding mode, which NVVM and ptxas never fuse
   into an FMA; NVVM contracts plain ``a * b + c`` by default);
-* ``exp`` is :func:`_exp`, the fdlibm-style ``exp`` of ``_columns._exp_into``
+* ``exp`` is :func:`_exp`, the fdlibm-style ``exp`` of ``cpu._exp_into``
   operation by operation (not CUDA's libdevice ``exp``, which may differ by
   an ulp);
 * a row's group dot products add the group's terms in increasing feature
   order, as the CPU passes do (a zero term leaves such a sum unchanged);
-* scores are summed per kernel tile (``_columns.kernel_tiles``), then over
+* scores are summed per kernel tile (``cpu.kernel_tiles``), then over
   the tiles in order; the argmax takes the lowest row among equal maxima.
 
 Layouts: ``V`` is stored transposed, ``(m, n_rows)`` C-order, as are the
@@ -34,6 +34,8 @@ import warnings
 import numba
 from numba import cuda
 
+from mwumkl_dist.devices.cpu import EXP_CONSTANTS
+
 __all__ = ["SIMULATED", "TPB", "launch"]
 
 #: True under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
@@ -48,16 +50,8 @@ TPB = 16 if SIMULATED else 128
 
 _INF = math.inf
 
-# The constants of _columns._exp_into.
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_SHIFT = 6755399441055744.0
-_P1 = 1.66666666666666019037e-01
-_P2 = -2.77777777770155933842e-03
-_P3 = 6.61375632143793436117e-05
-_P4 = -1.65339022054652515390e-06
-_P5 = 4.13813679705723846039e-08
+# The constants of cpu._exp_into.
+_LOG2E, _LN2_HI, _LN2_LO, _SHIFT, _P1, _P2, _P3, _P4, _P5 = EXP_CONSTANTS
 
 if SIMULATED:
 
@@ -93,7 +87,7 @@ def launch(n_work: int) -> tuple[int, int]:
 
 @cuda.jit(device=True)
 def _exp(x):
-    """``_columns._exp_into`` for one value: the same operations, the same bits."""
+    """``cpu._exp_into`` for one value: the same operations, the same bits."""
     xb = x if x >= -746.0 else -746.0
     xb = xb if xb <= 710.0 else 710.0
     kf = (_mul(xb, _LOG2E) + _SHIFT) - _SHIFT
@@ -111,7 +105,7 @@ def _exp(x):
 
 @cuda.jit(device=True)
 def _root_value(kd, a, b, dot, d2):
-    """A chain root's kernel value from a dot product and a squared distance (``_columns._block_values``)."""
+    """A chain root's kernel value from a dot product and a squared distance (``cpu._block_values``)."""
     if kd == 0:
         return dot
     if kd == 1:
@@ -122,6 +116,22 @@ def _root_value(kd, a, b, dot, d2):
         return v
     d2 = 0.0 if d2 < 0.0 else d2
     return _exp(_mul(-a, d2))
+
+
+@cuda.jit(device=True)
+def _chain_value(kd, a, b, dot, d2, depth):
+    """A kernel's value: its chain root's (:func:`_root_value`) squared ``depth`` times."""
+    v = _root_value(kd, a, b, dot, d2)
+    for _ in range(depth):
+        v = v * v
+    return v
+
+
+@cuda.jit(device=True)
+def _unflatten(idx, n):
+    """``(idx // n, idx % n)``: the (row, column) of a flat index over rows of ``n`` (grid-stride loops)."""
+    r = idx // n
+    return r, idx - r * n
 
 
 @cuda.jit
@@ -139,12 +149,13 @@ def fill_zero(a):
     total = a.shape[0] * n1
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for idx in range(start, total, stride):
-        a[idx // n1, idx % n1] = 0.0
+        r, c = _unflatten(idx, n1)
+        a[r, c] = 0.0
 
 
 @cuda.jit
 def point_sqnorms(p, q, gptr, gfeat, ppp, ppq):
-    """``|p|_g^2`` and ``|q|_g^2`` per group, the group's features ascending (``_columns._local_sqnorms``)."""
+    """``|p|_g^2`` and ``|q|_g^2`` per group, the group's features ascending (``cpu._local_sqnorms``)."""
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for g in range(start, ppp.shape[0], stride):
         sp = 0.0
@@ -161,6 +172,37 @@ def point_sqnorms(p, q, gptr, gfeat, ppp, ppq):
         ppq[g] = sq
 
 
+@cuda.jit(device=True)
+def _stored_group(src, g, j):
+    """Row ``j``'s dot products with ``p`` and ``q`` over group ``g`` and its squared norm there, as stored.
+
+    ``src`` is ``(dp, dq, row_sq)``, all ``(n_groups, n)`` (the dot kernels' output and the shard's norms).
+    """
+    dp, dq, row_sq = src
+    return dp[g, j], dq[g, j], row_sq[g, j]
+
+
+@cuda.jit(device=True)
+def _dense_group(src, g, j):
+    """The same computed from dense rows: ``src`` is ``(Xt, p, q, gptr, gfeat)``, ``Xt`` ``(d, n)``.
+
+    A group's terms are added in increasing feature order, zero entries
+    skipped, as ``cpu.group_sqnorms`` and the dot passes add them: the same bits.
+    """
+    Xt, p, q, gptr, gfeat = src
+    dpv = 0.0
+    dqv = 0.0
+    rs = 0.0
+    for u in range(gptr[g], gptr[g + 1]):
+        f = gfeat[u]
+        x = Xt[f, j]
+        if x != 0.0:
+            dpv += _mul(x, p[f])
+            dqv += _mul(x, q[f])
+            rs += _mul(x, x)
+    return dpv, dqv, rs
+
+
 @cuda.jit
 def group_dots_dense(Xt, p, q, gptr, gfeat, dp, dq):
     """``dp[g, j] = <x_j, p>`` over group ``g`` (likewise ``dq``) from dense rows ``Xt`` ``(d, n)``."""
@@ -168,16 +210,8 @@ def group_dots_dense(Xt, p, q, gptr, gfeat, dp, dq):
     total = dp.shape[0] * n
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for idx in range(start, total, stride):
-        g = idx // n
-        j = idx - g * n
-        sp = 0.0
-        sq = 0.0
-        for u in range(gptr[g], gptr[g + 1]):
-            f = gfeat[u]
-            v = Xt[f, j]
-            if v != 0.0:
-                sp += _mul(v, p[f])
-                sq += _mul(v, q[f])
+        g, j = _unflatten(idx, n)
+        sp, sq, _ = _dense_group((Xt, p, q, gptr, gfeat), g, j)  # the row's norm is unused here
         dp[g, j] = sp
         dq[g, j] = sq
 
@@ -199,83 +233,44 @@ def group_dots_csr(indptr, indices, data, p, q, feat_ptr, feat_groups, dp, dq):
                 dq[g, j] += c
 
 
-@cuda.jit
-def superstep_features(VT, partial, dp, dq, row_sq, ppp, ppq, y, yp, yq, inv_trace, coef, kind, pa, pb, grp,
-                       square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q):  # fmt: skip
-    """One (row, tile) per thread: both kernel values, ``V += ...`` with the ridge, and the tile partial.
+@cuda.jit(device=True)
+def _task_of(idx, n, y, yp, yq):
+    """Task ``idx`` of a (tile, row) grid over ``n`` rows: ``(t, j, y_j yp / 2, y_j yq / 2)``."""
+    t, j = _unflatten(idx, n)
+    yj = y[j]
+    return t, j, 0.5 * yj * yp, 0.5 * yj * yq
 
-    ``_columns._task`` for one row: ``v = V + (sp K_p + sq K_q) w``, then
-    ``+ ridge / 2`` on a picked row, ``partial = sum_i coef_i v_i`` from 0 in
-    kernel order.  A Gaussian square of the previous kernel is its square;
-    other chain members are their root's value squared ``depth`` times (the
-    same bits as the CPU's chain of squares).
+
+@cuda.jit(device=True)
+def _update(VT, i, j, sp, kp, sq, kq, w, lp, lq, diag_p, diag_q):
+    """``V[j, i] += (sp K_p + sq K_q) w``, plus the ridge's half on a picked row; returns the new value.
+
+    ``cpu._task``'s update: ``v = V + (sp K_p + sq K_q) w``, then ``+ ridge / 2`` on each picked row.
     """
-    n = VT.shape[1]
-    n_tiles = tile_ptr.shape[0] - 1
-    total = n * n_tiles
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for idx in range(start, total, stride):
-        t = idx // n
-        j = idx - t * n
-        yj = y[j]
-        sp = 0.5 * yj * yp
-        sq = 0.5 * yj * yq
-        s = 0.0
-        prev_p = 0.0
-        prev_q = 0.0
-        for i in range(tile_ptr[t], tile_ptr[t + 1]):
-            if square_of[i] >= 0 and square_of[i] == i - 1:
-                kp = prev_p * prev_p
-                kq = prev_q * prev_q
-            else:
-                r = root[i]
-                g = grp[r]
-                kd = kind[r]
-                dpv = dp[g, j]
-                dqv = dq[g, j]
-                d2p = 0.0
-                d2q = 0.0
-                if kd == 2:
-                    rs = row_sq[g, j]
-                    d2p = (rs + ppp[g]) - _mul(2.0, dpv)
-                    d2q = (rs + ppq[g]) - _mul(2.0, dqv)
-                kp = _root_value(kd, pa[r], pb[r], dpv, d2p)
-                kq = _root_value(kd, pa[r], pb[r], dqv, d2q)
-                for _ in range(depth[i]):
-                    kp = kp * kp
-                    kq = kq * kq
-            prev_p = kp
-            prev_q = kq
-            v = VT[i, j] + _mul(_mul(sp, kp) + _mul(sq, kq), inv_trace[i])
-            if j == lp:
-                v = v + diag_p
-            if j == lq:
-                v = v + diag_q
-            VT[i, j] = v
-            s += _mul(coef[i], v)
-        partial[t, j] = s
+    v = VT[i, j] + _mul(_mul(sp, kp) + _mul(sq, kq), w)
+    if j == lp:
+        v = v + diag_p
+    if j == lq:
+        v = v + diag_q
+    VT[i, j] = v
+    return v
 
 
-@cuda.jit
-def superstep_features_inline(VT, partial, Xt, p, q, gptr, gfeat, ppp, ppq, y, yp, yq, inv_trace, coef, kind, pa, pb,
-                              grp, square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q):  # fmt: skip
-    """:func:`superstep_features` with the group dots and norms computed in the thread from dense rows.
+def _feature_tile(group):
+    """The device function of one (row, tile) task of a superstep, with the group statistics of ``group``.
 
-    For plans of many small groups (random banks, per-feature kernels): no
-    ``(n_groups, n)`` arrays to write and read back.  A group's terms are
-    added in increasing feature order, zero entries skipped, as
-    ``_columns.group_sqnorms`` and the dot passes add them: the same bits.
+    ``group(src, g, j) -> (dot_p, dot_q, row_sq)`` (:func:`_stored_group` or
+    :func:`_dense_group`), asked once per run of kernels on one group.
+    ``cpu._task`` for one row: both kernel values, ``V += ...`` with the
+    ridge (:func:`_update`), and the tile partial ``sum_i coef_i v_i`` from 0
+    in kernel order, which it returns.  A Gaussian square of the previous
+    kernel is its square; other chain members are their root's value squared
+    ``depth`` times (the same bits as the CPU's chain of squares).
     """
-    n = VT.shape[1]
-    n_tiles = tile_ptr.shape[0] - 1
-    total = n * n_tiles
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for idx in range(start, total, stride):
-        t = idx // n
-        j = idx - t * n
-        yj = y[j]
-        sp = 0.5 * yj * yp
-        sq = 0.5 * yj * yq
+
+    @cuda.jit(device=True)
+    def tile(src, VT, t, j, sp, sq, ppp, ppq, inv_trace, coef, kind, pa, pb, grp, square_of, root, depth, tile_ptr,
+             lp, lq, diag_p, diag_q):  # fmt: skip
         s = 0.0
         prev_p = 0.0
         prev_q = 0.0
@@ -292,61 +287,66 @@ def superstep_features_inline(VT, partial, Xt, p, q, gptr, gfeat, ppp, ppq, y, y
                 g = grp[r]
                 kd = kind[r]
                 if g != last_g:
-                    dpv = 0.0
-                    dqv = 0.0
-                    rs = 0.0
-                    for u in range(gptr[g], gptr[g + 1]):
-                        f = gfeat[u]
-                        x = Xt[f, j]
-                        if x != 0.0:
-                            dpv += _mul(x, p[f])
-                            dqv += _mul(x, q[f])
-                            rs += _mul(x, x)
+                    dpv, dqv, rs = group(src, g, j)
                     last_g = g
                 d2p = 0.0
                 d2q = 0.0
                 if kd == 2:
                     d2p = (rs + ppp[g]) - _mul(2.0, dpv)
                     d2q = (rs + ppq[g]) - _mul(2.0, dqv)
-                kp = _root_value(kd, pa[r], pb[r], dpv, d2p)
-                kq = _root_value(kd, pa[r], pb[r], dqv, d2q)
-                for _ in range(depth[i]):
-                    kp = kp * kp
-                    kq = kq * kq
+                kp = _chain_value(kd, pa[r], pb[r], dpv, d2p, depth[i])
+                kq = _chain_value(kd, pa[r], pb[r], dqv, d2q, depth[i])
             prev_p = kp
             prev_q = kq
-            v = VT[i, j] + _mul(_mul(sp, kp) + _mul(sq, kq), inv_trace[i])
-            if j == lp:
-                v = v + diag_p
-            if j == lq:
-                v = v + diag_q
-            VT[i, j] = v
-            s += _mul(coef[i], v)
-        partial[t, j] = s
+            s += _mul(coef[i], _update(VT, i, j, sp, kp, sq, kq, inv_trace[i], lp, lq, diag_p, diag_q))
+        return s
+
+    return tile
+
+
+_stored_tile = _feature_tile(_stored_group)
+_dense_tile = _feature_tile(_dense_group)
+
+
+@cuda.jit
+def superstep_features(VT, partial, dp, dq, row_sq, ppp, ppq, y, yp, yq, inv_trace, coef, kind, pa, pb, grp,
+                       square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q):  # fmt: skip
+    """One (row, tile) per thread (:func:`_feature_tile`), from the group dots ``dp``/``dq`` and norms ``row_sq``."""
+    n = VT.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for idx in range(start, n * (tile_ptr.shape[0] - 1), stride):
+        t, j, sp, sq = _task_of(idx, n, y, yp, yq)
+        partial[t, j] = _stored_tile((dp, dq, row_sq), VT, t, j, sp, sq, ppp, ppq, inv_trace, coef, kind, pa, pb,
+                                     grp, square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q)  # fmt: skip
+
+
+@cuda.jit
+def superstep_features_inline(VT, partial, Xt, p, q, gptr, gfeat, ppp, ppq, y, yp, yq, inv_trace, coef, kind, pa, pb,
+                              grp, square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q):  # fmt: skip
+    """:func:`superstep_features` with the group dots and norms computed in the thread from dense rows.
+
+    For plans of many small groups (random banks, per-feature kernels): no
+    ``(n_groups, n)`` arrays to write and read back (:func:`_dense_group`).
+    """
+    n = VT.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for idx in range(start, n * (tile_ptr.shape[0] - 1), stride):
+        t, j, sp, sq = _task_of(idx, n, y, yp, yq)
+        partial[t, j] = _dense_tile((Xt, p, q, gptr, gfeat), VT, t, j, sp, sq, ppp, ppq, inv_trace, coef, kind, pa,
+                                    pb, grp, square_of, root, depth, tile_ptr, lp, lq, diag_p, diag_q)  # fmt: skip
 
 
 @cuda.jit
 def superstep_columns(VT, partial, Kt, p, q, y, yp, yq, inv_trace, coef, tile_ptr, lp, lq, diag_p, diag_q):
-    """The same from precomputed kernels ``Kt[i, k, j] = K_i(x_j, x_k)`` (``_columns._superstep_columns``)."""
+    """The same from precomputed kernels ``Kt[i, k, j] = K_i(x_j, x_k)`` (``cpu._superstep_columns``)."""
     n = VT.shape[1]
-    n_tiles = tile_ptr.shape[0] - 1
-    total = n * n_tiles
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for idx in range(start, total, stride):
-        t = idx // n
-        j = idx - t * n
-        yj = y[j]
-        sp = 0.5 * yj * yp
-        sq = 0.5 * yj * yq
+    for idx in range(start, n * (tile_ptr.shape[0] - 1), stride):
+        t, j, sp, sq = _task_of(idx, n, y, yp, yq)
         s = 0.0
         for i in range(tile_ptr[t], tile_ptr[t + 1]):
-            v = VT[i, j] + _mul(_mul(sp, Kt[i, p, j]) + _mul(sq, Kt[i, q, j]), inv_trace[i])
-            if j == lp:
-                v = v + diag_p
-            if j == lq:
-                v = v + diag_q
-            VT[i, j] = v
-            s += _mul(coef[i], v)
+            s += _mul(coef[i], _update(VT, i, j, sp, Kt[i, p, j], sq, Kt[i, q, j], inv_trace[i], lp, lq, diag_p,
+                                       diag_q))  # fmt: skip
         partial[t, j] = s
 
 
@@ -354,7 +354,7 @@ def superstep_columns(VT, partial, Kt, p, q, y, yp, yq, inv_trace, coef, tile_pt
 def point_kernels(p, q, gptr, gfeat, kind, pa, pb, grp, root, depth, out):
     """``out[0, i] = K_i(p, p)``, ``out[1, i] = K_i(q, q)``, ``out[2, i] = K_i(p, q)``: one kernel per thread.
 
-    ``_columns.point_kernels``' sums (a group's features ascending; ``p p``
+    ``cpu.point_kernels``' sums (a group's features ascending; ``p p``
     terms where ``p_f != 0``, ``q q`` where ``q_f != 0``, ``p q`` where
     ``p_f != 0``) and distances, so ``K(p, p)`` of a Gaussian is exactly 1.
     """
@@ -375,16 +375,9 @@ def point_kernels(p, q, gptr, gfeat, kind, pa, pb, grp, root, depth, out):
             if c != 0.0:
                 s1 += _mul(c, c)
         kd = kind[r]
-        v0 = _root_value(kd, pa[r], pb[r], s0, (s0 + s0) - _mul(2.0, s0))
-        v1 = _root_value(kd, pa[r], pb[r], s1, (s1 + s1) - _mul(2.0, s1))
-        v2 = _root_value(kd, pa[r], pb[r], d01, (s0 + s1) - _mul(2.0, d01))
-        for _ in range(depth[i]):
-            v0 = v0 * v0
-            v1 = v1 * v1
-            v2 = v2 * v2
-        out[0, i] = v0
-        out[1, i] = v1
-        out[2, i] = v2
+        out[0, i] = _chain_value(kd, pa[r], pb[r], s0, (s0 + s0) - _mul(2.0, s0), depth[i])
+        out[1, i] = _chain_value(kd, pa[r], pb[r], s1, (s1 + s1) - _mul(2.0, s1), depth[i])
+        out[2, i] = _chain_value(kd, pa[r], pb[r], d01, (s0 + s1) - _mul(2.0, d01), depth[i])
 
 
 @cuda.jit
@@ -443,8 +436,7 @@ def gather_rows(VT, rows, out):
     total = rows.shape[0] * m
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for idx in range(start, total, stride):
-        r = idx // m
-        i = idx - r * m
+        r, i = _unflatten(idx, m)
         out[r, i] = VT[i, rows[r]]
 
 
@@ -453,7 +445,7 @@ def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, s
                          out):  # fmt: skip
     """``out[t, o] = sum_j coef[o, j] sum_i weights[o, i] K_i(x_t, sv_j)``: one (row, output) per thread.
 
-    ``_columns._wks_rows`` for one row: per support vector (in order, those
+    ``cpu._wks_rows`` for one row: per support vector (in order, those
     with ``coef != 0``) the weighted kernel sum from 0 in kernel order, then
     added to the row's total.  ``Xt`` ``(d, n)`` and ``SV`` ``(n_sv, d)`` are
     dense; ``sqx`` ``(n_groups, n)`` and ``sv_sq`` ``(n_sv, n_groups)`` their
@@ -467,8 +459,7 @@ def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, s
     total = n * n_out
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for idx in range(start, total, stride):
-        o = idx // n
-        t = idx - o * n
+        o, t = _unflatten(idx, n)
         s = 0.0
         for j in range(n_sv):
             c = coef[o, j]
@@ -499,9 +490,7 @@ def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, s
                                 dot += a
                         d2 = (sqx[g, t] + sv_sq[j, g]) - _mul(2.0, dot)
                         last_g = g
-                    kv = _root_value(kind[r], pa[r], pb[r], dot, d2)
-                    for _ in range(depth[i]):
-                        kv = kv * kv
+                    kv = _chain_value(kind[r], pa[r], pb[r], dot, d2, depth[i])
                 prev = kv
                 have_prev = True
                 acc += _mul(w, kv)

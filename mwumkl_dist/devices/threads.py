@@ -16,13 +16,18 @@ may really use:
   block;
 * :func:`resolve_n_jobs` -- an ``n_jobs`` value to a thread count.
 
-:func:`thread_limit` caps the library's numba threads for a block (this
-thread only) and :func:`current_threads` says what a fit started now would
-use.  Results never depend on the thread count: models are bit-identical for
-every ``n_jobs``.
+:func:`thread_limit` caps the library's threads for a block (this thread
+only) and :func:`current_threads` says what a fit started now would use.
+Results never depend on the thread count: models are bit-identical for every
+``n_jobs``.
 
-This module is pure Python (it imports neither numba nor the compiled code
-until :func:`thread_limit` / :func:`current_threads` are called).
+The thread state lives here too: the per-thread cap (:func:`limit_threads`),
+the process-wide override (:func:`set_num_threads`) and the cached default,
+capped by the compute pool that :mod:`mwumkl_dist.devices.cpu` registers
+(:func:`register_pool`: numba's).  So does what the package runs over
+threads (:func:`ordered_map`) and the Dask worker running this code
+(:func:`dask_worker`).  This module is pure Python: it imports neither numba
+nor the compiled code (``distributed`` only when it is already imported).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from numbers import Integral
 
@@ -42,6 +49,8 @@ __all__ = [
     "current_threads",
     "ENV_VAR",
 ]
+# Also public, for the package itself (not re-exported by mwumkl_dist.threads): limit_threads,
+# set_num_threads, register_pool, ordered_map, dask_worker, worker_threads.
 
 #: The environment variable overriding the default thread count.
 ENV_VAR = "MWUMKL_NUM_THREADS"
@@ -207,23 +216,34 @@ def _parse_env_threads(name: str, text: str) -> int:
     return n
 
 
-def _dask_worker_threads() -> int | None:
-    """The nthreads of the Dask worker running this code, if any (never imports distributed)."""
+def dask_worker():
+    """The Dask worker whose thread runs this code, or None (not on a worker, or no ``distributed``).
+
+    Never imports ``distributed``: code runs on a worker only where it is imported already.
+    """
     if "distributed" not in sys.modules:
         return None
     try:
         from distributed import get_worker
 
-        worker = get_worker()
+        return get_worker()
     except Exception:  # not inside a worker (ValueError), or an old/odd distributed
         return None
-    for attr in ("nthreads",):
-        n = getattr(worker, attr, None)
-        if n is None:
-            n = getattr(getattr(worker, "state", None), attr, None)
+
+
+def worker_threads(worker) -> int | None:
+    """A Dask worker's ``nthreads`` (>= 1), None when it has none."""
+    for owner in (worker, getattr(worker, "state", None)):
+        n = getattr(owner, "nthreads", None)
         if isinstance(n, Integral) and n >= 1:
             return int(n)
     return None
+
+
+def _dask_worker_threads() -> int | None:
+    """The nthreads of the Dask worker running this code, if any."""
+    worker = dask_worker()
+    return None if worker is None else worker_threads(worker)
 
 
 def _omp_env_threads() -> int | None:
@@ -308,44 +328,123 @@ def resolve_n_jobs(n_jobs) -> int:
 
 
 # ----------------------------------------------------------------------------- the library's threads
+#
+# The thread count of a call: ``limit_threads(n)`` (this Python thread only) if one is active,
+# else the process-wide ``set_num_threads`` value if set, else :func:`default_threads` (reused
+# in a thread for ``_DEFAULT_TTL`` seconds), always capped by the compute pool's size
+# (:func:`register_pool`; numba's once :mod:`mwumkl_dist.devices.cpu` is imported).
+
+_local = threading.local()
+_num_threads: int | None = None  # set_num_threads' process-wide override (None: the default)
+_DEFAULT_TTL = 0.25  # seconds a resolved default is reused in a thread (resolving it takes 10-100 us)
+_pool: list = []  # [size()] once a compute pool is registered
+
+
+def register_pool(size) -> None:
+    """Cap every thread count at ``size()``, the compute pool's size (read at each call).
+
+    :mod:`mwumkl_dist.devices.cpu` registers numba's pool when it is imported.
+    Without a pool the cap is :func:`available_cpus`.
+    """
+    _pool[:] = [size]
+
+
+def pool_size() -> int:
+    """The compute pool's size (:func:`register_pool`), or :func:`available_cpus` without one."""
+    return int(_pool[0]()) if _pool else available_cpus()
+
+
+def _is_count(n) -> bool:
+    return isinstance(n, Integral) and not isinstance(n, bool)
+
+
+@contextmanager
+def limit_threads(n_threads: int):
+    """Cap the threads of supersteps and predictions made in this (Python) thread during the block.
+
+    Exactly ``n_threads`` (a positive integer; capped only by the pool), where
+    :func:`thread_limit` takes an ``n_jobs``.  Thread-local: other threads
+    keep their own setting.  Nested blocks apply the innermost cap.  Results
+    do not depend on the thread count.
+    """
+    if not _is_count(n_threads) or n_threads < 1:
+        raise ValueError(f"thread_limit needs a positive integer, got {n_threads!r}")
+    before = getattr(_local, "limit", None)
+    _local.limit = int(n_threads)
+    try:
+        yield int(n_threads)
+    finally:
+        _local.limit = before
+
+
+def set_num_threads(n_threads: int | None) -> None:
+    """Process-wide thread count of supersteps and predictions (``None``: the default).
+
+    ``0`` means the whole pool.  The default (``None``) is
+    :func:`default_threads`: every core the process may use.  A
+    :func:`limit_threads` block takes precedence in its thread.
+    """
+    global _num_threads
+    if n_threads is not None and (not _is_count(n_threads) or n_threads < 0):
+        raise ValueError(f"n_threads must be None or a non-negative integer, got {n_threads!r}")
+    _num_threads = None if n_threads is None else int(n_threads)
+
+
+def _cached_default() -> int:
+    """:func:`default_threads`, reused in this thread while the environment and imports stay the same."""
+    key = (os.environ.get(ENV_VAR), os.environ.get("OMP_NUM_THREADS"), len(sys.modules))
+    cached = getattr(_local, "default", None)
+    now = time.monotonic()
+    if cached is not None and cached[0] == key and now - cached[1] < _DEFAULT_TTL:
+        return cached[2]
+    n = default_threads()
+    _local.default = (key, now, int(n))
+    return int(n)
+
+
+def current_threads() -> int:
+    """The threads a fit or prediction started now in this thread would use (>= 1, within the pool)."""
+    limit = getattr(_local, "limit", None)
+    if limit is None:
+        limit = _num_threads
+        if limit is None:
+            limit = _cached_default()
+        elif limit == 0:
+            limit = pool_size()
+    return max(1, min(int(limit), pool_size()))
 
 
 @contextmanager
 def thread_limit(n_jobs=None):
-    """Run a block with the library's numba threads capped for this thread; yields the count.
+    """Run a block with the library's threads capped for this thread; yields the count.
 
     ``n_jobs`` as :func:`resolve_n_jobs` takes it.  ``None`` keeps what this
-    thread would use anyway (an enclosing limit or ``_columns.set_num_threads``,
+    thread would use anyway (an enclosing limit or :func:`set_num_threads`,
     else :func:`default_threads`, resolved now), fixed for the block: the
     estimator's ``n_jobs=None`` fits inside a caller's ``thread_limit(2)`` use
     2 threads.  Other threads are not affected.  Results do not depend on the
     count.
     """
-    from mwumkl_dist.devices import cpu as _columns
-
     n = _threads_now() if n_jobs is None else resolve_n_jobs(n_jobs)
-    with _columns.thread_limit(n):
+    with limit_threads(n):
         yield n
 
 
 def _threads_now() -> int:
-    """:func:`current_threads`, with the default resolved afresh (not from ``_columns``' short-lived cache)."""
-    from mwumkl_dist.devices import cpu as _columns
-
-    enclosing = getattr(getattr(_columns, "_local", None), "limit", None)
-    if enclosing is None and getattr(_columns, "_num_threads", None) is None:  # no limit, no override
-        return max(1, min(default_threads(), _numba_pool()))
+    """:func:`current_threads`, with the default resolved afresh (not from the short-lived cache)."""
+    if getattr(_local, "limit", None) is None and _num_threads is None:  # no limit, no override
+        return max(1, min(default_threads(), pool_size()))
     return current_threads()
 
 
-def _numba_pool() -> int:
-    import numba
+def ordered_map(fn, items) -> list:
+    """``[fn(item) for item in items]`` over this thread's threads (``n_jobs``), the results in order.
 
-    return int(numba.config.NUMBA_NUM_THREADS)
-
-
-def current_threads() -> int:
-    """The threads a fit or prediction started now in this thread would use (numba's pool included)."""
-    from mwumkl_dist.devices import cpu as _columns
-
-    return int(_columns.get_num_threads())
+    Whatever is summed from the results, in their order, does not depend on the thread count.
+    """
+    items = list(items)
+    n_threads = min(current_threads(), len(items))
+    if n_threads <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(n_threads) as pool:
+        return list(pool.map(fn, items))

@@ -28,9 +28,8 @@ import threading
 import time
 import traceback
 import weakref
-from contextlib import nullcontext
 
-from mwumkl_dist.devices import cpu as _columns
+from mwumkl_dist.devices.threads import current_threads, dask_worker, limit_threads, worker_threads
 from mwumkl_dist.engines import channel as _channel
 from mwumkl_dist.engines.pool import call_args, close_shard, invoke
 
@@ -193,12 +192,6 @@ _SHARDS_ON_WORKER: dict[str, weakref.WeakSet] = {}
 _SHARDS_LOCK = threading.Lock()
 
 
-def _worker_nthreads(worker) -> int:
-    state = getattr(worker, "state", None)
-    n = getattr(state, "nthreads", None) or getattr(worker, "nthreads", None)
-    return int(n) if n else 1
-
-
 class ShardServer:
     """Dask actor holding one shard; answers its pool's calls over a direct socket (:mod:`.channel`).
 
@@ -210,14 +203,14 @@ class ShardServer:
     """
 
     def __init__(self, shard_factory, secret: bytes, accept_timeout: float | None = None):
-        from distributed import get_worker
-
-        worker = get_worker()
+        worker = dask_worker()
+        if worker is None:
+            raise RuntimeError("a ShardServer is a Dask actor: it runs on a Dask worker")
         # A factory (e.g. a store path and a row range), not a built shard: the shard is built,
         # and its data read, on the worker.
         self.shard = shard_factory()
         self._worker_address = worker.address
-        self._nthreads = _worker_nthreads(worker)
+        self._nthreads = worker_threads(worker) or 1
         ssl_context = None
         if worker.address.startswith("tls://"):
             ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
@@ -247,11 +240,9 @@ class ShardServer:
     def _answer(self, method, args) -> list:
         """The encoded answer to one call: ``("ok", value)`` or ``("error", traceback)``."""
         try:
-            limit = getattr(_columns, "thread_limit", None)
-            with limit(self.threads()) if limit is not None else nullcontext():
+            with limit_threads(self.threads()):
                 if method == "threads":  # inside the limit: the threads a call runs with
-                    get = getattr(_columns, "get_num_threads", None)
-                    value = self.threads(), (get() if get is not None else None)
+                    value = self.threads(), current_threads()
                 else:
                     value = invoke(self.shard, method, args)
             return _channel.encode(("ok", value))

@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mwumkl_dist.core import partition
 from mwumkl_dist.core.exact import exact_to_float
 from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
 from mwumkl_dist.data.shards import sum_tile_partials
-from mwumkl_dist.devices import cpu as _columns
 
 __all__ = ["MWUEngine", "Block", "fetch_row"]
 
@@ -67,7 +67,7 @@ class MWUEngine:
             warnings.warn(
                 f"n_kernel_shards={n_kernel_shards} but {problem.n_kernels} kernels make only "
                 f"{len(kernel_ranges)} kernel block(s): blocks hold whole kernel tiles of about "
-                f"{_columns.TILE_KERNELS} kernels (so that every layout gives the same model); using "
+                f"{partition.TILE_KERNELS} kernels (so that every layout gives the same model); using "
                 f"{len(kernel_ranges)}",
                 UserWarning,
                 stacklevel=3,

@@ -296,7 +296,7 @@ def _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w
 def _combine(dot, sqx, sqz, plan_arrays, members, w, out, parallel: bool = True) -> None:
     """:func:`_combine_rows` on all rows, in row chunks over this thread's numba threads (same bits)."""
     work = dot.shape[0] * len(members) * max(1, dot.shape[1] // 64) if parallel else 0
-    with _columns._parallel(_columns._threads_for(work)) as n_chunks:
+    with _columns.parallel(_columns.threads_for(work)) as n_chunks:
         if n_chunks == 1:
             _combine_rows(dot, sqx, sqz, *plan_arrays, members, w, out, 0, dot.shape[0])
         else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.core.partition import row_blocks
+from mwumkl_dist.devices.threads import ordered_map
 from mwumkl_dist.kernels.evaluation import combined_kernel
 from mwumkl_dist.kernels.specs import KernelSet
 
@@ -22,7 +23,6 @@ __all__ = [
     "landmark_rows",
     "unit_weights",
     "pruned_weights",
-    "ordered_map",
     "one_blas_thread",
 ]
 
@@ -69,23 +69,6 @@ def unit_weights(kernel_weights, traces, n_samples: int, prune: float = PRUNE) -
     The combined kernel ``sum_i w_i K_i`` of the result has unit mean diagonal on the training rows.
     """
     return pruned_weights(kernel_weights, prune) / np.asarray(traces, dtype=np.float64) * float(n_samples)
-
-
-def ordered_map(fn, items) -> list:
-    """``[fn(item) for item in items]`` over this thread's threads (``n_jobs``), the results in order.
-
-    Whatever is summed from the results, in their order, does not depend on the thread count.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from mwumkl_dist.devices.cpu import get_num_threads
-
-    items = list(items)
-    n_threads = min(get_num_threads(), len(items))
-    if n_threads <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(n_threads) as pool:
-        return list(pool.map(fn, items))
 
 
 @dataclass

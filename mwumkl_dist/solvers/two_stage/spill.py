@@ -8,6 +8,8 @@ import tempfile
 
 import numpy as np
 
+from mwumkl_dist.devices.threads import dask_worker
+
 __all__ = [
     "FeatureBlocks",
     "feature_memory_budget",
@@ -29,7 +31,7 @@ def feature_memory_budget() -> int:
     env = os.environ.get("MWUMKL_FEATURE_MEMORY")
     if env:
         return int(float(env))
-    limit = getattr(getattr(_dask_worker(), "memory_manager", None), "memory_limit", None)
+    limit = getattr(getattr(dask_worker(), "memory_manager", None), "memory_limit", None)
     if limit:
         return int(limit // 4)
     return int(_available_memory() // 2)
@@ -46,19 +48,9 @@ def _available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _dask_worker():
-    """The Dask worker this task runs on, or None (not on a worker's task thread, or no ``distributed``)."""
-    try:
-        from distributed import get_worker
-
-        return get_worker()
-    except (ImportError, ValueError):
-        return None
-
-
 def scratch_dir() -> str:
     """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
-    return os.environ.get("MWUMKL_SCRATCH") or getattr(_dask_worker(), "local_directory", None) or tempfile.gettempdir()
+    return os.environ.get("MWUMKL_SCRATCH") or getattr(dask_worker(), "local_directory", None) or tempfile.gettempdir()
 
 
 class FeatureBlocks:
