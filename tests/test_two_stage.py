@@ -207,8 +207,7 @@ def test_solver_is_validated_and_refused_where_it_cannot_run():
 
 def test_weight_points_rule():
     assert two_stage.weight_points_for(500) == 500
-    assert two_stage.weight_points_for(32561) == two_stage.WEIGHT_POINTS_MIN
-    assert two_stage.weight_points_for(100000) == 2000
+    assert two_stage.weight_points_for(3001) == two_stage.WEIGHT_POINTS == 3000
     assert two_stage.weight_points_for(10**7) == two_stage.WEIGHT_POINTS
 
 
