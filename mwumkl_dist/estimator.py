@@ -131,8 +131,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``selectivity="auto"``'s cross-validation) learns the kernel weights and
         ``C`` on a stratified subsample of 3000 rows (so it is polished),
         then the same 2-norm soft-margin SVM is solved on all rows on 500
-        Nystroem features of the learned combined kernel, by a finite Newton method: time linear in ``n``.  On cod-rna (10^5 rows)
-        3.7 % test error in about 20 s (one core) where the MWU fit takes
+        Nystroem features of the learned combined kernel, by a finite Newton
+        method: time linear in ``n``.  On cod-rna (10^5 rows) 3.7 % test error in about 20 s (one core) where the MWU fit takes
         minutes; a9a 14.8 % in 10 s.  The model is a kernel expansion on the
         500 landmark rows (``support_``), predicted and saved as any other.
         The linear stage runs on the estimator's engine: ``n_shards`` shards
