@@ -129,18 +129,18 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         polish, see ``polish``); its cost grows as ``n^2`` (``T ~ n / 5``
         iterations).  ``"two-stage"``: the MWU fit (with ``C="auto"`` and
         ``selectivity="auto"``'s cross-validation) learns the kernel weights and
-        ``C`` on a stratified subsample of 3000 rows (so it is polished),
-        then the same 2-norm soft-margin SVM is solved on all rows on 500
-        Nystroem features of the learned combined kernel, by a finite Newton
-        method: time linear in ``n``.  On cod-rna (10^5 rows) 3.7 % test error in about 20 s (one core) where the MWU fit takes
-        minutes; a9a 14.8 % in 10 s.  The model is a kernel expansion on the
-        500 landmark rows (``support_``), predicted and saved as any other.
-        The linear stage runs on the estimator's engine: ``n_shards`` shards
-        (on Dask workers with ``engine="dask"``) each hold their rows'
-        features, reading a data store block by block; features beyond a
-        shard's memory budget (a quarter of a Dask worker's ``memory_limit``)
-        go to a temporary file.  The model is the same,
-        bit for bit, for every engine, shard count and thread count.
+        ``C`` on a stratified subsample of 3000 rows (so it is polished), then
+        the same 2-norm soft-margin SVM is solved on all rows on 500 Nystroem
+        features of the learned combined kernel, by a finite Newton method: time
+        linear in ``n``.  On cod-rna (10^5 rows) 3.7 % test error in about 20 s
+        (one core) where the MWU fit takes minutes; a9a 14.8 % in 10 s.  The
+        model is a kernel expansion on the 500 landmark rows (``support_``),
+        predicted and saved as any other. The linear stage runs on the
+        estimator's engine: ``n_shards`` shards (on Dask workers with
+        ``engine="dask"``) each hold their rows' features, reading a data store
+        block by block; features beyond a shard's memory budget (a quarter of a
+        Dask worker's ``memory_limit``) go to a temporary file.  The model is
+        the same, bit for bit, for every engine, shard count and thread count.
         ``"auto"``: two-stage above 3000 training rows (where the exact polish
         stops: the raw MWU classifier is worse or slower there) for feature rows
         (in memory or in a data store) with a finite ``C``, on the CPU and
