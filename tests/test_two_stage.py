@@ -135,7 +135,7 @@ def _two_stage_model(X, y, **params):
     from mwumkl_dist import MWUMKLClassifier
     from mwumkl_dist.data.problems import make_training_input
 
-    est = MWUMKLClassifier(**params)
+    est = MWUMKLClassifier(**{"kernels": "paper", **params})
     spec = FitSpec.from_params(est.get_params())
     data = make_training_input(X, y, est.kernels, estimator=est)
     solver = two_stage.TwoStageSolver(weight_points=150, n_components=60)

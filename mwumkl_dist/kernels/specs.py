@@ -493,7 +493,6 @@ class KernelSet:
     """
 
     def __init__(self, kernels, n_features: int, scale: Callable[[], DataScale] | None = None):
-        self._scale = None if scale is None else functools.cache(scale)
         if int(n_features) != n_features or n_features < 1:
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
@@ -504,9 +503,10 @@ class KernelSet:
             self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
             self.plan = bank_plan(self.bank, self.n_features)
             return
-        self.specs = self._expand(kernels)
+        scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
+        self.specs = self._expand(kernels, scale)
         #: The training data's scale when a scaled family used it (None otherwise).
-        self.scale: DataScale | None = self._scale() if self._scale and self._scale.cache_info().currsize else None
+        self.scale: DataScale | None = scale() if scale is not None and scale.cache_info().currsize else None
         if not self.specs:
             raise ValueError("the kernel set is empty")
         for spec in self.specs:
@@ -516,9 +516,9 @@ class KernelSet:
                 )
         self.plan = self._compile()
 
-    def _expand(self, kernels) -> list[KernelSpec]:
+    def _expand(self, kernels, scale=None) -> list[KernelSpec]:
         if isinstance(kernels, str):
-            kernels = parse_kernels(kernels, self.n_features, self._scale)
+            kernels = parse_kernels(kernels, self.n_features, scale)
         elif isinstance(kernels, (KernelSpec, RandomGaussianBank)):
             kernels = [kernels]
         if not isinstance(kernels, Iterable):
@@ -532,7 +532,7 @@ class KernelSet:
             elif isinstance(k, KernelSpec) and type(k) is not KernelSpec:
                 out.append(k)
             elif isinstance(k, str):
-                out.extend(self._expand(k))
+                out.extend(self._expand(k, scale))
             else:
                 raise TypeError(f"not a kernel spec: {k!r}")
         return out
