@@ -80,7 +80,7 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     model = parser.add_argument_group("model")
-    model.add_argument("--kernels", default="paper", metavar="SPEC", help="kernel family (default 'paper')")
+    model.add_argument("--kernels", default="scaled", metavar="SPEC", help="kernel family (default 'scaled')")
     model.add_argument(
         "--epsilon",
         type=epsilon_or_auto,

@@ -1,6 +1,6 @@
 """mwumkl_dist: scalable multiple kernel learning (MWUMKL, Moeller et al., AISTATS 2014)."""
 
-from mwumkl_dist.core.mwu_rules import ConvergenceWarning, FewIterationsWarning, ProgressInfo
+from mwumkl_dist.core.mwu_rules import ConvergenceWarning, FewIterationsWarning, MajorityClassWarning, ProgressInfo
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.kernels.specs import (
@@ -30,6 +30,7 @@ __all__ = [
     "ProgressInfo",
     "ConvergenceWarning",
     "FewIterationsWarning",
+    "MajorityClassWarning",
     "DataStore",
     "KernelStore",
     "StoreError",

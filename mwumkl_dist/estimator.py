@@ -49,9 +49,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernels : str, KernelSpec or list, default="paper"
-        The base kernels.  A spec string such as ``"paper"`` (12 kernels on
-        all features), ``"paper-per-feature"`` (12 per feature),
+    kernels : str, KernelSpec or list, default="scaled"
+        The base kernels.  A spec string such as ``"scaled"`` (14 kernels on
+        all features: polynomial degrees 1-3 and 11 Gaussians whose widths
+        ``2^-2.5 ... 2^2.5 sigma_0`` are set from the training data's own scale,
+        ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``;
+        ``kernel_scale_`` records ``sigma_0``), ``"scaled-per-feature"`` (14
+        per feature, each at its feature's scale), ``"paper"`` (the paper's 12
+        kernels, widths fixed at 1 to 16: for data scaled to [0, 1]),
+        ``"paper-per-feature"`` (12 per feature),
         ``"linear,poly:2,gaussian:2@0-4"`` or ``"random:1000:size=2:seed=0"``;
         kernel objects from :mod:`mwumkl_dist.kernels`; or ``"precomputed"``,
         where ``X`` is an ``(m, n_samples, n_train)`` array of kernel values.
@@ -123,22 +129,22 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         polish, see ``polish``); its cost grows as ``n^2`` (``T ~ n / 5``
         iterations).  ``"two-stage"``: the MWU fit (with ``C="auto"`` and
         ``selectivity="auto"``'s cross-validation) learns the kernel weights and
-        ``C`` on a stratified subsample of 2 % of the rows (1000 to 3000, so it
-        is polished), then the same 2-norm soft-margin SVM is solved on all
-        rows on 500 Nystroem features of the learned combined kernel, by a
-        finite Newton method: time linear in ``n``.  On cod-rna (10^5 rows)
-        3.7 % test error in about 20 s (one core) where the MWU fit takes
-        minutes; a9a 14.8 % in 10 s.  The model is a kernel expansion on the
-        500 landmark rows (``support_``), predicted and saved as any other.
-        The linear stage runs on the estimator's engine: ``n_shards`` shards
-        (on Dask workers with ``engine="dask"``) each hold their rows'
-        features, reading a data store block by block; features beyond a
-        shard's memory budget (a quarter of a Dask worker's ``memory_limit``)
-        go to a temporary file.  The model is the same,
-        bit for bit, for every engine, shard count and thread count.
-        ``"auto"``: two-stage from 10000 training rows for feature rows (in
-        memory or in a data store) with a finite ``C``, on the CPU and without
-        a checkpoint; else ``"mwu"``.  ``solver_`` records the one used.
+        ``C`` on a stratified subsample of 3000 rows (so it is polished), then
+        the same 2-norm soft-margin SVM is solved on all rows on 500 Nystroem
+        features of the learned combined kernel, by a finite Newton method: time
+        linear in ``n``.  On cod-rna (10^5 rows) 3.7 % test error in about 20 s
+        (one core) where the MWU fit takes minutes; a9a 14.8 % in 10 s.  The
+        model is a kernel expansion on the 500 landmark rows (``support_``),
+        predicted and saved as any other. The linear stage runs on the
+        estimator's engine: ``n_shards`` shards (on Dask workers with
+        ``engine="dask"``) each hold their rows' features, reading a data store
+        block by block; features beyond a shard's memory budget (a quarter of a
+        Dask worker's ``memory_limit``) go to a temporary file.  The model is
+        the same, bit for bit, for every engine, shard count and thread count.
+        ``"auto"``: two-stage above 3000 training rows (where the exact polish
+        stops: the raw MWU classifier is worse or slower there) for feature rows
+        (in memory or in a data store) with a finite ``C``, on the CPU and
+        without a checkpoint; else ``"mwu"``.  ``solver_`` records the one used.
     engine : {"local", "dask"}, default="local"
         Where the shards live: in this process, or on Dask workers.
     device : {"cpu", "cuda"}, default="cpu"
@@ -225,7 +231,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     kernel_traces_ : ndarray of shape (n_kernels,)
         Traces ``r_i`` of the base kernels on the training data.
     kernel_names_ : list of str
-        The base kernels, as spec strings.
+        The base kernels, as spec strings (the scaled families' widths as numbers).
+    kernel_scale_ : float
+        Only with a scaled family (``kernels="scaled"``, the default): the data's
+        scale ``sigma_0`` its Gaussian widths are multiples of.
     support_ : ndarray of shape (n_SV,)
         Indices of the training points with non-zero dual coefficient.
     support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
@@ -291,7 +300,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        kernels="paper",
+        kernels="scaled",
         epsilon="auto",
         C="auto",
         rho=0.5,

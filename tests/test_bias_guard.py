@@ -50,7 +50,7 @@ def test_few_iterations_never_worse_than_the_majority_class():
     for epsilon in (0.5, 0.8):  # without the check: 37.7 % and 54.2 % training error
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            clf = MWUMKLClassifier(epsilon=epsilon, C=1000.0, polish=False, n_jobs=1).fit(X, y)
+            clf = MWUMKLClassifier("paper", epsilon=epsilon, C=1000.0, polish=False, n_jobs=1, solver="mwu").fit(X, y)
         assert clf.solver_ == "mwu" and not clf.polished_
         assert np.mean(clf.predict(X) != y) <= majority + 0.01
         warned = [w for w in caught if issubclass(w.category, FewIterationsWarning) and "bias" in str(w.message)]

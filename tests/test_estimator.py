@@ -96,7 +96,7 @@ def test_multiclass_one_vs_rest():
     X = MinMaxScaler().fit_transform(X)
     Xa, Xb, ya, yb = train_test_split(X, y, random_state=0, stratify=y)
     labels = np.array(["setosa", "versicolor", "virginica"])
-    clf = MWUMKLClassifier(**literal(epsilon=0.3)).fit(Xa, labels[ya])
+    clf = MWUMKLClassifier("paper", **literal(epsilon=0.3)).fit(Xa, labels[ya])
     T = math.ceil(8 * 0.25 / 0.09 * math.log(len(ya)))
     np.testing.assert_array_equal(clf.classes_, labels)
     assert clf.kernel_weights_.shape == clf.raw_kernel_weights_.shape == (3, 12)
@@ -109,7 +109,7 @@ def test_multiclass_one_vs_rest():
     np.testing.assert_array_equal(clf.predict(Xb), labels[np.argmax(scores, axis=1)])
     assert clf.score(Xb, labels[yb]) > 0.9
     # each row k is the binary problem "class k against the rest"
-    one = MWUMKLClassifier(**literal(epsilon=0.3)).fit(Xa, ya == 1)
+    one = MWUMKLClassifier("paper", **literal(epsilon=0.3)).fit(Xa, ya == 1)
     np.testing.assert_allclose(one.decision_function(Xb), scores[:, 1], rtol=1e-12, atol=1e-12)
 
 
@@ -337,7 +337,7 @@ def test_callback_progress_and_early_stop():
     X, y = _toy()
     T = math.ceil(8 * 0.25 / 0.09 * math.log(len(y)))
     seen = []
-    clf = MWUMKLClassifier(**literal(epsilon=0.3), callback=seen.append, callback_every=25).fit(X, y)
+    clf = MWUMKLClassifier("paper", **literal(epsilon=0.3), callback=seen.append, callback_every=25).fit(X, y)
     assert all(isinstance(info, ProgressInfo) for info in seen)
     assert [info.iteration for info in seen] == [*range(25, T, 25), T]
     assert all(info.n_iter == T and info.elapsed >= 0 and info.s.shape == (12,) for info in seen)
@@ -595,7 +595,7 @@ def test_auto_polish_budget():
     for n, kernels in [(3001, "linear"), (1000, "random:1001:size=1:seed=0")]:
         X = rng.uniform(size=(n, 2))
         y = np.where(X[:, 0] > 0.5, 1, -1)
-        clf = MWUMKLClassifier(kernels, C=10.0, max_iter=3).fit(X, y)
+        clf = MWUMKLClassifier(kernels, C=10.0, max_iter=3, solver="mwu").fit(X, y)
         assert clf.epsilon_ == 0.1 and not clf.polished_
 
 
@@ -656,7 +656,7 @@ def test_defaults_on_breast_cancer():
     Xa, Xb, ya, yb = train_test_split(X, y, train_size=300, random_state=0, stratify=y)
     scaler = MinMaxScaler().fit(Xa)
     clf = MWUMKLClassifier().fit(scaler.transform(Xa), ya)
-    assert len(clf.kernel_names_) == 12  # kernels="paper"
+    assert len(clf.kernel_names_) == 14 and clf.kernel_scale_ > 0  # kernels="scaled"
     assert clf.polished_ and clf.epsilon_ == 0.2
     assert clf.C_ in C_GRID and len(clf.C_path_) == 6
     assert clf.C_path_[0.1] > 2 * clf.C_path_[clf.C_]  # 1/C = 10/n is far too much ridge

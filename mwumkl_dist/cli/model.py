@@ -35,7 +35,7 @@ from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.files import format_label, load_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
-from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, KernelSet, RandomGaussianBank, parse_kernels
+from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
 from mwumkl_dist.solvers.spec import SOLVER_NAMES
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
@@ -75,7 +75,7 @@ def _model_options() -> argparse.ArgumentParser:
     """The options of the estimator, shared by ``demo`` and ``fit``."""
     model = Parser(add_help=False)
     group = model.add_argument_group("model")
-    group.add_argument("--kernels", type=kernel_spec, default="paper", metavar="SPEC", help=KERNEL_SPEC_HELP)
+    group.add_argument("--kernels", type=kernel_spec, default="scaled", metavar="SPEC", help=KERNEL_SPEC_HELP)
     group.add_argument(
         "--epsilon",
         type=epsilon_or_auto,
@@ -294,7 +294,7 @@ def _count_kernels(spec: str, n_features: int, X=None) -> int:
     """How many base kernels ``spec`` means (checking feature indices), without expanding a big bank."""
     if spec == "precomputed":
         return X.n_kernels
-    items = parse_kernels(spec, n_features)
+    items = parse_kernels(spec, n_features, scale=lambda: DataScale(1, (0,) * n_features, (0,) * n_features))
     closed_form = [k for k in items if not isinstance(k, RandomGaussianBank)]
     if closed_form:
         KernelSet(closed_form, n_features)  # feature indices against the data

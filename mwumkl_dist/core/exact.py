@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exact_column_sums", "exact_to_float"]
+__all__ = ["exact_column_sums", "exact_sums_by_column", "exact_to_float"]
 
 # Any finite double times 2**(1074 + 53) is an integer once its 53-bit mantissa is one.
 SHIFT = 1074 + 53
@@ -23,11 +23,20 @@ def exact_column_sums(values: np.ndarray) -> list[int]:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
         raise ValueError("exact_column_sums expects a 2-d array")
-    if not np.all(np.isfinite(values)):
-        raise ValueError("cannot sum non-finite values exactly")
     n, m = values.shape
     if values.size == 0:  # no rows, or no columns (a shard without support rows passes (m, 0))
         return [0] * m
+    return exact_sums_by_column(values.ravel(), np.broadcast_to(np.arange(m), (n, m)).ravel(), m)
+
+
+def exact_sums_by_column(values: np.ndarray, columns: np.ndarray, n_columns: int) -> list[int]:
+    """Exact sums (times ``2**SHIFT``) of ``values`` grouped by ``columns`` (``0 .. n_columns - 1``)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise ValueError("cannot sum non-finite values exactly")
+    out = [0] * n_columns
+    if values.size == 0:
+        return out
     mant, exp = np.frexp(values)
     mantissa = np.rint(np.ldexp(mant, 53)).astype(np.int64)  # |mantissa| < 2**53, exact
     shift = exp.astype(np.int64) - 53 + SHIFT  # value = mantissa * 2**(shift - SHIFT), shift >= 0
@@ -36,12 +45,10 @@ def exact_column_sums(values: np.ndarray) -> list[int]:
     lo_shift = int(shift.min())
     slot = shift - lo_shift
     n_slots = int(slot.max()) + 1
-    cols = np.broadcast_to(np.arange(m), (n, m))
-    acc_high = np.zeros((n_slots, m), np.int64)
-    acc_low = np.zeros((n_slots, m), np.int64)
-    np.add.at(acc_high, (slot, cols), high)
-    np.add.at(acc_low, (slot, cols), low)
-    out = [0] * m
+    acc_high = np.zeros((n_slots, n_columns), np.int64)
+    acc_low = np.zeros((n_slots, n_columns), np.int64)
+    np.add.at(acc_high, (slot, columns), high)
+    np.add.at(acc_low, (slot, columns), low)
     for s in np.flatnonzero((acc_high != 0).any(axis=1) | (acc_low != 0).any(axis=1)):
         e = int(s) + lo_shift
         for k in np.flatnonzero((acc_high[s] != 0) | (acc_low[s] != 0)):

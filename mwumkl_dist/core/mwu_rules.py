@@ -31,6 +31,7 @@ __all__ = [
     "FitInterrupted",
     "ConvergenceWarning",
     "FewIterationsWarning",
+    "MajorityClassWarning",
     "Candidate",
     "eps_prime",
     "iteration_count",
@@ -68,6 +69,10 @@ class ConvergenceWarning(UserWarning):
 
 class FewIterationsWarning(UserWarning):
     """The given ``epsilon`` or ``max_iter`` gives far too few iterations for an unpolished fit."""
+
+
+class MajorityClassWarning(UserWarning):
+    """The fitted model's cross-validated (or training) error is no better than predicting the majority class."""
 
 
 @dataclass

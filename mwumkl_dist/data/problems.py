@@ -36,6 +36,7 @@ from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
 from mwumkl_dist.kernels.evaluation import (
     as_csr,
     combined_kernel,
+    data_scale,
     kernel_traces,
     point_kernel_block,
     support_vector_sums,
@@ -300,7 +301,8 @@ class FeatureInput(_FeatureData):
 
     def __init__(self, X, y, kernels):
         super().__init__(X, y, kernels)
-        self.kernel_set = KernelSet(kernels, self.n_features_in)
+        self.kernel_set = KernelSet(kernels, self.n_features_in, scale=lambda: data_scale([X], self.n_features_in))
+        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, self.n_samples)
         self._csr = as_csr(X)
@@ -424,14 +426,21 @@ class _StoreData:
         )
 
 
+def _store_blocks(store: DataStore):
+    """A data store's rows, one chunk-aligned block at a time."""
+    for a, b in store.row_ranges(-(-store.n_samples // store.chunk_rows)):
+        yield store.read_rows(a, b)
+
+
 class DataStoreInput(_StoreData):
     """Features in a :class:`~mwumkl_dist.stores.DataStore`, with a kernel set (or one random bank)."""
 
     def __init__(self, store: DataStore, kernels):
         super().__init__(store)
-        self.kernels = kernels
         self.n_features_in = store.n_features
-        self.kernel_set = KernelSet(kernels, store.n_features)
+        scale = functools.partial(data_scale, _store_blocks(store), store.n_features)
+        self.kernel_set = KernelSet(kernels, store.n_features, scale=scale)
+        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, store.n_samples)
 

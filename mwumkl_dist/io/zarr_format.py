@@ -50,7 +50,7 @@ import scipy.sparse as sp
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
-from mwumkl_dist.kernels.evaluation import as_csr, kernel_column_block, row_group_sqnorms
+from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
@@ -911,7 +911,7 @@ def _computed_kernel_columns(X, kernels, n: int):
         raise ValueError("features contain NaN or infinity")
     if Xc.shape[0] != n:
         raise ValueError(f"{Xc.shape[0]} rows but {n} labels")
-    kernel_set = KernelSet(kernels, Xc.shape[1])
+    kernel_set = KernelSet(kernels, Xc.shape[1], scale=lambda: data_scale([Xc], Xc.shape[1]))
     plan = kernel_set.plan
     row_sq = row_group_sqnorms(Xc, plan)  # once for all column blocks
 

@@ -22,8 +22,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from mwumkl_dist.core.exact import exact_sums_by_column
 from mwumkl_dist.devices import cpu as _columns
-from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, KernelPlan, KernelSet
+from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, DataScale, KernelPlan, KernelSet
 
 __all__ = [
     "as_csr",
@@ -37,7 +38,11 @@ __all__ = [
     "kernel_traces",
     "combined_kernel",
     "kernel_matrices",
+    "data_scale",
 ]
+
+#: Rows per block when the data's scale is summed (bounds the exact sums' temporaries).
+_SCALE_ROWS = 1 << 14
 
 #: Entries per temporary block (about 32 MB of float64 each).
 _BLOCK_ENTRIES = 1 << 22
@@ -353,3 +358,24 @@ def kernel_matrices(kernels, X, Z) -> np.ndarray:
     for i, a, k in _kernel_blocks(ks, X, Z, np.ones(len(ks), dtype=bool)):
         out[i, a : a + k.shape[0]] = k
     return out
+
+
+# ----------------------------------------------------------------------------- the data's scale
+
+
+def data_scale(blocks, n_features: int) -> DataScale:
+    """The :class:`~mwumkl_dist.kernels.specs.DataScale` of rows given as blocks (arrays or CSR matrices).
+
+    Exact per-feature sums of ``x`` and ``x^2``: the same for any split into blocks and for dense
+    or sparse rows of the same values.
+    """
+    sums, squares, n = [0] * n_features, [0] * n_features, 0
+    for block in blocks:
+        for lo in range(0, block.shape[0], _SCALE_ROWS):
+            X = as_csr(block[lo : lo + _SCALE_ROWS])
+            columns = X.indices.astype(np.int64)
+            for total, part in ((sums, X.data), (squares, X.data * X.data)):
+                for f, value in enumerate(exact_sums_by_column(part, columns, n_features)):
+                    total[f] += value
+            n += X.shape[0]
+    return DataScale(n, tuple(sums), tuple(squares))

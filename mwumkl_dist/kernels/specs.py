@@ -19,10 +19,12 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from mwumkl_dist.core.exact import exact_to_float
 
 __all__ = [
     "KernelSpec",
@@ -39,6 +41,10 @@ __all__ = [
     "PAPER_DEGREES",
     "paper_family",
     "paper_per_feature_family",
+    "DataScale",
+    "SCALED_EXPONENTS",
+    "scaled_family",
+    "scaled_per_feature_family",
     "parse_kernels",
     "format_number",
     "parse_number",
@@ -51,6 +57,11 @@ LINEAR, POLYNOMIAL, GAUSSIAN = 0, 1, 2
 PAPER_SIGMAS = tuple(float(2.0 ** (k / 2.0)) for k in range(9))
 #: Polynomial degrees of the paper's family.
 PAPER_DEGREES = (1, 2, 3)
+#: Gaussian widths of the scaled family, as powers of two times the data's scale ``sigma_0``:
+#: ``2^-2.5 ... 2^2.5 sigma_0`` in half octaves.  scikit-learn's ``gamma="scale"`` is
+#: ``1 / (2 sigma_0^2)``, and a grid search over ``gamma = 2^-4 ... 2^4`` times it (the usual
+#: tuned RBF SVC) spans ``2^-2 ... 2^2 sigma_0``: every width it can pick lies inside this grid.
+SCALED_EXPONENTS = tuple(k / 2.0 for k in range(-5, 6))
 
 
 def _features_tuple(features) -> tuple[int, ...] | None:
@@ -254,6 +265,46 @@ def paper_per_feature_family(n_features: int) -> list[KernelSpec]:
     return out
 
 
+@dataclass(frozen=True)
+class DataScale:
+    """The training data's scale, from exact per-feature sums of ``x`` and ``x^2`` over ``n_samples`` rows.
+
+    :meth:`sigma` is the Gaussian width ``sigma_0 = sqrt(d var / 2)`` of scikit-learn's
+    ``gamma="scale"`` (``1 / (d var)``, ``var`` the variance of all the ``n d`` values) on the
+    ``d`` features a kernel reads. The sums are exact (:mod:`mwumkl_dist.core.exact`), so the
+    widths do not depend on the input's representation (dense, CSR, a store) or its chunking.
+    """
+
+    n_samples: int
+    sums: tuple  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints)
+    squares: tuple  # per feature: exact sum of x^2, likewise
+
+    def sigma(self, features=None) -> float:
+        """``sigma_0`` of the features (all when None); 1.0 where the values are constant."""
+        feats = range(len(self.sums)) if features is None else features
+        count = float(self.n_samples) * len(feats)
+        total, total_sq = exact_to_float([sum(self.sums[f] for f in feats), sum(self.squares[f] for f in feats)])
+        var = total_sq / count - (total / count) ** 2
+        if not (np.isfinite(var) and var > 0):
+            return 1.0  # constant features: every width gives the same (constant) kernel
+        return float(np.sqrt(len(feats) * var / 2.0))
+
+
+def scaled_family(scale: float, features=None) -> list[KernelSpec]:
+    """The scaled family: polynomial degrees 1-3 and Gaussians of widths :data:`SCALED_EXPONENTS` times ``scale``."""
+    return [Polynomial(degree=d, features=features) for d in PAPER_DEGREES] + [
+        Gaussian(sigma=scale * 2.0**e, features=features) for e in SCALED_EXPONENTS
+    ]
+
+
+def scaled_per_feature_family(scale: DataScale) -> list[KernelSpec]:
+    """The scaled family on every single feature, each at that feature's own scale."""
+    out: list[KernelSpec] = []
+    for f in range(len(scale.sums)):
+        out.extend(scaled_family(scale.sigma((f,)), features=(f,)))
+    return out
+
+
 # ----------------------------------------------------------------------------- parsing
 
 _ITEM = re.compile(r"^(?P<name>[a-z][a-z0-9_-]*)(?P<params>(:[^@:]+)*)(@(?P<feats>[0-9+\-]+))?$")
@@ -304,15 +355,19 @@ def _num(text: str, item: str, cast=parse_number):
 
 
 KERNEL_SPEC_HELP = (
-    "comma-separated kernels: 'paper' (12 kernels on all features), "
+    "comma-separated kernels: 'scaled' (14 kernels on all features, Gaussian widths set from the data's "
+    "scale), 'scaled-per-feature' (14 per feature), 'paper' (the paper's 12, widths 1 to 16), "
     "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
     "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S]'; any closed-form kernel may take "
-    "'@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'paper@FEATURES' restricts the family"
+    "'@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', 'paper@FEATURES' restrict the family"
 )
 
 
-def parse_kernels(text: str, n_features: int) -> list:
-    """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks."""
+def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | None = None) -> list:
+    """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks.
+
+    ``scale`` gives the training data's :class:`DataScale` (called only for the scaled families).
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty kernel spec; expected {KERNEL_SPEC_HELP}")
     out: list = []
@@ -324,7 +379,17 @@ def parse_kernels(text: str, n_features: int) -> list:
         name = m.group("name")
         pos, named = _parse_params(m.group("params") or "", item)
         feats = _parse_ranges(m.group("feats"), item) if m.group("feats") else None
-        if name == "paper":
+        if name in ("scaled", "scaled-per-feature"):
+            _no_params(pos, named, item)
+            if scale is None:
+                raise ValueError(f"kernels {name!r} take their widths from the training data; give concrete kernels")
+            if name == "scaled":
+                out.extend(scaled_family(scale().sigma(feats), features=feats))
+            elif feats is not None:
+                raise ValueError(f"'scaled-per-feature' takes no feature list (in {raw!r})")
+            else:
+                out.extend(scaled_per_feature_family(scale()))
+        elif name == "paper":
             _no_params(pos, named, item)
             out.extend(paper_family(features=feats))
         elif name == "paper-per-feature":
@@ -418,6 +483,8 @@ class KernelSet:
         See :func:`parse_kernels` for the string form.
     n_features : int
         Number of input features the kernels act on.
+    scale : callable, optional
+        Returns the training data's :class:`DataScale`; needed by the scaled families (called once, when used).
 
     Exactly one random bank (alone, as its spec string or as a one-item list)
     keeps ``bank`` and builds its plan with :func:`bank_plan`; ``specs`` and
@@ -425,17 +492,21 @@ class KernelSet:
     expanded into specs (a bank among other kernels included) and compiled.
     """
 
-    def __init__(self, kernels, n_features: int):
+    def __init__(self, kernels, n_features: int, scale: Callable[[], DataScale] | None = None):
         if int(n_features) != n_features or n_features < 1:
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
         #: The random bank when the set is exactly one (its specs are then generated on demand).
         self.bank: RandomGaussianBank | None = bank_of(kernels)
         if self.bank is not None:
+            self.scale = None
             self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
             self.plan = bank_plan(self.bank, self.n_features)
             return
-        self.specs = self._expand(kernels)
+        scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
+        self.specs = self._expand(kernels, scale)
+        #: The training data's scale when a scaled family used it (None otherwise).
+        self.scale: DataScale | None = scale() if scale is not None and scale.cache_info().currsize else None
         if not self.specs:
             raise ValueError("the kernel set is empty")
         for spec in self.specs:
@@ -445,9 +516,9 @@ class KernelSet:
                 )
         self.plan = self._compile()
 
-    def _expand(self, kernels) -> list[KernelSpec]:
+    def _expand(self, kernels, scale=None) -> list[KernelSpec]:
         if isinstance(kernels, str):
-            kernels = parse_kernels(kernels, self.n_features)
+            kernels = parse_kernels(kernels, self.n_features, scale)
         elif isinstance(kernels, (KernelSpec, RandomGaussianBank)):
             kernels = [kernels]
         if not isinstance(kernels, Iterable):
@@ -461,7 +532,7 @@ class KernelSet:
             elif isinstance(k, KernelSpec) and type(k) is not KernelSpec:
                 out.append(k)
             elif isinstance(k, str):
-                out.extend(self._expand(k))
+                out.extend(self._expand(k, scale))
             else:
                 raise TypeError(f"not a kernel spec: {k!r}")
         return out

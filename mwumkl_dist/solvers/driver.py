@@ -16,20 +16,24 @@ and one entry in :data:`SOLVERS` (and in :data:`mwumkl_dist.solvers.spec.SOLVER_
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import warnings
 from dataclasses import replace
 
 import numpy as np
 
+from mwumkl_dist.core.mwu_rules import MajorityClassWarning
 from mwumkl_dist.data.problems import TrainingInput
+from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.base import Calibration, FitTask, Solver, fold_decisions
+from mwumkl_dist.solvers.base import Calibration, FitTask, Solver, fold_decisions, model_decisions, predicted_labels
 from mwumkl_dist.solvers.calibration import fit_platt
 from mwumkl_dist.solvers.mwu.solver import MWUSolver
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.solver import AUTO_TWO_STAGE_POINTS, TwoStageSolver
 
-__all__ = ["SOLVERS", "fit_model", "platt_scaling", "probability_input", "resolve_solver"]
+__all__ = ["SOLVERS", "check_against_majority", "fit_model", "platt_scaling", "probability_input", "resolve_solver"]
 
 logger = logging.getLogger("mwumkl_dist")
 
@@ -54,7 +58,9 @@ def resolve_solver(spec: FitSpec, data: TrainingInput, *, resume=None) -> str:
     return spec.solver
 
 
-def fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight=None, seed: int | None = None, resume=None) -> dict:
+def fit_model(
+    spec: FitSpec, data: TrainingInput, *, sample_weight=None, seed: int | None = None, resume=None, nested=False
+) -> dict:
     """Fit ``data`` as ``spec`` says; returns the fitted attributes by name.
 
     Parameters
@@ -69,10 +75,14 @@ def fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight=None, seed: i
         folds, the two-stage subsample and landmarks); None: drawn from ``spec.random_state``.
     resume : path or None
         An MWU checkpoint to continue from.
+    nested : bool
+        A fit inside another (a cross-validation fold, the two-stage weight stage): its model is
+        not checked against the majority class (the outer fit's is).
     """
     seed = auto.random_seed(spec.random_state) if seed is None else seed
     solver = SOLVERS[resolve_solver(spec, data, resume=resume)]
-    task = FitTask.prepare(spec, data, sample_weight=sample_weight, seed=seed, fit=fit_model, resume=resume)
+    nested_fit = functools.partial(fit_model, nested=True)
+    task = FitTask.prepare(spec, data, sample_weight=sample_weight, seed=seed, fit=nested_fit, resume=resume)
     calibration_data = probability_input(spec, task.data, seed)
     # Reach the cluster first: an unreachable scheduler fails fast, before any cross-validation.
     with cluster_client(spec) as client:
@@ -83,6 +93,11 @@ def fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight=None, seed: i
         "n_features_in_": task.data.n_features_in,
         **model.attributes,
     }
+    if not nested:
+        check_against_majority(spec, task, attrs)
+    kernel_set = task.data.kernel_set
+    if kernel_set is not None and kernel_set.scale is not None:  # a scaled family: its widths' unit
+        attrs["kernel_scale_"] = kernel_set.scale.sigma()
     if calibration_data is not None:
         attrs["probA_"], attrs["probB_"] = platt_scaling(
             spec, calibration_data, task.classes, model.calibration, seed=seed, sample_weight=task.sample_weight
@@ -162,8 +177,51 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
         train, test = rows[a], rows[b]
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
                               iterations_per_point=calibration.iterations_per_point)  # fmt: skip
-        _, values = fold_decisions(fit_model, fold, cv, cv.kernels_with_trace(train), train, test, sample_weight,
+        nested_fit = functools.partial(fit_model, nested=True)
+        _, values = fold_decisions(nested_fit, fold, cv, cv.kernels_with_trace(train), train, test, sample_weight,
                                    doing="calibrating probabilities")  # fmt: skip
         decisions[b] = values.reshape(len(test), -1)
     weights = None if sample_weight is None else sample_weight[rows]
     return fit_platt(decisions, ys, classes, sample_weight=weights)
+
+
+#: Training rows the model is scored on when no cross-validated error is known (see :func:`check_against_majority`).
+MAJORITY_CHECK_POINTS = 4000
+
+
+def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict) -> None:
+    """Warn (and record in ``fit_warnings_``) when the model is no better than predicting the majority class.
+
+    The error compared is the cross-validated one of the chosen ``C`` and selectivity when the fit
+    cross-validated them (``C="auto"``; the two-stage fit's weight stage), else the training error
+    on a stratified sample of :data:`MAJORITY_CHECK_POINTS` rows (optimistic: a model that is no
+    better even there is useless). Errors are weighted as ``C="auto"`` scores them (class and
+    sample weights). Inputs whose rows cannot be read back (a kernel store) without a
+    cross-validated error are not checked.
+    """
+    y = task.data.y
+    weights = score_weights(y, spec.class_weight, task.sample_weight)
+    majority = min(weighted_error(np.full(len(y), c), y, weights) for c in task.classes)
+    paths = [*attrs.get("C_path_", {}).values(), *attrs.get("selectivity_path_", {}).values()]
+    if paths:
+        error, what = min(paths), "cross-validated"
+    else:
+        rows = auto.stratified_rows(y, MAJORITY_CHECK_POINTS, task.seed)
+        scoring = task.data.scoring_rows(rows, attrs["support_"])
+        if scoring is None:
+            return
+        X, support = scoring
+        decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X)
+        error = weighted_error(
+            predicted_labels(task.classes, decisions), y[rows], None if weights is None else weights[rows]
+        )
+        what = "training"
+    if error < majority:
+        return
+    message = (
+        f"the model's {what} error ({100 * error:.1f} %) is no better than predicting the majority class "
+        f"({100 * majority:.1f} %): these kernels and settings do not fit this data (try other kernels, e.g. "
+        "'scaled-per-feature', or scale the features)"
+    )
+    warnings.warn(message, MajorityClassWarning, stacklevel=4)
+    attrs["fit_warnings_"] = [*attrs.get("fit_warnings_", []), message]

@@ -5,7 +5,7 @@ noisy data (``O(m n^2)`` time), but far fewer to find the kernel weights.  The
 two-stage fit (``solver="two-stage"``) therefore
 
 1. learns the kernel weights ``mu`` (and ``C``, the selectivity) with the MWU fit
-   path on a stratified subsample of 2 % of the rows, 1000 to 3000
+   path on a stratified subsample of up to 3000 rows
    (:func:`weight_points_for`: small enough for the exact polish, so
    ``epsilon = 0.2``; ``C="auto"`` and ``selectivity="auto"`` cross-validate on
    it as usual);

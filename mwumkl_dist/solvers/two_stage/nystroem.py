@@ -14,8 +14,6 @@ from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
     "WEIGHT_POINTS",
-    "WEIGHT_POINTS_MIN",
-    "WEIGHT_FRACTION",
     "N_COMPONENTS",
     "PRUNE",
     "NystroemMap",
@@ -29,18 +27,11 @@ __all__ = [
 logger = logging.getLogger("mwumkl_dist")
 
 
-#: The kernel weights are learnt on ``WEIGHT_FRACTION * n`` rows, at least ``WEIGHT_POINTS_MIN`` and at most
-#: ``WEIGHT_POINTS`` (the exact polish's limit: the subsample's fit and C="auto"'s folds are polished, epsilon
-#: 0.2).  cod-rna 1e5 rows: 1000 rows give 3.88 % test error, 2000 3.72 %; a9a (32561): 1000 rows 14.81 %.
-WEIGHT_FRACTION = 0.02
-
-
-WEIGHT_POINTS_MIN = 1000
-
-
+#: The kernel weights are learnt on ``min(n, WEIGHT_POINTS)`` rows: the exact polish's limit (the
+#: subsample's fit and C="auto"'s folds are polished, epsilon 0.2).  Fewer rows cost accuracy: on a
+#: held-out 50,000-row set 1000 rows gave 2.48 % test error, 3000 rows 1.93 %; twonorm (5550 training
+#: rows, 2 splits) 2.62 % with 1000 and 2.08 % with 3000, ringnorm 1.95 % and 1.70 %.
 WEIGHT_POINTS = 3000
-
-
 #: Landmarks of the Nystroem map.
 N_COMPONENTS = 500
 

@@ -1,0 +1,90 @@
+"""The defaults (issue 20): kernel widths scaled to the data, a solver for every n, a warning when a
+model is no better than the majority class."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mwumkl_dist import MajorityClassWarning, MWUMKLClassifier, write_data_store
+from mwumkl_dist.kernels import Gaussian, KernelSet
+from mwumkl_dist.kernels.evaluation import data_scale
+from mwumkl_dist.kernels.specs import SCALED_EXPONENTS, DataScale
+
+
+def _checkerboard(n: int, cells: int = 4, seed: int = 0, scale: float = 1.0):
+    """A 2-D checkerboard on [0, scale]^2: structure far finer than the data's spread."""
+    X = np.random.default_rng(seed).uniform(0, 1, (n, 2))
+    y = np.where((np.floor(X[:, 0] * cells) + np.floor(X[:, 1] * cells)) % 2 == 0, 1, -1)
+    return X * scale, y
+
+
+def test_scaled_widths_are_sklearn_gamma_scale_multiples():
+    X = np.random.default_rng(1).normal(2.0, 3.0, (300, 5))
+    ks = KernelSet("scaled", 5, scale=lambda: data_scale([X], 5))
+    sigma0 = np.sqrt(1.0 / (2.0 * (1.0 / (X.shape[1] * X.var()))))  # gamma = "scale"
+    assert ks.scale.sigma() == pytest.approx(sigma0, rel=1e-12)
+    sigmas = [s.sigma for s in ks.specs if isinstance(s, Gaussian)]
+    np.testing.assert_allclose(sigmas, [sigma0 * 2.0**e for e in SCALED_EXPONENTS], rtol=1e-12)
+    # A tuned SVC searches gamma in 2^-4 .. 2^4 times gamma="scale": all those widths lie inside the grid.
+    gammas = (1.0 / (X.shape[1] * X.var())) * 2.0 ** np.arange(-4, 5)
+    widths = np.sqrt(1.0 / (2.0 * gammas))
+    assert min(sigmas) <= widths.min() and widths.max() <= max(sigmas)
+    per = KernelSet("scaled-per-feature", 5, scale=lambda: data_scale([X], 5))
+    assert len(per) == 5 * len(ks) and per.specs[3].sigma == pytest.approx(np.sqrt(X[:, 0].var() / 2) * 2.0**-2.5)
+
+
+def test_the_scale_is_the_same_for_dense_sparse_blocks_and_stores(tmp_path):
+    X, y = _checkerboard(500, scale=7.0)
+    X[::7, 1] = 0.0  # explicit zeros in the sparse form
+    dense = data_scale([X], 2)
+    assert data_scale([sp.csr_matrix(X)], 2) == dense
+    assert data_scale([X[:123], X[123:400], sp.csr_matrix(X[400:])], 2) == dense
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=64)
+    a = MWUMKLClassifier(C=1.0, epsilon=0.3, polish=False).fit(X, y)
+    b = MWUMKLClassifier(C=1.0, epsilon=0.3, polish=False).fit(store)
+    assert a.kernel_names_ == b.kernel_names_ and a.kernel_scale_ == b.kernel_scale_
+    np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
+
+
+def test_a_constant_feature_has_unit_scale():
+    assert DataScale(3, (0, 0), (0, 0)).sigma() == 1.0
+    X = np.column_stack([np.full(10, 4.0), np.arange(10.0)])
+    assert data_scale([X], 2).sigma((0,)) == 1.0
+
+
+@pytest.mark.timeout(120)
+def test_default_kernels_fit_structure_finer_than_the_paper_widths(tmp_path):
+    """The paper's absolute widths (sigma >= 1) cannot resolve a checkerboard of cell 1/4; the default can."""
+    X, y = _checkerboard(600, seed=0)
+    Xt, yt = _checkerboard(2000, seed=1)
+    default = MWUMKLClassifier().fit(X, y)
+    paper = MWUMKLClassifier(kernels="paper").fit(X, y)
+    default_error = np.mean(default.predict(Xt) != yt)
+    paper_error = np.mean(paper.predict(Xt) != yt)
+    assert default_error < 0.12 and paper_error > 0.3, (default_error, paper_error)
+    assert default.kernel_scale_ == pytest.approx(np.sqrt(X.shape[1] * X.var() / 2))
+    assert not hasattr(paper, "kernel_scale_")
+    default.save(tmp_path / "m.npz")
+    loaded = MWUMKLClassifier.load(tmp_path / "m.npz")
+    assert loaded.kernel_scale_ == default.kernel_scale_
+    np.testing.assert_array_equal(loaded.decision_function(Xt), default.decision_function(Xt))
+
+
+@pytest.mark.timeout(120)
+def test_a_model_no_better_than_the_majority_class_warns():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 1, (150, 4))
+    y = np.where(rng.uniform(size=150) < 0.6, 1, -1)  # labels unrelated to X
+    with pytest.warns(MajorityClassWarning, match="no better than predicting the majority class"):
+        clf = MWUMKLClassifier(kernels="linear,gaussian:0.5").fit(X, y)
+    assert any("majority class" in w for w in clf.fit_warnings_)
+    with pytest.warns(MajorityClassWarning, match="training error"):  # a given C: no cross-validation
+        MWUMKLClassifier(kernels="linear", C=1e-3, epsilon=0.3, polish=False).fit(X, y)
+    ys = np.where(X[:, 0] > 0.5, 1, -1)  # a clean problem: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MajorityClassWarning)
+        MWUMKLClassifier(kernels="linear,gaussian:0.5").fit(X, ys)
