@@ -88,3 +88,22 @@ def test_a_model_no_better_than_the_majority_class_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error", MajorityClassWarning)
         MWUMKLClassifier(kernels="linear,gaussian:0.5").fit(X, ys)
+
+
+def test_widths_that_memorise_the_training_rows_are_left_out():
+    from mwumkl_dist.kernels.evaluation import neighbour_distance
+    from mwumkl_dist.kernels.specs import MEMORISING_WIDTH
+
+    rng = np.random.default_rng(4)
+    wide = rng.uniform(0, 1, (300, 40))  # 40 dimensions, 300 rows: neighbours are far apart
+    d2 = ((wide[:, None, :] - wide[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(d2, np.inf)
+    assert neighbour_distance(wide) == pytest.approx(np.sqrt(np.median(d2.min(1))), rel=1e-9)
+    assert neighbour_distance(sp.csr_matrix(wide)) == pytest.approx(neighbour_distance(wide), rel=1e-9)
+    ks = KernelSet("scaled", 40, scale=lambda: data_scale([wide], 40, wide))
+    sigmas = [s.sigma for s in ks.specs if isinstance(s, Gaussian)]
+    floor = MEMORISING_WIDTH * neighbour_distance(wide)
+    assert min(sigmas) >= floor and len(sigmas) < len(SCALED_EXPONENTS)  # the narrow ones are gone
+    dense, _ = _checkerboard(600)  # 2-D, many rows: every width stays
+    ks = KernelSet("scaled", 2, scale=lambda: data_scale([dense], 2, dense))
+    assert sum(isinstance(s, Gaussian) for s in ks.specs) == len(SCALED_EXPONENTS)

@@ -39,6 +39,7 @@ from mwumkl_dist.kernels.evaluation import (
     data_scale,
     kernel_traces,
     point_kernel_block,
+    scale_sample_rows,
     support_vector_sums,
 )
 from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet
@@ -301,7 +302,7 @@ class FeatureInput(_FeatureData):
 
     def __init__(self, X, y, kernels):
         super().__init__(X, y, kernels)
-        self.kernel_set = KernelSet(kernels, self.n_features_in, scale=lambda: data_scale([X], self.n_features_in))
+        self.kernel_set = KernelSet(kernels, self.n_features_in, scale=functools.partial(_data_scale, X))
         self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, self.n_samples)
@@ -426,6 +427,11 @@ class _StoreData:
         )
 
 
+def _data_scale(X):
+    """The scale of rows ``X`` in memory (see :func:`~mwumkl_dist.kernels.evaluation.data_scale`)."""
+    return data_scale([X], X.shape[1], X[scale_sample_rows(X.shape[0])])
+
+
 def _store_blocks(store: DataStore):
     """A data store's rows, one chunk-aligned block at a time."""
     for a, b in store.row_ranges(-(-store.n_samples // store.chunk_rows)):
@@ -438,7 +444,12 @@ class DataStoreInput(_StoreData):
     def __init__(self, store: DataStore, kernels):
         super().__init__(store)
         self.n_features_in = store.n_features
-        scale = functools.partial(data_scale, _store_blocks(store), store.n_features)
+
+        def scale():
+            return data_scale(
+                _store_blocks(store), store.n_features, store.take_rows(scale_sample_rows(store.n_samples))
+            )
+
         self.kernel_set = KernelSet(kernels, store.n_features, scale=scale)
         self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
         self.kernel_names = self.kernel_set.names()

@@ -39,6 +39,8 @@ __all__ = [
     "combined_kernel",
     "kernel_matrices",
     "data_scale",
+    "neighbour_distance",
+    "scale_sample_rows",
 ]
 
 #: Rows per block when the data's scale is summed (bounds the exact sums' temporaries).
@@ -363,11 +365,12 @@ def kernel_matrices(kernels, X, Z) -> np.ndarray:
 # ----------------------------------------------------------------------------- the data's scale
 
 
-def data_scale(blocks, n_features: int) -> DataScale:
+def data_scale(blocks, n_features: int, sample=None) -> DataScale:
     """The :class:`~mwumkl_dist.kernels.specs.DataScale` of rows given as blocks (arrays or CSR matrices).
 
     Exact per-feature sums of ``x`` and ``x^2``: the same for any split into blocks and for dense
-    or sparse rows of the same values.
+    or sparse rows of the same values.  ``sample`` (some of the rows, e.g. :func:`scale_sample_rows`)
+    gives the median nearest-neighbour distance.
     """
     sums, squares, n = [0] * n_features, [0] * n_features, 0
     for block in blocks:
@@ -378,4 +381,29 @@ def data_scale(blocks, n_features: int) -> DataScale:
                 for f, value in enumerate(exact_sums_by_column(part, columns, n_features)):
                     total[f] += value
             n += X.shape[0]
-    return DataScale(n, tuple(sums), tuple(squares))
+    nn = None if sample is None else neighbour_distance(sample)
+    return DataScale(n, tuple(sums), tuple(squares), nn)
+
+
+#: Rows the nearest-neighbour distance of :func:`data_scale` is measured on.
+SCALE_SAMPLE = 500
+
+
+def scale_sample_rows(n_samples: int) -> np.ndarray:
+    """The rows :func:`neighbour_distance` is measured on: evenly spaced, at most :data:`SCALE_SAMPLE`."""
+    return np.unique(np.linspace(0, n_samples - 1, min(n_samples, SCALE_SAMPLE)).astype(np.int64))
+
+
+def neighbour_distance(rows) -> float | None:
+    """The median distance from each of ``rows`` to its nearest other row (None for fewer than 2 rows).
+
+    Exact duplicates count as distance 0.
+    """
+    S = as_csr(rows)
+    if S.shape[0] < 2:
+        return None
+    sq = np.asarray(S.multiply(S).sum(axis=1)).ravel()
+    gram = (S @ S.T).toarray()
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0)
+    np.fill_diagonal(d2, np.inf)
+    return float(np.sqrt(np.median(d2.min(axis=1))))

@@ -43,6 +43,7 @@ __all__ = [
     "paper_per_feature_family",
     "DataScale",
     "SCALED_EXPONENTS",
+    "MEMORISING_WIDTH",
     "scaled_family",
     "scaled_per_feature_family",
     "parse_kernels",
@@ -278,6 +279,9 @@ class DataScale:
     n_samples: int
     sums: tuple  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints)
     squares: tuple  # per feature: exact sum of x^2, likewise
+    #: The median distance from a training row to its nearest neighbour (on all features, over a
+    #: fixed sample of rows); None when not measured.
+    neighbour_distance: float | None = None
 
     def sigma(self, features=None) -> float:
         """``sigma_0`` of the features (all when None); 1.0 where the values are constant."""
@@ -290,10 +294,26 @@ class DataScale:
         return float(np.sqrt(len(feats) * var / 2.0))
 
 
-def scaled_family(scale: float, features=None) -> list[KernelSpec]:
-    """The scaled family: polynomial degrees 1-3 and Gaussians of widths :data:`SCALED_EXPONENTS` times ``scale``."""
+#: A Gaussian narrower than this fraction of the median nearest-neighbour distance gives a row and its
+#: nearest neighbour a similarity below 0.1 (``1 / sqrt(2 ln 10)``): on the training rows it is nearly
+#: the identity, which the trace-normalised margins reward and which cannot generalise.  The scaled
+#: family leaves such widths out.  German credit (24 features, 750 rows, 5 splits): 28.5 % test error
+#: with them, 24.9 % without (the paper's family: 24.7 %); sonar 10.0 % and 8.9 %.
+MEMORISING_WIDTH = 1.0 / math.sqrt(2.0 * math.log(10.0))
+
+
+def scaled_family(scale: float, features=None, neighbour_distance: float | None = None) -> list[KernelSpec]:
+    """The scaled family: polynomial degrees 1-3 and Gaussians of widths :data:`SCALED_EXPONENTS` times ``scale``.
+
+    With ``neighbour_distance`` (the data's median nearest-neighbour distance), widths below
+    :data:`MEMORISING_WIDTH` times it are left out (the narrowest is always kept).
+    """
+    widths = [scale * 2.0**e for e in SCALED_EXPONENTS]
+    if neighbour_distance is not None:
+        floor = MEMORISING_WIDTH * neighbour_distance
+        widths = [w for w in widths if w >= floor] or widths[-1:]
     return [Polynomial(degree=d, features=features) for d in PAPER_DEGREES] + [
-        Gaussian(sigma=scale * 2.0**e, features=features) for e in SCALED_EXPONENTS
+        Gaussian(sigma=w, features=features) for w in widths
     ]
 
 
@@ -384,7 +404,9 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
             if scale is None:
                 raise ValueError(f"kernels {name!r} take their widths from the training data; give concrete kernels")
             if name == "scaled":
-                out.extend(scaled_family(scale().sigma(feats), features=feats))
+                data = scale()
+                nn = data.neighbour_distance if feats is None else None  # measured on all the features
+                out.extend(scaled_family(data.sigma(feats), features=feats, neighbour_distance=nn))
             elif feats is not None:
                 raise ValueError(f"'scaled-per-feature' takes no feature list (in {raw!r})")
             else:
