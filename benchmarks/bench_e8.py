@@ -532,12 +532,36 @@ def markdown(doc: dict) -> str:
             )
     svc = [r for r in doc["rows"] if r["method"] == REFERENCE and _ok(r)]
     if svc:
-        lines += ["", "SVC-RBF's grid choices (C, gamma / g0) per set:", ""]
+        lines += [
+            "",
+            "SVC-RBF's grid choices (C, gamma / g0) per set, and how many lie on the grid's edge "
+            f"(C = {min(SVC_C_GRID):g} or {max(SVC_C_GRID):g}, gamma / g0 = {min(SVC_GAMMA_FACTORS):g} or "
+            f"{max(SVC_GAMMA_FACTORS):g}):",
+            "",
+        ]
         for name in st["datasets"]:
-            picks = [f"({r['C']:g}, {r['gamma_factor']:g})" for r in svc if r["dataset"] == name]
-            if picks:
-                lines.append(f"- {name}: {', '.join(picks)}")
+            sel = [r for r in svc if r["dataset"] == name]
+            if sel:
+                picks = ", ".join(f"({r['C']:g}, {r['gamma_factor']:g})" for r in sel)
+                edge = sum(_on_edge(r) for r in sel)
+                lines.append(f"- {name}: {picks}; on the edge: {edge} of {len(sel)}")
+    lines += ["", "Run time per set (every method's fits and predictions, in seconds):", ""]
+    for name in st["datasets"]:
+        sel = [r for r in doc["rows"] if r["dataset"] == name and _ok(r)]
+        if sel:
+            per = {m: sum(r["fit_s"] + r["predict_s"] for r in sel if r["method"] == m) for m in methods}
+            lines.append(
+                f"- {name}: {sum(per.values()):.0f} s ("
+                + ", ".join(f"{m} {v:.1f}" for m, v in per.items() if any(r["method"] == m for r in sel))
+                + ")"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _on_edge(r: dict) -> bool:
+    """Whether an SVC-RBF pick lies on the edge of its grid."""
+    edges_C, edges_g = (min(SVC_C_GRID), max(SVC_C_GRID)), (min(SVC_GAMMA_FACTORS), max(SVC_GAMMA_FACTORS))
+    return any(math.isclose(r["C"], c) for c in edges_C) or any(math.isclose(r["gamma_factor"], g) for g in edges_g)
 
 
 def figure(out: Path, doc: dict) -> list[str]:
