@@ -392,22 +392,55 @@ def _e8(out: Path, rel: str) -> list[str]:
             f"{_loadavg(info.get('load_average_start'))} at the start, {_loadavg(info.get('load_average_end'))} "
             "at the end.",
             "",
-            "What this run covered (per set: protocol, splits, training / test rows, training cap):",
+            "What this run covered (per set: protocol, splits, training / test rows, subsampling caps):",
             "",
-            "| data set | source | protocol | splits | n train | n test | training cap |",
+            "| data set | source | protocol | splits | n train | n test | caps |",
             "|---|---|---|---|---|---|---|",
         ]
         for name in st.get("datasets", []):
             d = st.get("data", {}).get(name)
             if d is None:
                 continue
-            cap = d.get("max_train")
-            cap = "-" if cap is None else f"{cap} of {d['rows']}"
+            caps = []
+            if d.get("max_train") is not None and d["max_train"] < d["rows"]:
+                caps.append(f"training {d['max_train']} of {d['rows']}")
+            if d.get("max_test") is not None:
+                caps.append(f"test at most {d['max_test']}")
+            cap = "; ".join(caps) or "-"
             lines.append(
                 f"| {d.get('label', name)} | {d.get('source', '?')} | {d.get('protocol', '?')} | {d.get('splits')} | "
                 f"{'/'.join(map(str, d.get('n_train', [])))} | {'/'.join(map(str, d.get('n_test', [])))} | {cap} |"
             )
-        lines += ["", *table, "", _img(f"{rel}/{folder}", "e8_error.png", "E8: test error relative to SVC-RBF"), ""]
+        from .bench_e8 import DATASETS as E8_SETS
+
+        missing = [d for d in E8_SETS if d not in st.get("datasets", [])]
+        overall = []
+        mw = [s for s in doc.get("summary", []) if s.get("method") == "MWUMKL" and s.get("paired_splits")]
+        if mw:
+            w, t, lo = (sum(s[k] for s in mw) for k in ("wins", "ties", "losses"))
+            close = [s["dataset"] for s in mw if s["mean_diff"] <= 0.01]
+            far = [s["dataset"] for s in mw if s["mean_diff"] > 0.01]
+            overall = [
+                f"MWUMKL against SVC-RBF over all {sum(s['paired_splits'] for s in mw)} paired splits of this run: "
+                f"{w} wins, {t} ties, {lo} losses; mean error at most 1 point above the SVC's (or below it) on "
+                f"{len(close)} of {len(mw)} sets"
+                + (f" ({', '.join(close)})" if close else "")
+                + (f"; more than 1 point worse on {', '.join(far)}" if far else "")
+                + ".",
+                "",
+            ]
+        lines += [
+            "",
+            f"Files: `{rel}/{folder}/E8.json` (settings, machine, every split), `E8.csv` (one line per set, split "
+            "and method), `E8_summary.csv`, `E8.md` (the tables below), `e8_error.png`."
+            + (f" Not in this run: {', '.join(missing)}." if missing else ""),
+            "",
+            *overall,
+            *table,
+            "",
+            _img(f"{rel}/{folder}", "e8_error.png", "E8: test error relative to SVC-RBF"),
+            "",
+        ]
     return lines
 
 
