@@ -268,6 +268,7 @@ def render(out: Path, report_path: Path) -> str:
         lines += _e5(docs["E5"], rel)
     lines += _e6(out, rel)
     lines += _e7(out, rel)
+    lines += _e8(out, rel)
     return "\n".join(lines) + "\n"
 
 
@@ -349,6 +350,98 @@ def _e7(out: Path, rel: str) -> list[str]:
         _img(f"{rel}/e7", "e7_memory.png", "E7: peak RSS versus n"),
         "",
     ]
+
+
+def _e8(out: Path, rel: str) -> list[str]:
+    """E8, against a tuned RBF SVM (``benchmarks/bench_e8.py``, output folder ``e8/``; a quick subsampled run
+    of the large sets, when there is one, in ``e8-large/``)."""
+    runs = [(f, out / f / "E8.json") for f in ("e8", "e8-large") if (out / f / "E8.json").is_file()]
+    if not runs:
+        return []
+    lines = [
+        "## E8 — against a tuned RBF SVM",
+        "",
+        "`benchmarks/bench_e8.py`: `MWUMKLClassifier()` with the package's defaults (no argument passed; its "
+        "kernels, C, selectivity and solver are its own choices, cross-validation inside the timed fit) against "
+        '**SVC-RBF** = `GridSearchCV(SVC(kernel="rbf"), C = 10^-2 ... 10^4 (7 values) x gamma = 2^-4 ... 2^4 '
+        "(9 values) times 1 / (d var X), cv=5)` on the training part, the reference of every paired "
+        "comparison; **EasyMKL** (E6's implementation) on the kernels of the MWUMKL fit of the same split; "
+        "**Nystroem500/2000+LinearSVC** = RBF Nystroem features (gamma 1 / (d var X), 500 or 2000 components) "
+        "+ `LinearSVC()` (C=1); **LinearSVC** (C=1). Stratified random 75/25 splits, or the official "
+        "training / test files (a9a, cod-rna, svmguide1; with a subsampled training file, one subsample per "
+        "repetition); a training part larger than the run's cap is a stratified subsample (the same rows for "
+        "every method); `MinMaxScaler(clip=True)` fitted on the training part. Δ = mean paired difference of "
+        "the test error to SVC-RBF's (points, negative = better) with its standard error; a tie = within 0.5 "
+        "points (on test sets under 200 rows: the same number of errors). Fit time = wall-clock seconds "
+        "including each method's own search, one thread per fit.",
+        "",
+    ]
+    for folder, path in runs:
+        doc = json.loads(path.read_text())
+        info, st = doc.get("machine", {}), doc.get("settings", {})
+        table = (out / folder / "E8.md").read_text().rstrip("\n").splitlines()
+        if folder != "e8":
+            lines += ["### Large sets, subsampled (a quick run, not the protocol's full sizes)", ""]
+        lines += [
+            f"`{info.get('command', 'python benchmarks/bench_e8.py')}` (commit {info.get('git_commit', '?')}, "
+            f"{doc.get('started', '?')}, {doc.get('seconds', 0):.0f} s"
+            + (", **smoke run: generated data, the numbers mean nothing**" if st.get("smoke") else "")
+            + f"); {info.get('cpu', '?')}, {info.get('cores', '?')} cores, {info.get('memory_gib', '?')} GiB; "
+            f"Python {info.get('python', '?')}, numpy {info.get('numpy', '?')}, scikit-learn "
+            f"{info.get('scikit-learn', '?')}; {st.get('threads', 1)} thread(s) per fit; load average "
+            f"{_loadavg(info.get('load_average_start'))} at the start, {_loadavg(info.get('load_average_end'))} "
+            "at the end.",
+            "",
+            "What this run covered (per set: protocol, splits, training / test rows, subsampling caps):",
+            "",
+            "| data set | source | protocol | splits | n train | n test | caps |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in st.get("datasets", []):
+            d = st.get("data", {}).get(name)
+            if d is None:
+                continue
+            caps = []
+            if d.get("max_train") is not None and d["max_train"] < d["rows"]:
+                caps.append(f"training {d['max_train']} of {d['rows']}")
+            if d.get("max_test") is not None:
+                caps.append(f"test at most {d['max_test']}")
+            cap = "; ".join(caps) or "-"
+            lines.append(
+                f"| {d.get('label', name)} | {d.get('source', '?')} | {d.get('protocol', '?')} | {d.get('splits')} | "
+                f"{'/'.join(map(str, d.get('n_train', [])))} | {'/'.join(map(str, d.get('n_test', [])))} | {cap} |"
+            )
+        from .bench_e8 import DATASETS as E8_SETS
+
+        missing = [d for d in E8_SETS if d not in st.get("datasets", [])]
+        overall = []
+        mw = [s for s in doc.get("summary", []) if s.get("method") == "MWUMKL" and s.get("paired_splits")]
+        if mw:
+            w, t, lo = (sum(s[k] for s in mw) for k in ("wins", "ties", "losses"))
+            close = [s["dataset"] for s in mw if s["mean_diff"] <= 0.01]
+            far = [s["dataset"] for s in mw if s["mean_diff"] > 0.01]
+            overall = [
+                f"MWUMKL against SVC-RBF over all {sum(s['paired_splits'] for s in mw)} paired splits of this run: "
+                f"{w} wins, {t} ties, {lo} losses; mean error at most 1 point above the SVC's (or below it) on "
+                f"{len(close)} of {len(mw)} sets"
+                + (f" ({', '.join(close)})" if close else "")
+                + (f"; more than 1 point worse on {', '.join(far)}" if far else "")
+                + ".",
+                "",
+            ]
+        lines += [
+            "",
+            f"Files: `{rel}/{folder}/E8.json` (settings, machine, every split), `E8.csv` (one line per set, split "
+            "and method), `E8_summary.csv`, `E8.md` (the tables below), `e8_error.png`."
+            + (f" Not in this run: {', '.join(missing)}." if missing else ""),
+            "",
+            *overall,
+            *table,
+            "",
+            _img(f"{rel}/{folder}", "e8_error.png", "E8: test error relative to SVC-RBF"),
+            "",
+        ]
+    return lines
 
 
 def _loadavg(values) -> str:
