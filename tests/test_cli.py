@@ -100,7 +100,7 @@ def test_demo():
     assert error < 10.0  # WDBC: about 3 % with the default parameters
     assert re.search(r"fit time\s+[\d.]+ s \(\d+ iterations", out)
     rows = re.findall(r"^  (\S+)\s+([\d.]+)\s+([\d.e+-]+)$", out, flags=re.M)
-    assert len(rows) == 14 and [r[0] for r in rows[:3]] == ["poly:1", "poly:2", "poly:3"]  # kernels "scaled"
+    assert 12 <= len(rows) <= 14 and [r[0] for r in rows[:3]] == ["poly:1", "poly:2", "poly:3"]  # "scaled"
     assert all(r[0].startswith("gaussian:") for r in rows[3:])
     assert math.isclose(sum(float(r[1]) for r in rows), 1.0, abs_tol=1e-5)
 

@@ -178,9 +178,9 @@ def test_estimator_solver_choice_and_persistence(tmp_path):
     from mwumkl_dist import MWUMKLClassifier
 
     X, y = _data(300)
-    small = MWUMKLClassifier(C=10.0).fit(X, y)  # "auto" below AUTO_TWO_STAGE_POINTS rows: the MWU fit
+    small = MWUMKLClassifier("paper", C=10.0).fit(X, y)  # "auto" below AUTO_TWO_STAGE_POINTS rows: the MWU fit
     assert small.solver_ == "mwu" and not hasattr(small, "weight_points_")
-    est = MWUMKLClassifier(C=10.0, solver="two-stage", probability=True).fit(X, y)
+    est = MWUMKLClassifier("paper", C=10.0, solver="two-stage", probability=True).fit(X, y)
     assert est.solver_ == "two-stage" and est.weight_points_ == 300 and len(est.support_) == 300
     Xt, yt = _data(200, seed=9)
     assert np.mean(est.predict(Xt) == yt) > 0.85
