@@ -422,7 +422,7 @@ def _e8(out: Path, rel: str) -> list[str]:
             far = [s["dataset"] for s in mw if s["mean_diff"] > 0.01]
             overall = [
                 f"MWUMKL against SVC-RBF over all {sum(s['paired_splits'] for s in mw)} paired splits of this run: "
-                f"{w} wins, {t} ties, {lo} losses; mean error at most 1 point above the SVC's (or below it) on "
+                f"wins / ties / losses {w} / {t} / {lo}; mean error at most 1 point above the SVC's (or below it) on "
                 f"{len(close)} of {len(mw)} sets"
                 + (f" ({', '.join(close)})" if close else "")
                 + (f"; more than 1 point worse on {', '.join(far)}" if far else "")
