@@ -262,12 +262,13 @@ def gamma_scale(X: np.ndarray) -> float:
 # ----------------------------------------------------------------------------- methods
 
 
-def default_kernels(n_features: int) -> list[str]:
-    """The kernel names of the estimator's default ``kernels`` on ``n_features`` features."""
+def default_kernels(X) -> list[str]:
+    """The kernel names of the estimator's default ``kernels`` on the training rows ``X`` (a scaled family
+    takes its widths from them)."""
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.data.problems import make_training_input
 
-    return KernelSet(MWUMKLClassifier().get_params()["kernels"], n_features).names()
+    return list(make_training_input(X, np.zeros(X.shape[0]), MWUMKLClassifier().kernels, estimator=None).kernel_names)
 
 
 def easymkl_fit(kernels, Xtr, ytr, seed: int) -> dict:
@@ -347,7 +348,7 @@ def fit_predict(method: str, Xtr, ytr, Xte, *, seed: int, kernels=None, easymkl_
         elif method == "SVC-RBF":
             est = _svc_search(g0).fit(Xtr, ytr)
         elif method == "EasyMKL":
-            kernels = list(kernels) if kernels is not None else default_kernels(Xtr.shape[1])
+            kernels = list(kernels) if kernels is not None else default_kernels(Xtr)
             est = easymkl_fit(kernels, Xtr, ytr, seed)
         elif method in NYSTROEM:
             est = _nystroem(NYSTROEM[method], g0, len(ytr)).fit(Xtr, ytr)

@@ -42,7 +42,10 @@ def test_smoke_run_writes_consistent_outputs(tmp_path, capsys):
     svc = [r for r in rows if r["method"] == "SVC-RBF"]
     assert all(r["C"] in E8.SVC_C_GRID and r["gamma_factor"] in E8.SVC_GAMMA_FACTORS for r in svc)
     easy = [r for r in rows if r["method"] == "EasyMKL"]
-    assert all(r["kernels_from"] == "MWUMKL fit" and r["n_kernels"] == mw[0]["n_kernels"] for r in easy)
+    kernels_of = {(r["dataset"], r["split"]): r["n_kernels"] for r in mw}  # the MWUMKL fit of the same split
+    assert all(
+        r["kernels_from"] == "MWUMKL fit" and r["n_kernels"] == kernels_of[r["dataset"], r["split"]] for r in easy
+    )
     # the summary: one line per (set, method); W/T/L add up to the splits
     assert [(s["dataset"], s["method"]) for s in summary] == [(d, m) for d in st["datasets"] for m in E8.METHODS]
     for s in summary:
@@ -112,7 +115,7 @@ def test_easymkl_in_blocks_predicts_as_e6(monkeypatch):
     X = rng.random((90, 3))
     y = np.where(X[:, 0] + X[:, 1] + 0.2 * rng.standard_normal(90) > 1, 1.0, -1.0)
     Xtr, ytr, Xte = X[:60], y[:60], X[60:]
-    kernels = E8.default_kernels(3)
+    kernels = E8.default_kernels(Xtr)
     expected, eta = E6._easymkl(kernels, Xtr, ytr, Xte, 0)
     monkeypatch.setattr(E8, "EASYMKL_BLOCK_VALUES", len(kernels) * 60 * 7)  # blocks of 7 test rows
     model = E8.easymkl_fit(kernels, Xtr, ytr, 0)
