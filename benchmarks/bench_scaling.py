@@ -91,7 +91,7 @@ PROBLEMS = {
     "sonar-bank": Spec(
         "sonar-bank",
         "sonar",
-        "random:100000:size=5:seed=0",
+        "random:100000:size=5:seed=0:widths=paper",
         256,
         description="Sonar, random bank of 10^5 kernels (5-feature subsets)",
     ),
@@ -110,7 +110,7 @@ QUICK_PROBLEMS = {
     "quick-bank": Spec(
         "quick-bank",
         None,
-        "random:2000:size=5:seed=0",
+        "random:2000:size=5:seed=0:widths=paper",
         32,
         description="synthetic 208 x 60, random bank of 2000 kernels (5-feature subsets)",
     ),

@@ -356,14 +356,14 @@ def _curve_figure(ctx, key, rows, value, title, log) -> str:
 
 def e2_codrna_time(ctx: Context) -> dict:
     quick = ctx.quick
-    sizes = [500, 1000, 2000] if quick else [1000, 2000, 5000, 10000, 20000, 47628]
+    sizes = [200, 400] if quick else [1000, 2000, 5000, 10000, 20000, 47628]
     return _size_curve(
         ctx,
         "E2",
         "cod-rna",
         sizes,
         METHODS,
-        2000 if quick else 20000,
+        400 if quick else 20000,
         title="cod-rna: time vs training size (12 kernels)",
         eps=PAPER_EPS["cod-rna"],
         test_limit=500 if quick else None,
@@ -372,14 +372,14 @@ def e2_codrna_time(ctx: Context) -> dict:
 
 def e3_a9a_error(ctx: Context) -> dict:
     quick = ctx.quick
-    sizes = [500, 1000, 2000] if quick else [1000, 2000, 4000, 8000, 16000, 32561]
+    sizes = [200, 400] if quick else [1000, 2000, 4000, 8000, 16000, 32561]
     return _size_curve(
         ctx,
         "E3",
         "a9a",
         sizes,
         METHODS,
-        2000 if quick else 16000,
+        400 if quick else 16000,
         title="a9a: test error vs training size (12 kernels)",
         eps=PAPER_EPS["a9a"],
         test_limit=500 if quick else None,
@@ -545,17 +545,17 @@ def e5_dynamic_kernels(ctx: Context) -> dict:
     rows = []
     # Adult 39073 = 80 % of a9a's 48842 points; CodRna 47628 = 80 % of cod-rna's 59535 (the paper's sizes).
     cases = [
-        ("a9a", "Adult", "poly:1,gaussian:2,gaussian:4", PAPER_EPS["a9a"], 2000 if quick else None, 780.0, 30.0),
+        ("a9a", "Adult", "poly:1,gaussian:2,gaussian:4", PAPER_EPS["a9a"], 800 if quick else None, 780.0, 30.0),
         (
             "cod-rna",
             "CodRna",
             "poly:1,gaussian:2,gaussian:4",
             PAPER_EPS["cod-rna"],
-            2000 if quick else None,
+            800 if quick else None,
             147.0,
             10.0,
         ),
-        ("sonar", "Sonar", f"random:{2000 if quick else 100000}:size=2:seed=0", 0.2, None, None, None),
+        ("sonar", "Sonar", f"random:{1000 if quick else 100000}:size=2:seed=0:widths=paper", 0.2, None, None, None),
     ]
     progress = Progress(ctx, 2 * len(cases), "E5")
     for name, label, kernels, eps, limit, paper_s, target_s in cases:

@@ -58,7 +58,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         per feature, each at its feature's scale), ``"paper"`` (the paper's 12
         kernels, widths fixed at 1 to 16: for data scaled to [0, 1]),
         ``"paper-per-feature"`` (12 per feature),
-        ``"linear,poly:2,gaussian:2@0-4"`` or ``"random:1000:size=2:seed=0"``;
+        ``"linear,poly:2,gaussian:2@0-4"`` or ``"random:1000:size=2:seed=0"`` (a bank of
+        Gaussians on random feature pairs, 9 widths scaled to the data like
+        ``"scaled"``; ``":widths=paper"`` for the paper's);
         kernel objects from :mod:`mwumkl_dist.kernels`; or ``"precomputed"``,
         where ``X`` is an ``(m, n_samples, n_train)`` array of kernel values.
     epsilon : float or "auto", default="auto"

@@ -20,8 +20,9 @@ from mwumkl_dist.data.shards import FeatureShard
 from mwumkl_dist.devices.cpu import kernel_diagonal
 from mwumkl_dist.kernels import BankKernelNames, Gaussian, KernelSet, RandomGaussianBank, bank_of, bank_plan
 from mwumkl_dist.kernels.evaluation import plan_args, point_kernel_block
+from mwumkl_dist.kernels.specs import PAPER_SIGMAS
 
-SPEC = "random:2000:size=2:seed=5"
+SPEC = "random:2000:size=2:seed=5:widths=paper"
 #: No sigma is sqrt(2) times another: no squaring chains, so the kernels can be cut into blocks anywhere.
 NO_CHAINS = RandomGaussianBank(600, 2, 5, sigmas=(0.5, 0.8, 1.3, 2.1))
 PLAN_ARRAYS = ("kind", "param_a", "param_b", "group", "square_of", "order", "feat_ptr", "feat_groups")
@@ -64,7 +65,8 @@ def expanded(reference):
 
 
 def test_bank_of():
-    assert bank_of("random:10:size=3:seed=2") == RandomGaussianBank(10, 3, 2)
+    assert bank_of("random:10:size=3:seed=2:widths=paper") == RandomGaussianBank(10, 3, 2)
+    assert str(RandomGaussianBank(10, 3, 2)) == "random:10:size=3:seed=2:widths=paper"
     bank = RandomGaussianBank(5)
     assert bank_of(bank) is bank and bank_of([bank]) is bank
     assert bank_of("paper") is None and bank_of("random:10,linear") is None and bank_of([bank, bank]) is None
@@ -85,7 +87,7 @@ def test_bank_plan_equals_the_compiled_gaussian_specs(bank, d):
     plan = KernelSet(bank, d).plan
     assert_same_plan(plan, KernelSet(specs, d).plan)
     assert_same_plan(KernelSet([bank], d).plan, plan)  # a bank in a list expands to specs: the same plan
-    if bank_of(str(bank)) == bank:  # the spec string keeps the paper's sigmas only
+    if bank.sigmas == PAPER_SIGMAS:  # the spec string keeps the paper's sigmas only
         assert_same_plan(KernelSet(str(bank), d).plan, plan)
     for k0, k1 in [(100, 270), (0, 1), (5, bank.n_kernels)]:
         assert_same_plan(bank_plan(bank, d, k0, k1), KernelSet(specs[k0:k1], d).plan)

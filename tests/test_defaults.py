@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from mwumkl_dist import MajorityClassWarning, MWUMKLClassifier, write_data_store
 from mwumkl_dist.kernels import Gaussian, KernelSet
 from mwumkl_dist.kernels.evaluation import data_scale
-from mwumkl_dist.kernels.specs import SCALED_EXPONENTS, DataScale
+from mwumkl_dist.kernels.specs import BANK_EXPONENTS, PAPER_SIGMAS, SCALED_EXPONENTS, DataScale
 
 
 def _checkerboard(n: int, cells: int = 4, seed: int = 0, scale: float = 1.0):
@@ -35,6 +35,30 @@ def test_scaled_widths_are_sklearn_gamma_scale_multiples():
     assert min(sigmas) <= widths.min() and widths.max() <= max(sigmas)
     per = KernelSet("scaled-per-feature", 5, scale=lambda: data_scale([X], 5))
     assert len(per) == 5 * len(ks) and per.specs[3].sigma == pytest.approx(np.sqrt(X[:, 0].var() / 2) * 2.0**-2.5)
+
+
+def test_random_banks_take_their_widths_from_the_data(tmp_path):
+    X = np.random.default_rng(2).normal(0.0, 3.0, (200, 8))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
+    ks = KernelSet("random:50:size=2:seed=1", 8, scale=lambda: data_scale([X], 8))
+    sigma_2 = np.sqrt(2 * X.var() / 2)  # gamma="scale"'s width on 2 features
+    np.testing.assert_allclose(ks.bank.sigmas, [sigma_2 * 2.0**e for e in BANK_EXPONENTS], rtol=1e-12)
+    assert ks.scale is not None and {s.sigma for s in ks.specs} <= set(ks.bank.sigmas)
+    with pytest.raises(ValueError, match="widths from the training data"):
+        KernelSet("random:50:size=2", 8)
+    paper = KernelSet("random:50:size=2:widths=paper", 8)
+    assert paper.bank.sigmas == PAPER_SIGMAS and paper.scale is None
+    # Scaled to the data: the same model (to rounding) whatever the data's units.
+    clf = MWUMKLClassifier(kernels="random:60:size=2:seed=3", C=10.0, polish=False)
+    small, large = clf.fit(X, y), MWUMKLClassifier(**clf.get_params()).fit(1000.0 * X, y)
+    assert large.kernel_scale_ == pytest.approx(1000.0 * small.kernel_scale_, rel=1e-12)
+    np.testing.assert_allclose(large.decision_function(1000.0 * X), small.decision_function(X), atol=1e-6)
+    assert small.score(X, y) > 0.8
+    path = tmp_path / "bank.npz"
+    small.save(path)
+    loaded = MWUMKLClassifier.load(path)
+    assert loaded.kernel_scale_ == small.kernel_scale_ and loaded.get_params()["kernels"] == "random:60:size=2:seed=3"
+    np.testing.assert_array_equal(loaded.decision_function(X), small.decision_function(X))
 
 
 def test_the_scale_is_the_same_for_dense_sparse_blocks_and_stores(tmp_path):

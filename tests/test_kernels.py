@@ -151,7 +151,7 @@ def test_spec_string_round_trip(spec):
 
 def test_names_round_trip_whole_sets():
     # decision_function rebuilds the kernels from kernel_names_, so names must parse back exactly.
-    for kernels in ["paper", "paper-per-feature", "random:40:size=3:seed=9", ROUND_TRIP]:
+    for kernels in ["paper", "paper-per-feature", "random:40:size=3:seed=9:widths=paper", ROUND_TRIP]:
         ks = KernelSet(kernels, 10)
         again = KernelSet(",".join(ks.names()), 10)
         assert again.specs == ks.specs
@@ -164,7 +164,7 @@ def test_parse_forms():
     assert parse_kernels("polynomial:3:coef0=2", 5) == [Polynomial(3, coef0=2.0)]
     assert parse_kernels("gaussian:2@0-2+4", 5) == [Gaussian(2.0, features=(0, 1, 2, 4))]
     assert parse_kernels("paper@1-2", 5) == paper_family(features=(1, 2))
-    assert parse_kernels("random:5:seed=3:size=1", 5) == [RandomGaussianBank(5, subset_size=1, seed=3)]
+    assert parse_kernels("random:5:seed=3:size=1:widths=paper", 5) == [RandomGaussianBank(5, subset_size=1, seed=3)]
     # features are a set: order and repeats do not matter
     assert Gaussian(1.0, features=(3, 1, 3)).features == (1, 3)
     assert Gaussian(1.0, features=2).features == (2,)
@@ -248,7 +248,7 @@ def test_random_bank_is_a_pure_function_of_seed_and_index():
         np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), sigmas)
     # a fresh object with the same parameters and the spec string give the same kernels
     same = RandomGaussianBank(200, subset_size=3, seed=17).specs(d)
-    assert same == bank.specs(d) == KernelSet("random:200:size=3:seed=17", d).specs
+    assert same == bank.specs(d) == KernelSet("random:200:size=3:seed=17:widths=paper", d).specs
     assert same[5] == Gaussian(float(sigmas[5]), features=tuple(subsets[5]))
     # a longer bank starts with the shorter one
     np.testing.assert_array_equal(RandomGaussianBank(500, 3, 17).block(0, 200, d)[0], subsets)

@@ -303,7 +303,8 @@ class FeatureInput(_FeatureData):
     def __init__(self, X, y, kernels):
         super().__init__(X, y, kernels)
         self.kernel_set = KernelSet(kernels, self.n_features_in, scale=functools.partial(_data_scale, X))
-        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
+        # concrete widths: a subset of the rows keeps these kernels
+        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else self.kernel_set.bank
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, self.n_samples)
         self._csr = as_csr(X)
@@ -451,7 +452,8 @@ class DataStoreInput(_StoreData):
             )
 
         self.kernel_set = KernelSet(kernels, store.n_features, scale=scale)
-        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else kernels  # concrete widths
+        # concrete widths: a subset of the rows keeps these kernels
+        self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else self.kernel_set.bank
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, store.n_samples)
 

@@ -20,7 +20,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -43,6 +43,8 @@ __all__ = [
     "paper_per_feature_family",
     "DataScale",
     "SCALED_EXPONENTS",
+    "BANK_EXPONENTS",
+    "bank_widths",
     "MEMORISING_WIDTH",
     "scaled_family",
     "scaled_per_feature_family",
@@ -58,6 +60,10 @@ LINEAR, POLYNOMIAL, GAUSSIAN = 0, 1, 2
 PAPER_SIGMAS = tuple(float(2.0 ** (k / 2.0)) for k in range(9))
 #: Polynomial degrees of the paper's family.
 PAPER_DEGREES = (1, 2, 3)
+#: Widths of a data-scaled random bank (``random:COUNT``), powers of two times the subsets' scale: as many
+#: as the paper's 9 and spanning the tuned RBF SVC's ``gamma = 2^-4 ... 2^4`` times ``gamma="scale"``.
+BANK_EXPONENTS = tuple(k / 2.0 for k in range(-4, 5))
+
 #: Gaussian widths of the scaled family, as powers of two times the data's scale ``sigma_0``:
 #: ``2^-2.5 ... 2^2.5 sigma_0`` in half octaves.  scikit-learn's ``gamma="scale"`` is
 #: ``1 / (2 sigma_0^2)``, and a grid search over ``gamma = 2^-4 ... 2^4`` times it (the usual
@@ -248,7 +254,21 @@ class RandomGaussianBank:
         return [Gaussian(sigma=float(s), features=tuple(f)) for f, s in zip(subsets, sig)]
 
     def __str__(self):
-        return f"random:{self.n_kernels}:size={self.subset_size}:seed={self.seed}"
+        widths = ":widths=paper" if self.sigmas == PAPER_SIGMAS else ""  # the string form's default is scaled
+        return f"random:{self.n_kernels}:size={self.subset_size}:seed={self.seed}{widths}"
+
+
+def bank_widths(scale: DataScale, subset_size: int) -> tuple[float, ...]:
+    """The widths of a data-scaled random bank: :data:`BANK_EXPONENTS` powers of two times ``sigma_k``.
+
+    ``sigma_k = sqrt(k var / 2)`` is ``gamma="scale"``'s width on ``k`` of the data's features
+    (``k = min(subset_size, d)``, ``var`` the variance of all the training values): every subset
+    has the same widths, so the bank's squaring chains (widths ``sqrt(2)`` apart) and its
+    one exponential per distinct (subset, width) stay.
+    """
+    d = len(scale.sums)
+    sigma_k = scale.sigma() * math.sqrt(min(int(subset_size), d) / d)
+    return tuple(float(sigma_k * 2.0**e) for e in BANK_EXPONENTS)
 
 
 def paper_family(features=None) -> list[KernelSpec]:
@@ -378,8 +398,10 @@ KERNEL_SPEC_HELP = (
     "comma-separated kernels: 'scaled' (14 kernels on all features, Gaussian widths set from the data's "
     "scale), 'scaled-per-feature' (14 per feature), 'paper' (the paper's 12, widths 1 to 16), "
     "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S]'; any closed-form kernel may take "
-    "'@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', 'paper@FEATURES' restrict the family"
+    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
+    "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "
+    "any closed-form kernel may take '@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', "
+    "'paper@FEATURES' restrict the family"
 )
 
 
@@ -437,15 +459,24 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
                 raise ValueError(f"kernel spec {raw!r}: expected 'gaussian:SIGMA'")
             out.append(Gaussian(sigma=_num(pos[0], item), features=feats))
         elif name == "random":
-            if len(pos) != 1 or set(named) - {"size", "seed"} or feats is not None:
-                raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S]'")
-            out.append(
-                RandomGaussianBank(
-                    n_kernels=_num(pos[0], item, int),
-                    subset_size=_num(named.get("size", "2"), item, int),
-                    seed=_num(named.get("seed", "0"), item, int),
-                )
+            widths = named.get("widths", "scaled")
+            if len(pos) != 1 or set(named) - {"size", "seed", "widths"} or feats is not None:
+                raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S][:widths=W]'")
+            if widths not in ("scaled", "paper"):
+                raise ValueError(f"kernel spec {raw!r}: widths must be 'scaled' (the default) or 'paper'")
+            bank = RandomGaussianBank(
+                n_kernels=_num(pos[0], item, int),
+                subset_size=_num(named.get("size", "2"), item, int),
+                seed=_num(named.get("seed", "0"), item, int),
             )
+            if widths == "scaled":
+                if scale is None:
+                    raise ValueError(
+                        f"kernel spec {raw!r}: a random bank takes its widths from the training data; give concrete "
+                        "kernels, 'widths=paper', or a RandomGaussianBank with its sigmas"
+                    )
+                bank = replace(bank, sigmas=bank_widths(scale(), bank.subset_size))
+            out.append(bank)
         else:
             raise ValueError(f"unknown kernel {name!r} in spec {raw!r}; expected {KERNEL_SPEC_HELP}")
     return out
@@ -518,17 +549,18 @@ class KernelSet:
         if int(n_features) != n_features or n_features < 1:
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
+        scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
         #: The random bank when the set is exactly one (its specs are then generated on demand).
-        self.bank: RandomGaussianBank | None = bank_of(kernels)
+        self.bank: RandomGaussianBank | None = bank_of(kernels, scale)
+        #: The training data's scale when a scaled family or bank used it (None otherwise).
+        self.scale: DataScale | None = None
         if self.bank is not None:
-            self.scale = None
+            self.scale = scale() if scale is not None and scale.cache_info().currsize else None
             self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
             self.plan = bank_plan(self.bank, self.n_features)
             return
-        scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
         self.specs = self._expand(kernels, scale)
-        #: The training data's scale when a scaled family used it (None otherwise).
-        self.scale: DataScale | None = scale() if scale is not None and scale.cache_info().currsize else None
+        self.scale = scale() if scale is not None and scale.cache_info().currsize else None
         if not self.specs:
             raise ValueError("the kernel set is empty")
         for spec in self.specs:
@@ -665,16 +697,19 @@ def _feature_groups(group_feats: np.ndarray, n_features: int) -> tuple[np.ndarra
 _GEN_BLOCK = 1 << 15
 
 
-def bank_of(kernels) -> RandomGaussianBank | None:
-    """The bank when ``kernels`` is exactly one random bank (object, spec string or one-item list), else None."""
+def bank_of(kernels, scale: Callable[[], DataScale] | None = None) -> RandomGaussianBank | None:
+    """The bank when ``kernels`` is exactly one random bank (object, spec string or one-item list), else None.
+
+    A spec string with data-scaled widths (the default) needs ``scale``, as :func:`parse_kernels` does.
+    """
     if isinstance(kernels, RandomGaussianBank):
         return kernels
     if isinstance(kernels, str) and kernels.strip().lower().startswith("random:") and "," not in kernels:
-        parsed = parse_kernels(kernels, 1)
+        parsed = parse_kernels(kernels, 1, scale)
         if len(parsed) == 1 and isinstance(parsed[0], RandomGaussianBank):
             return parsed[0]
     if isinstance(kernels, (list, tuple)) and len(kernels) == 1:
-        return bank_of(kernels[0])
+        return bank_of(kernels[0], scale)
     return None
 
 
