@@ -9,6 +9,8 @@ fitted model into a predictor), :mod:`mwumkl_dist.solvers.driver` runs the fit,
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
@@ -16,13 +18,15 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
-from mwumkl_dist.devices.threads import thread_limit
+from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
 from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.driver import fit_model
 from mwumkl_dist.solvers.spec import FitSpec
+
+logger = logging.getLogger("mwumkl_dist")
 
 __all__ = ["MWUMKLClassifier", "EXPECTED_FAILED_CHECKS"]
 
@@ -235,8 +239,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     kernel_names_ : list of str
         The base kernels, as spec strings (the scaled families' widths as numbers).
     kernel_scale_ : float
-        Only with a scaled family (``kernels="scaled"``, the default): the data's
-        scale ``sigma_0`` its Gaussian widths are multiples of.
+        Only with a scaled family (``kernels="scaled"``, the default) or a
+        random bank with scaled widths: the data's scale ``sigma_0`` its
+        Gaussian widths are multiples of.
+    n_threads_ : int
+        The threads of this process the fit used (``n_jobs`` resolved; the
+        Dask engine's shards use their workers' threads).  Not saved in model files.
     support_ : ndarray of shape (n_SV,)
         Indices of the training points with non-zero dual coefficient.
     support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
@@ -403,10 +411,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         # This thread's numba threads (the folds of C="auto" and probability inherit n_jobs); the
         # Dask engine's shards use their workers' threads.
         with thread_limit(spec.n_jobs):
+            n_threads = current_threads()
+            if spec.verbose:
+                logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
             data = make_training_input(X, y, spec.kernels, estimator=self)
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():
             setattr(self, name, value)
+        self.n_threads_ = n_threads
         return self
 
     # ------------------------------------------------------------------ what the weights say

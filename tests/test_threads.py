@@ -350,3 +350,47 @@ def test_cli_n_jobs_option(tmp_path):
     assert main(["predict", "--model", str(model), "--data", str(data), "--n-jobs", "2", "-o", out]) == 0
     assert main([*args, "--n-jobs", "0"]) == 2
     assert main([*args, "--n-jobs", "many"]) == 2
+
+
+def test_a_nannys_omp_num_threads_does_not_cap_the_client(cpus, monkeypatch):
+    """A process LocalCluster leaves OMP_NUM_THREADS=1 in the client's os.environ (issue 22): not the user's cap."""
+    pytest.importorskip("distributed")
+    cpus(8)
+    monkeypatch.setattr(threads, "_OMP_AT_IMPORT", None)
+    monkeypatch.setattr(threads, "_OMP_AT_LAUNCH", None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the nanny's pre-spawn value, written after import
+    assert threads.user_omp_num_threads() is None and threads.default_threads() == 8
+    monkeypatch.setattr(threads, "_OMP_AT_LAUNCH", "1")  # the user started the process with it
+    monkeypatch.setattr(threads, "_OMP_AT_IMPORT", "1")
+    assert threads.default_threads() == 1
+    monkeypatch.setattr(threads, "_OMP_AT_LAUNCH", "3")  # imported after a cluster replaced the user's 3
+    assert threads.default_threads() == 3
+    monkeypatch.setattr(threads, "_dask_worker_threads", lambda: 4)  # on a worker the variable is its own
+    monkeypatch.setattr(threads, "dask_worker", lambda: object())
+    assert threads.default_threads() == 1
+
+
+@pytest.mark.timeout(120)
+def test_after_a_process_local_cluster_the_default_uses_every_core(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_OMP_AT_IMPORT", None)
+    monkeypatch.setattr(threads, "_OMP_AT_LAUNCH", None)
+    before = threads.default_threads()
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"):
+        pass
+    assert os.environ.get("OMP_NUM_THREADS") == "1"  # what distributed leaves behind
+    assert threads.default_threads() == before
+
+
+def test_a_fit_records_its_thread_count(caplog):
+    from mwumkl_dist import MWUMKLClassifier
+
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = np.where(X[:, 0] > 0, 1, 0)
+    assert MWUMKLClassifier(kernels="linear", C=1.0, n_jobs=1).fit(X, y).n_threads_ == 1
+    with caplog.at_level("INFO", logger="mwumkl_dist"):
+        clf = MWUMKLClassifier(kernels="linear", C=1.0, verbose=True).fit(X, y)
+    assert clf.n_threads_ == threads.current_threads()
+    assert f"fitting on {clf.n_threads_} thread" in caplog.text

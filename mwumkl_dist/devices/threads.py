@@ -12,7 +12,8 @@ may really use:
   override; ``auto`` or ``0`` means all available cores), otherwise every
   available core, capped by the surroundings: a Dask worker's ``nthreads``
   when running inside a worker, ``OMP_NUM_THREADS`` (joblib/loky children
-  set it), and the OpenMP limit of a :func:`threadpoolctl.threadpool_limits`
+  set it; not the value a Dask nanny leaves in the client process, see
+  :func:`user_omp_num_threads`), and the OpenMP limit of a :func:`threadpoolctl.threadpool_limits`
   block;
 * :func:`resolve_n_jobs` -- an ``n_jobs`` value to a thread count.
 
@@ -246,9 +247,59 @@ def _dask_worker_threads() -> int | None:
     return None if worker is None else worker_threads(worker)
 
 
+def _launch_environ_value(name: str) -> str | None:
+    """``name`` in the environment this process was started with (``/proc/self/environ``), None if absent."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            entries = fh.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for entry in entries:
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
+#: OMP_NUM_THREADS when the package was imported, and when the process started.
+_OMP_AT_IMPORT = os.environ.get("OMP_NUM_THREADS")
+_OMP_AT_LAUNCH = _launch_environ_value("OMP_NUM_THREADS")
+
+
+def _nanny_environ_value(name: str) -> str | None:
+    """The value a Dask nanny gives ``name`` (``distributed.nanny.pre-spawn-environ``), None without Dask."""
+    if "distributed" not in sys.modules:
+        return None
+    try:
+        import dask
+
+        value = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}).get(name)
+    except Exception:
+        return None
+    return None if value is None else str(value).strip()
+
+
+def user_omp_num_threads() -> str | None:
+    """OMP_NUM_THREADS as the user set it, None when unset.
+
+    A process-based ``LocalCluster`` (its nannies) writes ``OMP_NUM_THREADS=1``
+    into this process's ``os.environ`` for its worker processes and leaves it
+    there after closing; that value caps the workers, not this process.  When
+    the variable holds the nanny's value outside a Dask worker, the value it
+    had at import or at process start, whichever differs, is the user's.
+    """
+    text = os.environ.get("OMP_NUM_THREADS")
+    if text is None or dask_worker() is not None or text.strip() != _nanny_environ_value("OMP_NUM_THREADS"):
+        return text
+    for earlier in (_OMP_AT_IMPORT, _OMP_AT_LAUNCH):
+        if earlier != text:
+            return earlier
+    return text
+
+
 def _omp_env_threads() -> int | None:
     """OMP_NUM_THREADS as a cap (its first level for nested lists like '4,2'); None when unset or odd."""
-    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    text = (user_omp_num_threads() or "").strip()
     if not text:
         return None
     try:
