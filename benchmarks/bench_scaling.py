@@ -21,6 +21,8 @@ present, else the download cache; ``--download`` fetches a missing set).
 ``--quick`` runs small synthetic problems of the same three kinds in seconds
 (the check that the benchmark works; its timings mean little).
 
+``--busy N`` runs the local rows again beside N CPU-bound processes (the
+default thread count adapts to them; the others are held to their count).
 Only thread counts and layouts that fit in the cores this process may use
 (:func:`mwumkl_dist.threads.available_cpus`) run, unless ``--oversubscribe``.
 Run it on an otherwise idle machine; the load average is recorded.
@@ -170,7 +172,7 @@ def count_kernels(spec: Spec, n_features: int) -> int:
 @contextlib.contextmanager
 def timed_solver(record: list):
     """Record the wall time of every ``mwu.solve`` call (the solver loop, without setup)."""
-    from mwumkl_dist.solvers import mwu
+    from mwumkl_dist.solvers.mwu import one_vs_rest as mwu  # where the fit driver looks the solver up
 
     original = mwu.solve
 
@@ -314,7 +316,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--datasets-dir", type=Path, default=None, help="data folder (default ../shared/datasets)")
     p.add_argument("--download", action="store_true", help="download a data set that is not on disk")
     p.add_argument("--out", type=Path, help="output folder (default benchmarks/results/scaling)")
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run the local rows with N competing CPU-bound processes on the machine (busy rows beside idle ones)",
+    )
     return p
+
+
+@contextlib.contextmanager
+def competing_processes(n: int):
+    """``n`` CPU-bound processes (a Python busy loop each) for the block's duration."""
+    import subprocess
+
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        if procs:
+            time.sleep(1.0)  # running, not starting
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def main(argv=None) -> int:
@@ -363,14 +388,23 @@ def main(argv=None) -> int:
 
     rows: dict[str, list[dict]] = {name: [] for name in problems}
     refs = {}
-    for name, (spec, X, y, _, _) in problems.items():
-        for t in threads:
-            clf, fit_s, solve_s = timed(X, y, spec, args.repeat, n_jobs=t)
-            if t == 1:
-                refs[name] = (clf, fit_s, solve_s)
-            ref = refs[name]
-            rows[name].append(_row(name, f"local {t}", None, t, clf, fit_s, solve_s, *ref))
-            print(f"  {name} local {t} thread(s): {fit_s:.2f} s, same model {rows[name][-1]['same_model']}")
+    # The local rows: each thread count and the default (n_jobs=None), on the idle machine and, with
+    # --busy N, beside N competing processes; speed-ups are over 1 thread under the same load.
+    for busy in sorted({0, max(0, args.busy)}):
+        with competing_processes(busy):
+            for name, (spec, X, y, _, _) in problems.items():
+                for t in [*threads, None]:
+                    clf, fit_s, solve_s = timed(X, y, spec, args.repeat, n_jobs=t)
+                    if t == 1:
+                        local_ref = (clf, fit_s, solve_s)
+                        refs.setdefault(name, local_ref)
+                    label = f"local {'default' if t is None else t}" + (f", busy {busy}" if busy else "")
+                    threads_used = getattr(clf, "n_threads_", t)
+                    row = _row(name, label, None, threads_used, clf, fit_s, solve_s, *local_ref)
+                    row["same_model"] = row["same_model"] and same_model(refs[name][0], clf)
+                    row["busy"] = busy
+                    rows[name].append(row)
+                    print(f"  {name} {label} ({threads_used} threads): {fit_s:.2f} s, same model {row['same_model']}")
 
     if layouts:
         from distributed import Client, LocalCluster
@@ -415,6 +449,7 @@ def main(argv=None) -> int:
         "C": C_FIXED,
         "polish": False,
         "available_cpus": cpus,
+        "busy_processes": args.busy,
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
     }

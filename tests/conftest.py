@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 
@@ -70,3 +71,12 @@ def record_nested_fits(monkeypatch) -> list:
 
     monkeypatch.setattr(driver, "fit_model", spy)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def _idle_machine_for_the_default_threads(monkeypatch):
+    """Tests see no other process's load: the default thread count is every core (tests of the load patch it)."""
+    from mwumkl_dist.devices import threads
+
+    monkeypatch.setattr(threads, "_PROC_STAT", "/nonexistent/proc/stat")
+    monkeypatch.setattr(threads, "_busy_cache", [])

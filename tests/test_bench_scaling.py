@@ -42,9 +42,22 @@ def test_quick_dask_layout(tmp_path):
     rc, doc = _run(tmp_path, *args, "--threaded-cluster")
     assert rc == 0
     layouts = [r["layout"] for r in doc["rows"]]
-    assert layouts == ["local 1", "dask 2x1"]
+    assert layouts == ["local 1", "local default", "dask 2x1"]
     assert all(r["same_model"] for r in doc["rows"])
     assert doc["settings"]["dask_processes"] is False
+
+
+@pytest.mark.timeout(300)
+def test_quick_busy_rows(tmp_path):
+    rc, doc = _run(tmp_path, "--problems", "quick-kernels", "--threads", "1", "--layouts", "none", "--busy", "1")
+    assert rc == 0 and doc["settings"]["busy_processes"] == 1
+    assert [(r["layout"], r["busy"]) for r in doc["rows"]] == [
+        ("local 1", 0),
+        ("local default", 0),
+        ("local 1, busy 1", 1),
+        ("local default, busy 1", 1),
+    ]
+    assert all(r["same_model"] and r["solve_s"] > 0 for r in doc["rows"])
 
 
 def test_arguments():

@@ -394,3 +394,24 @@ def test_a_fit_records_its_thread_count(caplog):
         clf = MWUMKLClassifier(kernels="linear", C=1.0, verbose=True).fit(X, y)
     assert clf.n_threads_ == threads.current_threads()
     assert f"fitting on {clf.n_threads_} thread" in caplog.text
+
+
+def test_other_processes_load_lowers_the_default(cpus, monkeypatch, tmp_path):
+    """A busy machine (issue 22): the default leaves the cores other processes use, explicit counts stay."""
+    cpus(8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(threads, "_cgroup_cpus", lambda: None)
+    monkeypatch.setattr(threads, "_BUSY_TTL", 0.0)
+    stat = tmp_path / "stat"
+    tasks = tmp_path / "task"
+    for tid, state in [(1, "R"), (2, "S"), (3, "R")]:  # two of our threads run
+        (tasks / str(tid)).mkdir(parents=True)
+        (tasks / str(tid) / "stat").write_text(f"{tid} (python (x)) {state} 1 2 3")
+    monkeypatch.setattr(threads, "_PROC_STAT", str(stat))
+    monkeypatch.setattr(threads, "_PROC_SELF_TASKS", str(tasks))
+    for running, expected in [(2, 8), (5, 5), (9, 1), (40, 1)]:
+        stat.write_text(f"cpu  1 2 3\nprocs_running {running}\nprocs_blocked 0\n")
+        assert threads.busy_cpus() == running - 2 and threads.default_threads() == expected
+    assert threads.resolve_n_jobs(4) == 4 and threads.resolve_n_jobs(-1) == 8  # asked for: not adapted
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # an affinity mask narrower than the machine: unknown
+    assert threads.busy_cpus() == 0 and threads.default_threads() == 8

@@ -336,14 +336,81 @@ def _openmp_limit() -> int | None:
     return min(limits) if limits else None
 
 
+# Where the run queue is read from (tests point these at files of their own).
+_PROC_STAT = "/proc/stat"
+_PROC_SELF_TASKS = "/proc/self/task"
+#: Run-queue samples per reading, this many seconds apart; the smallest count is kept (a shell
+#: command or a daemon's wake-up is not a competitor).  A reading (~1 ms) is kept ``_BUSY_TTL`` seconds.
+_BUSY_SAMPLES, _BUSY_GAP, _BUSY_TTL = 3, 0.0005, 1.0
+_busy_cache: list = []  # [(monotonic time, busy cpus)]
+
+
+def _own_running_threads() -> int:
+    """This process's threads in state R (running or runnable), from ``/proc/self/task/*/stat``."""
+    try:
+        tasks = os.listdir(_PROC_SELF_TASKS)
+    except OSError:
+        return 0
+    running = 0
+    for tid in tasks:
+        text = _read(os.path.join(_PROC_SELF_TASKS, tid, "stat"))
+        if text and text.rpartition(")")[2].split()[:1] == ["R"]:
+            running += 1
+    return running
+
+
+def _procs_running() -> int | None:
+    text = _read(_PROC_STAT)
+    for line in (text or "").splitlines():
+        if line.startswith("procs_running "):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def busy_cpus() -> int:
+    """CPUs kept busy by other processes now: the machine's runnable tasks less this process's own.
+
+    0 where it cannot be told: no ``/proc``, or an affinity mask or cgroup quota narrower than
+    the machine (the run queue then counts tasks on CPUs this process does not use).
+    """
+    now = time.monotonic()
+    if _busy_cache and now - _busy_cache[0][0] < _BUSY_TTL:
+        return _busy_cache[0][1]
+    busy = _read_busy_cpus()
+    _busy_cache[:] = [(now, busy)]
+    return busy
+
+
+def _read_busy_cpus() -> int:
+    if _affinity_cpus() != (os.cpu_count() or 0) or _cgroup_cpus() is not None:
+        return 0
+    counts = []
+    for k in range(_BUSY_SAMPLES):
+        total = _procs_running()
+        if total is None:
+            return 0
+        counts.append(max(0, total - max(1, _own_running_threads())))
+        if k + 1 < _BUSY_SAMPLES:
+            time.sleep(_BUSY_GAP)
+    return min(counts)
+
+
 def default_threads() -> int:
     """The thread count ``n_jobs=None`` means (>= 1).
 
     ``MWUMKL_NUM_THREADS`` when set: a positive integer (capped at
     :func:`available_cpus`), or ``auto`` / ``0`` for all available cores.
-    Otherwise :func:`available_cpus`, capped by the nthreads of the Dask
-    worker running this code, by ``OMP_NUM_THREADS`` and by the current
-    OpenMP limit (a :func:`threadpoolctl.threadpool_limits` block).
+    Otherwise the available cores that other processes leave idle
+    (:func:`available_cpus` less :func:`busy_cpus`, at least 1: a parallel
+    region waits for its slowest thread, so a thread sharing a core with
+    another process's work slows every superstep), capped by the nthreads of
+    the Dask worker running this code, by ``OMP_NUM_THREADS`` and by the
+    current OpenMP limit (a :func:`threadpoolctl.threadpool_limits` block).
+    The fit re-reads it as it runs (every ``_DEFAULT_TTL`` seconds); models do
+    not depend on the thread count.
     """
     cpus = available_cpus()
     text = os.environ.get(ENV_VAR, "").strip()
@@ -354,6 +421,8 @@ def default_threads() -> int:
     for cap in (_dask_worker_threads(), _omp_env_threads(), _openmp_limit()):
         if cap is not None:
             n = min(n, cap)
+    if n > 1:
+        n = min(n, cpus - busy_cpus())
     return max(1, n)
 
 
