@@ -110,8 +110,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``beta = 10 ln(m) / epsilon``) converges to the optimal weights of
         the MKL problem itself as ``epsilon`` falls.  ``"auto"`` chooses from
         0, 30, 100 and 300 by cross-validation together with ``C="auto"`` (see
-        :func:`mwumkl_dist.solvers.auto.choose_C`), so data where every kernel helps
-        keep near-uniform weights; with a given ``C`` it is 100 (nothing is
+        :func:`mwumkl_dist.solvers.auto.choose_C`): the least selective within
+        one standard error of the best, so data where every kernel helps keep
+        near-uniform weights; with a given ``C`` it is 100 (nothing is
         cross-validated).  ``"paper"`` is the published rule, whose
         exponents ``eps' / (2 rho) sqrt(s_i)`` are on an absolute scale: after
         trace normalisation they barely differ and its weights stay uniform

@@ -431,6 +431,15 @@ def test_auto_C_without_scale_C_records_the_paper_C():
     np.testing.assert_array_equal(paper.decision_function(X), ref.decision_function(X))
 
 
+def test_the_selectivity_rule_prefers_the_less_selective_within_one_standard_error():
+    pick = auto._least_selective_within_one_standard_error
+    path = {0.0: 0.20, 30.0: 0.19, 100.0: 0.15, 300.0: 0.16}
+    assert pick(path, 25) == 0.0  # se 0.071: uniform weights are as good as far as 25 rows can tell
+    assert pick(path, 10_000) == 100.0  # se 0.0036: only 100 is that good
+    assert pick({0.0: 0.17, 30.0: 0.16, 100.0: 0.15}, 400) == 30.0  # se 0.018: 30 is within reach, 0 is not
+    assert pick({0.0: 0.30, 30.0: 0.10}, 400) == 30.0  # measurably better: kept
+
+
 def test_auto_selectivity_is_cross_validated_at_the_chosen_C():
     X, y = _toy(1)
     specs = [Linear(), Polynomial(2), Gaussian(0.5), Gaussian(2.0)]
@@ -443,8 +452,10 @@ def test_auto_selectivity_is_cross_validated_at_the_chosen_C():
     for s, error in clf.selectivity_path_.items():
         fold = MWUMKLClassifier(specs, epsilon=0.3, C=clf.C_, polish=False, selectivity=s)
         assert error == pytest.approx(_cv_error(fold, X, y))
+    # The least selective candidate within one (binomial) standard error of the lowest CV error.
     errors = np.array(list(clf.selectivity_path_.values()))
-    assert clf.selectivity_ == auto.AUTO_SELECTIVITY_GRID[int(np.flatnonzero(errors <= errors.min() + 1e-12)[0])]
+    se = np.sqrt(errors.min() * (1 - errors.min()) / len(y))
+    assert clf.selectivity_ == auto.AUTO_SELECTIVITY_GRID[int(np.flatnonzero(errors <= errors.min() + se + 1e-12)[0])]
     ref = MWUMKLClassifier(specs, epsilon=0.3, C=clf.C_, polish=False, selectivity=clf.selectivity_).fit(X, y)
     np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))
     # A given C: no cross-validation, the starting selectivity.

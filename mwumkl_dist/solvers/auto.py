@@ -258,7 +258,8 @@ def choose_C(
     ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
     small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
     training points from winning the margin, so each is judged with the other
-    near its final value.  Ties go to the smaller ``C`` and the less selective.
+    near its final value.  Ties go to the smaller ``C``; the selectivity is the least selective
+    within one standard error of the best (a selective combination must be measurably better).
     Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`)
     on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
@@ -304,7 +305,7 @@ def choose_C(
     if choose_selectivity and len(cv.kernel_names) > 1:
         for s in AUTO_SELECTIVITY_GRID:
             selectivity_path[s] = C_path[C] if (s == start and C in C_path) else scorer.error(C, s)
-        selectivity = _first_best(selectivity_path)
+        selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
     return float(C), selectivity, C_path, selectivity_path
 
 
@@ -361,6 +362,22 @@ class _FoldScorer:
         if self.spec.verbose:
             logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
         return error
+
+
+def _least_selective_within_one_standard_error(path: dict, n_scored: int):
+    """The first (least selective) candidate whose error is within one standard error of the lowest.
+
+    The standard error is the binomial one of the lowest error on the ``n_scored`` cross-validated
+    rows (Breiman's one-standard-error rule).  A more selective combination is kept only when it is
+    measurably better: with the scaled family the CV minimum often sits on a selective candidate that
+    collapses onto one narrow Gaussian and generalises worse (5 splits, default kernels, test error %,
+    lowest CV error / this rule: heart 20.0 / 17.6, sonar 10.0 / 8.9, german 24.6 / 24.3, ionosphere
+    5.7 / 5.7, breast cancer 3.0 / 3.4, banana (1000 rows) 10.1 / 10.2).
+    """
+    errors = np.array(list(path.values()), dtype=np.float64)
+    best = float(errors.min())
+    se = math.sqrt(max(best * (1.0 - best), 0.0) / max(int(n_scored), 1))
+    return list(path)[int(np.flatnonzero(errors <= best + se + 1e-12)[0])]
 
 
 def _first_best(path: dict):
