@@ -447,7 +447,7 @@ def test_auto_selectivity_is_cross_validated_at_the_chosen_C():
     # C first, with the starting selectivity; then the selectivity grid at that C.
     assert tuple(clf.selectivity_path_) == auto.AUTO_SELECTIVITY_GRID
     for C, error in clf.C_path_.items():
-        fold = MWUMKLClassifier(specs, epsilon=0.3, C=C, polish=False, selectivity=auto.AUTO_SELECTIVITY_START)
+        fold = MWUMKLClassifier(specs, epsilon=0.3, C=C, polish=False, selectivity=auto.AUTO_SELECTIVITY_SEARCH_START)
         assert error == pytest.approx(_cv_error(fold, X, y))
     for s, error in clf.selectivity_path_.items():
         fold = MWUMKLClassifier(specs, epsilon=0.3, C=clf.C_, polish=False, selectivity=s)
