@@ -46,6 +46,7 @@ HANDSHAKE_TIMEOUT = 5.0
 #: The most unauthenticated connections one listener keeps at once (see :class:`Listener`).
 MAX_PENDING = 4096
 _BACKLOG = 1024  # the kernel's queue of connections not yet accepted (capped by somaxconn)
+_BATCH = 32  # fresh peers given a handshake step per round of the listener's loop (and 4x that accepted)
 
 _MAGIC = b"MWUMKL1\n"
 _NONCE = 32
@@ -188,7 +189,7 @@ def _client_handshake(sock, secret: bytes) -> None:
 class _Peer:
     """An incoming connection still in its handshake (see :class:`Listener`)."""
 
-    __slots__ = ("conn", "sock", "deadline", "tls_pending", "out", "after_out", "got", "nonce", "events")
+    __slots__ = ("conn", "sock", "deadline", "tls_pending", "out", "after_out", "got", "nonce", "events", "steps")
 
     def __init__(self, conn, sock, deadline: float, tls: bool):
         self.conn, self.sock, self.deadline = conn, sock, deadline
@@ -198,6 +199,7 @@ class _Peer:
         self.after_out = "challenge"  # what comes once ``out`` is sent: "challenge" (to send), "reply", "done"
         self.got = bytearray()  # the driver's reply so far
         self.events = 0  # what the selector waits for
+        self.steps = 0  # handshake steps run so far (peers under way go before fresh ones)
 
 
 class Listener:
@@ -266,11 +268,17 @@ class Listener:
                 timeout = None
                 if pending:
                     timeout = max(0.0, next(iter(pending)).deadline - time.monotonic())
-                for key, _ in sel.select(timeout):
-                    if key.data is None:
-                        self._accept_all(sel, pending)
-                    elif key.data != "wake":
-                        self._advance(sel, pending, key.data)
+                events = sel.select(timeout)
+                ready = [key.data for key, _ in events if isinstance(key.data, _Peer)]
+                # Peers under way first (the driver, once its first message parsed), then a bounded
+                # batch of the oldest fresh ones, then new connections: a flood of fresh strangers
+                # delays each step of the driver's handshake by one batch, not by the whole flood.
+                fresh = sorted((p for p in ready if not p.steps), key=lambda p: p.deadline)
+                for peer in [p for p in ready if p.steps] + fresh[:_BATCH]:
+                    if peer in pending:
+                        self._advance(sel, pending, peer)
+                if any(key.data is None for key, _ in events):
+                    self._accept_some(sel, pending)
                 now = time.monotonic()
                 while pending and next(iter(pending)).deadline <= now:  # too slow, or silent
                     self._drop(sel, pending, next(iter(pending)))
@@ -292,8 +300,10 @@ class Listener:
                     extra.close()
             self._ready.put(None)  # wakes an accept() still waiting
 
-    def _accept_all(self, sel, pending: dict) -> None:
-        while not self._done.is_set():
+    def _accept_some(self, sel, pending: dict) -> None:
+        for _ in range(_BATCH * 4):  # cheap each (no handshake step yet on TLS); bounded per round
+            if self._done.is_set():
+                return
             try:
                 conn, _ = self._sock.accept()
             except BlockingIOError:
@@ -324,12 +334,16 @@ class Listener:
             return
         peer = _Peer(conn, sock, time.monotonic() + self._handshake_timeout, self._ssl is not None)
         pending[peer] = None
-        self._advance(sel, pending, peer)
+        if self._ssl is None:
+            self._advance(sel, pending, peer)  # our challenge goes first
+        else:
+            self._watch(sel, peer, selectors.EVENT_READ)  # the peer's first TLS message comes first
 
     def _advance(self, sel, pending: dict, peer: _Peer) -> None:
         """Run ``peer``'s handshake as far as it goes without waiting; then wait for what it needs."""
         sock = peer.sock
         try:
+            peer.steps += 1
             while True:
                 if peer.tls_pending:
                     sock.do_handshake()

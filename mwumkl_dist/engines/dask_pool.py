@@ -337,6 +337,7 @@ class ShardServer:
             self._unregister()
             with contextlib.suppress(Exception):
                 close_shard(self.shard)
+            self.shard = None  # its data goes now, even while Dask still holds the actor a moment
 
 
 def _serve(server_ref, listener, accept_timeout) -> None:
@@ -381,11 +382,12 @@ class DaskPool:
         estimator's ``worker_timeout``.  While it waits for workers it logs a warning
         ``waiting for Dask workers (N s of T s)`` after 2 s, then every 10 s.
     call_timeout : float or None
-        Seconds a shard may take to answer one call (a superstep) before its worker is
-        declared hung and the shard rebuilt on another worker; None: ``timeout``.  The
-        estimator's ``superstep_timeout``.  A shard silent for :data:`SLOW_REPORT` seconds
-        (or three times its slowest answer to such a call so far, if longer) is reported at
-        once: ``worker W has not answered superstep N for 10 s; ...``.
+        Seconds a shard may take to answer a superstep (a call made with ``superstep=True``,
+        from its second time on) before its worker is declared hung and its shards rebuilt on
+        other workers; None: ``timeout``.  The estimator's ``superstep_timeout``.  A shard
+        silent on a superstep for :data:`SLOW_REPORT` seconds (or three times its slowest
+        answer to it so far, if longer) is reported at once: ``worker W has not answered
+        superstep N for 10 s; ...``.  Other calls (loading, replaying) wait up to ``timeout``.
 
     A shard is placed on the live worker holding the fewest shards; a worker lost while its
     shard is placed (killed, or gone from the scheduler) is named in a warning and the shard
@@ -562,6 +564,8 @@ class DaskPool:
                 self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mwumkl-endpoint")
             return tuple(self._reader.submit(getattr, actor, "endpoint").result(timeout=self.timeout))
         except concurrent.futures.TimeoutError:
+            self._reader.shutdown(wait=False)  # its thread is stuck on that worker: the next read gets a new one
+            self._reader = None
             raise TimeoutError(f"the shard's worker did not say where it listens within {self.timeout:g} s") from None
         finally:
             del actor
@@ -663,7 +667,7 @@ class DaskPool:
                     (host, port),
                     self._secret,
                     ssl_context,
-                    timeout=self.call_timeout,
+                    timeout=self.timeout,
                     handshake_timeout=max(0.1, min(_channel.HANDSHAKE_TIMEOUT, left)),
                 )
             except ssl.SSLCertVerificationError:
@@ -747,7 +751,7 @@ class DaskPool:
         try:
             status, value = block.conn.recv()
         except TimeoutError:
-            raise ShardLostError(f"shard {block.slot} did not answer within {self.call_timeout:g} s") from None
+            raise ShardLostError(f"shard {block.slot} did not answer within {self.timeout:g} s") from None
         if status == "error":
             raise RuntimeError(f"shard {block.slot} failed:\n{value}")
         return value
@@ -756,9 +760,13 @@ class DaskPool:
         block.conn.send_frame(_channel.encode((method, args)))
         return self._recv(block)
 
-    def _gather(self, blocks, name: str, number: int) -> tuple[dict, list, set]:
-        """The answers of ``blocks`` (sent a call), as they come; a shard silent too long is reported, then lost.
+    def _gather(self, blocks, name: str, number: int, superstep: bool) -> tuple[dict, list, set]:
+        """The answers of ``blocks`` (sent a call), as they come; a shard silent too long is lost.
 
+        A superstep's shard silent for :data:`SLOW_REPORT` s (or three times the slowest answer
+        to that call so far) is reported, then every ``WAIT_REPORT_EVERY`` s; silent for
+        ``call_timeout`` s, its worker is taken for hung (from a call's second time on: the first
+        may compile and load caches on a fresh worker).  Other calls wait up to ``timeout``.
         Returns ``(results by id(block), lost blocks, hung workers)``.
         """
         results: dict = {}
@@ -768,8 +776,10 @@ class DaskPool:
         for fd in waiting:
             poller.register(fd, select.POLLIN | select.POLLPRI)
         start = time.monotonic()
-        give_up = start + self.call_timeout
-        report_at = start + max(SLOW_REPORT, 3.0 * self._slowest.get(name, 0.0))
+        timed = superstep and name in self._slowest
+        limit = self.call_timeout if timed else self.timeout
+        give_up = start + limit
+        report_at = start + max(SLOW_REPORT, 3.0 * self._slowest.get(name, 0.0)) if superstep else float("inf")
         while waiting:
             ready = [fd for fd, b in waiting.items() if b.conn.buffered]
             if not ready:
@@ -786,33 +796,34 @@ class DaskPool:
             if waiting and now >= give_up:
                 break
             if waiting and now >= report_at:
-                self._report_slow(list(waiting.values()), name, number, now - start)
+                self._report_slow(list(waiting.values()), name, number, now - start, limit)
                 report_at = now + WAIT_REPORT_EVERY
         took = time.monotonic() - start
-        if not waiting and took > self._slowest.get(name, 0.0):
+        if not waiting and not lost and took > self._slowest.get(name, 0.0):
             self._slowest[name] = took
         hung = set()
         if waiting:
             silent = list(waiting.values())
             hung = {b.worker for b in silent}
+            which = "superstep_timeout" if timed else "worker_timeout"
             for worker in sorted(hung):
                 logger.warning(
-                    "worker %s has not answered %s %d for %.0f s (superstep_timeout = %g s); rebuilding its "
-                    "shards on other workers",
+                    "worker %s has not answered %s %d for %.0f s (%s = %g s); rebuilding its shards on other workers",
                     worker,
                     name,
                     number,
                     time.monotonic() - start,
-                    self.call_timeout,
+                    which,
+                    limit,
                 )
             lost.extend(silent)
         return results, lost, hung
 
-    def _report_slow(self, blocks, name: str, number: int, waited: float) -> None:
+    def _report_slow(self, blocks, name: str, number: int, waited: float, limit: float) -> None:
         by_worker: dict = {}
         for b in blocks:
             by_worker.setdefault(b.worker, []).append(str(b.slot))
-        limit = "worker_timeout" if self.call_timeout == self.timeout else "superstep_timeout"
+        which = "superstep_timeout" if limit == self.call_timeout and name in self._slowest else "worker_timeout"
         for worker, slots in sorted(by_worker.items()):
             logger.warning(
                 "worker %s has not answered %s %d for %.0f s (shard%s %s); waiting up to %s = %g s before "
@@ -823,16 +834,16 @@ class DaskPool:
                 waited,
                 "s" if len(slots) > 1 else "",
                 "; ".join(slots),
+                which,
                 limit,
-                self.call_timeout,
             )
 
-    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False) -> list:
+    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False, superstep=False) -> list:
         """See :meth:`~.pool.ShardPool.call`: sent to every shard first, then gathered (the shards work in parallel).
 
         Each group of equal arguments is pickled once and the same bytes go to each of its shards.
-        A shard whose worker is gone, or silent for ``call_timeout`` seconds, is rebuilt (see
-        :meth:`_recover`) and asked again.
+        A shard whose worker is gone, or silent too long (``superstep``: ``call_timeout`` s, see
+        :meth:`_gather`; other calls: ``timeout`` s), is rebuilt (see :meth:`_recover`) and asked again.
         """
         if keep:  # this call's state replaces the one an earlier call of the method kept
             self._kept = [k for k in self._kept if k[0] != method]
@@ -851,7 +862,7 @@ class DaskPool:
                 sent.append(b)
             except (OSError, EOFError, ValueError):
                 lost.append(b)
-        results, silent, hung = self._gather(sent, name, number)
+        results, silent, hung = self._gather(sent, name, number, superstep)
         lost += silent
         if lost:
             self._recover([b for b in blocks if b in lost], hung)
