@@ -244,8 +244,12 @@ def main(argv=None) -> int:
     kinds = ["plain", "tls"] if args.security == "both" else [args.security]
     results = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average_at_start": os.getloadavg()},  # fmt: skip
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(),
+        },  # fmt: skip
         "results": {kind: bench(kind, args) for kind in kinds},
     }
     args.out.mkdir(parents=True, exist_ok=True)
