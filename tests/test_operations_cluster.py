@@ -475,7 +475,9 @@ def test_every_worker_whose_shards_were_lost_counts_as_left(monkeypatch, caplog)
     monkeypatch.setattr(dask_pool, "REPLACEMENT_GRACE", 0.3)
     pool = _pool_seeing({"tcp://b:1": 1}, {"tcp://a:1": 1, "tcp://b:1": 1}, n_workers=2)
     with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
-        pool._recover(list(pool.blocks))
+        pool._departures(list(pool.blocks))  # what a call that lost both shards does first
+        for block in pool.blocks:
+            pool._recover(block)  # then each one, without another wait or message
     left = [m for m in _messages(caplog) if "Dask workers left" in m]
     assert left == [
         "2 of the fit's 2 Dask workers left (tcp://a:1, tcp://b:1); waiting up to 0.3 s for a replacement before "
@@ -487,7 +489,8 @@ def test_every_worker_whose_shards_were_lost_counts_as_left(monkeypatch, caplog)
     pool = _pool_seeing({"tcp://a:1": 1, "tcp://b:1": 1}, {"tcp://a:1": 1, "tcp://b:1": 1}, n_workers=2)
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
-        pool._recover([pool.blocks[1]], hung={"tcp://b:1"})
+        pool._departures([pool.blocks[1]], hung={"tcp://b:1"})
+        pool._recover(pool.blocks[1])
     assert time.monotonic() - start < 0.2
     assert not [m for m in _messages(caplog) if "Dask workers left" in m]
 

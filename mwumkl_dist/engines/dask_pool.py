@@ -104,16 +104,14 @@ class _WaitReport:
 class _DaskNoise(logging.Filter):
     """Drops the lines distributed logs about a failure the pool reports itself, in its own words.
 
-    Only while a pool is open (:func:`quiet_dask_recovery`), and only these messages: a client that
-    gives up reconnecting (the pool raises :class:`SchedulerLostError` naming the scheduler and the
-    checkpoint), and a client's or worker's broken connection to a worker whose shards the pool
-    rebuilds and names.  Everything else distributed logs passes.
+    Only while a pool is open (:func:`quiet_dask_recovery`), and only :attr:`PATTERNS`: a client
+    that gives up reconnecting to its scheduler (the pool raises :class:`SchedulerLostError`
+    naming the scheduler and the checkpoint to resume from).  Everything else distributed logs
+    passes: a killed or hung worker's shards are named by the pool, and the client logs nothing
+    of them.
     """
 
-    PATTERNS = (
-        "Failed to reconnect to scheduler after",
-        "Tried to connect to",  # ... a dead worker's address, while its shard's rebuild is under way
-    )
+    PATTERNS = ("Failed to reconnect to scheduler after",)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if _QUIET["depth"] <= 0:
@@ -125,7 +123,7 @@ class _DaskNoise(logging.Filter):
 _QUIET = {"depth": 0}
 _QUIET_LOCK = threading.Lock()
 _NOISE = _DaskNoise()
-_NOISY_LOGGERS = ("distributed.client", "distributed.core", "distributed.comm", "distributed.utils_comm")
+_NOISY_LOGGERS = ("distributed.client",)
 
 
 @contextlib.contextmanager
@@ -705,24 +703,27 @@ class DaskPool:
             time.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(2 * delay, CONNECT_RETRY_MAX)
 
-    def _recover(self, blocks, hung=()) -> None:
-        """Rebuild lost shards on live workers (the least loaded) and bring them back to the pool's state.
+    def _departures(self, blocks, hung=()) -> None:
+        """Shards of one call were lost: note their workers gone (``hung``: still there, not answering), once.
 
-        ``hung``: workers that are still there but stopped answering (their shards are rebuilt
-        elsewhere at once, without waiting for a replacement).
+        The workers of every lost shard count as left in the one message that names them, and a
+        replacement is waited for once (none for a hung worker: no nanny restarts it).
         """
-        blocks = [blocks] if isinstance(blocks, _Block) else list(blocks)
         gone = {b.worker for b in blocks if b.worker is not None}
         self._departed |= gone
         self._hung = self._hung | set(hung)
         for block in blocks:
             self._discard(block)
-            self.recoveries += 1
-            logger.warning("shard %s lost; rebuilding it (recovery %d)", block.slot, self.recoveries)
         self._wait_for_replacement(gone, hung)
-        for block in blocks:
-            self._start_somewhere(block, rebuild=True)
-            self._restore_state(block)
+
+    def _recover(self, block: _Block) -> None:
+        """Rebuild a lost shard on a live worker (the least loaded) and bring it back to the pool's state."""
+        self.recoveries += 1
+        logger.warning("shard %s lost; rebuilding it (recovery %d)", block.slot, self.recoveries)
+        if block.worker is not None and (block.worker not in self._departed or block.conn is not None):
+            self._departures([block])  # a shard lost on its own (not through call)
+        self._start_somewhere(block, rebuild=True)
+        self._restore_state(block)
 
     def _restore_state(self, block: _Block) -> None:
         """A rebuilt shard's kept calls, in order, then the ``restore`` calls of its slot."""
@@ -865,7 +866,10 @@ class DaskPool:
         results, silent, hung = self._gather(sent, name, number, superstep)
         lost += silent
         if lost:
-            self._recover([b for b in blocks if b in lost], hung)
+            self._departures(lost, hung)
+            for b in blocks:
+                if b in lost:
+                    self._recover(b)
             for b, (_, a) in zip(blocks, args):
                 if b in lost:
                     results[id(b)] = self._call(b, method, a)
