@@ -14,9 +14,10 @@ driver talks to each shard over a socket of its own. That socket honours the clu
   one thread accepts and runs every handshake without ever waiting on a peer (a selector), gives
   each connection :data:`HANDSHAKE_TIMEOUT` seconds from its arrival, closes it at its first wrong
   byte, and makes room for newcomers by closing the oldest waiting stranger (never by refusing
-  the newcomer), so no number of silent, slow or garbage-sending peers keeps the driver out; it
-  stops listening once the driver is in.  The driver retries a failed connection until its
-  deadline (:meth:`mwumkl_dist.engines.dask_pool.DaskPool`), so a stranger can at most delay it.
+  the newcomer), and runs the steps of handshakes under way before those of fresh connections,
+  so no number of silent, slow or garbage-sending peers keeps the driver out; it stops listening
+  once the driver is in.  The driver retries a failed connection until its deadline
+  (:class:`mwumkl_dist.engines.dask_pool.DaskPool`), so a stranger can at most delay it.
 
 Messages are pickles (the peer is authenticated) in length-prefixed frames; pickle protocol 5
 sends numpy arrays out of band, as raw bytes received straight into their final buffer. A frame
@@ -457,10 +458,10 @@ def max_pending_for_fd_limit() -> int:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY or soft <= 0:
+            soft = 1 << 16
     except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
         soft = 1024
-    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
-        soft = 1 << 16
     return int(min(MAX_PENDING, max(16, soft // 4)))
 
 
