@@ -194,6 +194,16 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         shard's answer; while waiting, a warning is logged every few seconds
         (the first after 2 s).  A cluster that has no worker after this long
         fails with a ConnectionError.
+    superstep_timeout : float or None, default=None
+        With ``engine="dask"``: seconds a shard may take to answer one
+        superstep (or any other call) before its worker is declared hung and
+        its shards are rebuilt on other workers (the model stays the same).
+        None: ``worker_timeout``.  A shard silent for 10 s (or three times
+        its slowest answer so far) is reported at once, whatever this is.
+        Not shorter by default: a superstep's time grows with the shard's
+        rows and kernels, and a worker's first one compiles the numba
+        kernels (a minute on a cold cache), so a fixed short limit would
+        rebuild healthy shards.
     callback : callable or None, default=None
         Called as ``callback(info)`` with a :class:`mwumkl_dist.solvers.mwu.ProgressInfo`
         every ``callback_every`` iterations; returning ``True`` stops the fit
@@ -328,6 +338,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         checkpoint_every=100,
         scheduler_timeout=10.0,
         worker_timeout=600.0,
+        superstep_timeout=None,
         callback=None,
         callback_every=100,
         verbose=0,
@@ -354,6 +365,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.checkpoint_every = checkpoint_every
         self.scheduler_timeout = scheduler_timeout
         self.worker_timeout = worker_timeout
+        self.superstep_timeout = superstep_timeout
         self.callback = callback
         self.callback_every = callback_every
         self.verbose = verbose

@@ -10,10 +10,14 @@ driver talks to each shard over a socket of its own. That socket honours the clu
 * **Authentication**: a per-fit secret (32 random bytes the driver hands each shard through Dask)
   and a mutual HMAC-SHA256 challenge/response, each side proving it knows the secret without
   sending it, bound to its role and to both nonces, within :data:`HANDSHAKE_TIMEOUT` seconds.
-* **Strangers can neither hang nor break a fit**: the shard listens only on its worker's host,
-  accepts in a loop, hands every connection to a handshake thread of its own (bounded by the
-  handshake timeout, at most :data:`MAX_PENDING` at a time), closes whoever fails or stays
-  silent, keeps waiting for the real driver and stops listening once it has it.
+* **Strangers can neither hang nor break a fit**: the shard listens only on its worker's host;
+  one thread accepts and runs every handshake without ever waiting on a peer (a selector), gives
+  each connection :data:`HANDSHAKE_TIMEOUT` seconds from its arrival, closes it at its first wrong
+  byte, and makes room for newcomers by closing the oldest waiting stranger (never by refusing
+  the newcomer), and runs the steps of handshakes under way before those of fresh connections,
+  so no number of silent, slow or garbage-sending peers keeps the driver out; it stops listening
+  once the driver is in.  The driver retries a failed connection until its deadline
+  (:class:`mwumkl_dist.engines.dask_pool.DaskPool`), so a stranger can at most delay it.
 
 Messages are pickles (the peer is authenticated) in length-prefixed frames; pickle protocol 5
 sends numpy arrays out of band, as raw bytes received straight into their final buffer. A frame
@@ -22,22 +26,28 @@ is encoded once and may be sent to many peers (:func:`encode` + :meth:`Channel.s
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import pickle
 import queue
 import secrets
+import selectors
 import socket
 import ssl
 import struct
 import threading
+import time
 
-__all__ = ["HANDSHAKE_TIMEOUT", "Channel", "Listener", "connect", "encode", "new_secret"]
+__all__ = ["HANDSHAKE_TIMEOUT", "MAX_PENDING", "Channel", "Listener", "connect", "encode", "new_secret"]
 
-#: Seconds a peer has to complete the TLS and HMAC handshakes.
-HANDSHAKE_TIMEOUT = 10.0
-#: Handshakes in flight at once on one listener; more connections are closed at once.
-MAX_PENDING = 64
+#: Seconds a peer has, from its arrival, to complete the TLS and HMAC handshakes (the driver
+#: needs a few round trips; a stranger holds a descriptor at most this long).
+HANDSHAKE_TIMEOUT = 5.0
+#: The most unauthenticated connections one listener keeps at once (see :class:`Listener`).
+MAX_PENDING = 4096
+_BACKLOG = 1024  # the kernel's queue of connections not yet accepted (capped by somaxconn)
+_BATCH = 32  # fresh peers given a handshake step per round of the listener's loop (and 4x that accepted)
 
 _MAGIC = b"MWUMKL1\n"
 _NONCE = 32
@@ -96,6 +106,11 @@ class Channel:
     @property
     def tls(self) -> bool:
         return isinstance(self.sock, ssl.SSLSocket)
+
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes of a message are already here (read ahead, or decrypted by TLS): no need to wait."""
+        return bool(self._rbuf) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
 
     def send_frame(self, frame: list) -> None:
         for part in frame:
@@ -161,15 +176,6 @@ def _nodelay(sock) -> None:
         pass
 
 
-def _server_handshake(sock, secret: bytes) -> None:
-    nonce = secrets.token_bytes(_NONCE)
-    sock.sendall(_MAGIC + nonce)
-    reply = _recv_exact(sock, 2 * _NONCE)
-    if not hmac.compare_digest(bytes(reply[:_NONCE]), _mac(secret, b"driver", nonce)):
-        raise PermissionError("the peer does not know the fit's secret")
-    sock.sendall(_mac(secret, b"shard", bytes(reply[_NONCE:]), nonce))
-
-
 def _client_handshake(sock, secret: bytes) -> None:
     hello = _recv_exact(sock, len(_MAGIC) + _NONCE)
     if bytes(hello[: len(_MAGIC)]) != _MAGIC:
@@ -181,81 +187,282 @@ def _client_handshake(sock, secret: bytes) -> None:
         raise PermissionError("the shard does not know the fit's secret")
 
 
+class _Peer:
+    """An incoming connection still in its handshake (see :class:`Listener`)."""
+
+    __slots__ = ("conn", "sock", "deadline", "tls_pending", "out", "after_out", "got", "nonce", "events", "steps")
+
+    def __init__(self, conn, sock, deadline: float, tls: bool):
+        self.conn, self.sock, self.deadline = conn, sock, deadline
+        self.tls_pending = tls  # the TLS handshake comes first
+        self.nonce = secrets.token_bytes(_NONCE)
+        self.out = b""  # bytes still to send
+        self.after_out = "challenge"  # what comes once ``out`` is sent: "challenge" (to send), "reply", "done"
+        self.got = bytearray()  # the driver's reply so far
+        self.events = 0  # what the selector waits for
+        self.steps = 0  # handshake steps run so far (peers under way go before fresh ones)
+
+
 class Listener:
     """A shard's listening socket: hands out the first peer that authenticates, ignores the rest.
 
-    ``ssl_context``: a server-side context (TLS), or None (plaintext). Every incoming
-    connection gets a handshake thread of its own, so a silent or slow stranger delays nobody.
+    ``ssl_context``: a server-side context (TLS), or None (plaintext). One thread accepts and
+    runs every handshake, non-blocking (a selector), so no peer can block it: each connection
+    has ``handshake_timeout`` seconds from its arrival to authenticate (whatever it sends or
+    withholds) and is closed at the first byte that is wrong. At most ``max_pending``
+    connections wait at once (default: from the process's file-descriptor limit, see
+    :func:`max_pending_for_fd_limit`); a newcomer beyond that, or a refused ``accept`` for want
+    of descriptors, closes the *oldest* waiting one, so new connections (the driver's, which
+    authenticates within a round trip) always get their turn; nothing is ever refused at the door.
+    ``rejected`` counts the connections closed without authenticating (``evicted``: of them,
+    those closed to make room).
     """
 
-    def __init__(self, host: str, secret: bytes, ssl_context=None, handshake_timeout: float = HANDSHAKE_TIMEOUT):
+    def __init__(
+        self,
+        host: str,
+        secret: bytes,
+        ssl_context=None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_pending: int | None = None,
+    ):
         self._secret = secret
         self._ssl = ssl_context
-        self._handshake_timeout = handshake_timeout
+        self._handshake_timeout = float(handshake_timeout)
+        self.max_pending = max_pending_for_fd_limit() if max_pending is None else max(1, int(max_pending))
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind((host, 0))
-        self._sock.listen(64)
-        self.address = self._sock.getsockname()[:2]
+        try:
+            self._sock.bind((host, 0))
+            self._sock.listen(_BACKLOG)
+            self._sock.setblocking(False)
+            self.address = self._sock.getsockname()[:2]
+            self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the loop through it
+        except BaseException:
+            self._sock.close()
+            raise
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self._ready: queue.Queue = queue.Queue()
-        self._pending = threading.BoundedSemaphore(MAX_PENDING)
         self._done = threading.Event()
         self._lock = threading.Lock()
         self.rejected = 0  # connections closed for failing the handshake (strangers)
-        threading.Thread(target=self._accept_loop, name="mwumkl-channel-accept", daemon=True).start()
+        self.evicted = 0  # of them, the oldest waiting ones closed to make room
+        self._thread = threading.Thread(target=self._loop, name="mwumkl-channel-listen", daemon=True)
+        self._thread.start()
 
     @property
     def tls(self) -> bool:
         return self._ssl is not None
 
-    def _accept_loop(self) -> None:
-        while not self._done.is_set():
+    @property
+    def closed(self) -> bool:
+        return self._done.is_set()
+
+    # ------------------------------------------------------------------ the loop (one thread)
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        pending: dict[_Peer, None] = {}  # insertion order = arrival order = deadline order
+        try:
+            sel.register(self._sock, selectors.EVENT_READ, None)
+            sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+            while not self._done.is_set():
+                timeout = None
+                if pending:
+                    timeout = max(0.0, next(iter(pending)).deadline - time.monotonic())
+                events = sel.select(timeout)
+                ready = [key.data for key, _ in events if isinstance(key.data, _Peer)]
+                # Peers under way first (the driver, once its first message parsed), then a bounded
+                # batch of the oldest fresh ones, then new connections: a flood of fresh strangers
+                # delays each step of the driver's handshake by one batch, not by the whole flood.
+                fresh = sorted((p for p in ready if not p.steps), key=lambda p: p.deadline)
+                for peer in [p for p in ready if p.steps] + fresh[:_BATCH]:
+                    if peer in pending:
+                        self._advance(sel, pending, peer)
+                if any(key.data is None for key, _ in events):
+                    self._accept_some(sel, pending)
+                now = time.monotonic()
+                while pending and next(iter(pending)).deadline <= now:  # too slow, or silent
+                    self._drop(sel, pending, next(iter(pending)))
+        except Exception:  # pragma: no cover - a bug here must not leave the shard listening
+            self._done.set()
+        finally:
+            for peer in list(pending):
+                self._drop(sel, pending, peer)
+            sel.close()
+            self._sock.close()
+            self._wake_r.close()
+            self._wake_w.close()
+            while True:  # authenticated after the driver was taken: nobody will use them
+                try:
+                    extra = self._ready.get_nowait()
+                except queue.Empty:
+                    break
+                if extra is not None:
+                    extra.close()
+            self._ready.put(None)  # wakes an accept() still waiting
+
+    def _accept_some(self, sel, pending: dict) -> None:
+        for _ in range(_BATCH * 4):  # cheap each (no handshake step yet on TLS); bounded per round
+            if self._done.is_set():
+                return
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            if self._done.is_set() or not self._pending.acquire(blocking=False):
-                conn.close()
-                continue
-            threading.Thread(target=self._handshake, args=(conn,), name="mwumkl-channel-auth", daemon=True).start()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) and pending:
+                    self._drop(sel, pending, next(iter(pending)), evicted=True)  # a descriptor for the newcomer
+                    continue
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # that one gave up while queued
+                time.sleep(0.05)  # out of descriptors with nothing of ours to free: let others close some
+                return
+            if len(pending) >= self.max_pending:
+                self._drop(sel, pending, next(iter(pending)), evicted=True)
+            self._start(sel, pending, conn)
 
-    def _handshake(self, conn) -> None:
+    def _start(self, sel, pending: dict, conn) -> None:
         sock = conn
         try:
-            conn.settimeout(self._handshake_timeout)
+            conn.setblocking(False)
             _nodelay(conn)
             if self._ssl is not None:
-                sock = self._ssl.wrap_socket(conn, server_side=True)
-            _server_handshake(sock, self._secret)
-        except (OSError, EOFError, ValueError, PermissionError):
-            with self._lock:
-                self.rejected += 1
+                sock = self._ssl.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        except (OSError, ValueError):
+            self._count_rejected()
             sock.close()
             conn.close()
             return
-        finally:
-            self._pending.release()
-        if self._done.is_set():
-            sock.close()
-            return
-        self._ready.put(sock)
+        peer = _Peer(conn, sock, time.monotonic() + self._handshake_timeout, self._ssl is not None)
+        pending[peer] = None
+        if self._ssl is None:
+            self._advance(sel, pending, peer)  # our challenge goes first
+        else:
+            self._watch(sel, peer, selectors.EVENT_READ)  # the peer's first TLS message comes first
 
+    def _advance(self, sel, pending: dict, peer: _Peer) -> None:
+        """Run ``peer``'s handshake as far as it goes without waiting; then wait for what it needs."""
+        sock = peer.sock
+        try:
+            peer.steps += 1
+            while True:
+                if peer.tls_pending:
+                    sock.do_handshake()
+                    peer.tls_pending = False
+                if peer.out:
+                    sent = sock.send(peer.out)
+                    peer.out = peer.out[sent:]
+                    continue
+                if peer.after_out == "challenge":
+                    peer.out, peer.after_out = _MAGIC + peer.nonce, "reply"
+                elif peer.after_out == "reply":
+                    chunk = sock.recv(2 * _NONCE - len(peer.got))  # never beyond the reply
+                    if not chunk:
+                        raise EOFError("the peer closed the channel")
+                    peer.got += chunk
+                    if len(peer.got) == 2 * _NONCE:
+                        if not hmac.compare_digest(bytes(peer.got[:_NONCE]), _mac(self._secret, b"driver", peer.nonce)):
+                            raise PermissionError("the peer does not know the fit's secret")
+                        peer.out = _mac(self._secret, b"shard", bytes(peer.got[_NONCE:]), peer.nonce)
+                        peer.after_out = "done"
+                else:  # authenticated, and our proof is sent
+                    self._unwatch(sel, peer)
+                    del pending[peer]
+                    sock.setblocking(True)
+                    self._ready.put(sock)
+                    return
+        except ssl.SSLWantReadError:
+            self._watch(sel, peer, selectors.EVENT_READ)
+        except ssl.SSLWantWriteError:
+            self._watch(sel, peer, selectors.EVENT_WRITE)
+        except BlockingIOError:
+            self._watch(sel, peer, selectors.EVENT_WRITE if peer.out else selectors.EVENT_READ)
+        except (OSError, EOFError, ValueError, PermissionError):  # garbage, a wrong secret, a reset, bad TLS
+            self._drop(sel, pending, peer)
+
+    @staticmethod
+    def _watch(sel, peer: _Peer, events: int) -> None:
+        if peer.events == events:
+            return
+        if peer.events:
+            sel.modify(peer.sock, events, peer)
+        else:
+            sel.register(peer.sock, events, peer)
+        peer.events = events
+
+    @staticmethod
+    def _unwatch(sel, peer: _Peer) -> None:
+        if peer.events:
+            sel.unregister(peer.sock)
+            peer.events = 0
+
+    def _drop(self, sel, pending: dict, peer: _Peer, *, evicted: bool = False) -> None:
+        """Close a waiting peer (failed, too slow, or the oldest when room is needed)."""
+        try:
+            self._unwatch(sel, peer)
+        except (KeyError, ValueError, OSError):
+            pass
+        pending.pop(peer, None)
+        self._count_rejected(evicted)
+        for s in (peer.sock, peer.conn):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def _count_rejected(self, evicted: bool = False) -> None:
+        with self._lock:
+            self.rejected += 1
+            self.evicted += evicted
+
+    # ------------------------------------------------------------------ the shard's side
     def accept(self, timeout: float | None = None) -> Channel:
-        """Wait for the authenticated driver; stop listening once it is here (``TimeoutError``)."""
+        """Wait for the authenticated driver; stop listening once it is here.
+
+        ``TimeoutError`` when no peer authenticated within ``timeout`` seconds; ``EOFError``
+        when the listener was closed meanwhile.
+        """
         try:
             sock = self._ready.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError("no authenticated peer connected in time") from None
+        if sock is None:
+            self._ready.put(None)  # for any other waiter
+            raise EOFError("the listener was closed")
         self.close()
         return Channel(sock, None)
 
     def close(self) -> None:
-        """Stop listening (a shutdown wakes the accept loop: closing alone would not)."""
+        """Stop listening: the loop closes the listening socket and every waiting peer."""
+        if self._done.is_set():
+            return
         self._done.set()
-        try:
+        try:  # no new connection from now on (a listening socket's shutdown refuses them at once)
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._sock.close()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+
+def max_pending_for_fd_limit() -> int:
+    """How many unauthenticated connections a listener keeps waiting at once.
+
+    A quarter of the process's soft limit on open files (several shards may listen in one
+    worker, which has descriptors of its own), between 16 and :data:`MAX_PENDING`; the
+    listener also evicts its oldest waiting peer when ``accept`` finds no descriptor left.
+    """
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY or soft <= 0:
+            soft = 1 << 16
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        soft = 1024
+    return int(min(MAX_PENDING, max(16, soft // 4)))
 
 
 def connect(

@@ -29,10 +29,21 @@ class DaskEngine(MWUEngine):
     timeout : float
         Seconds to wait for Dask workers and for a shard's answer (see
         :class:`~mwumkl_dist.engines.dask_pool.DaskPool`); the estimator's ``worker_timeout``.
+    call_timeout : float or None
+        Seconds a shard may take on one superstep before its worker is taken for hung and its
+        shards rebuilt elsewhere; None: ``timeout``.  The estimator's ``superstep_timeout``.
     """
 
-    def __init__(self, problem, client=None, n_shards: int = 2, n_kernel_shards: int = 1, timeout: float = 600.0):
-        make_pool = functools.partial(DaskPool, client=client, timeout=timeout)
+    def __init__(
+        self,
+        problem,
+        client=None,
+        n_shards: int = 2,
+        n_kernel_shards: int = 1,
+        timeout: float = 600.0,
+        call_timeout: float | None = None,
+    ):
+        make_pool = functools.partial(DaskPool, client=client, timeout=timeout, call_timeout=call_timeout)
         super().__init__(problem, make_pool, n_shards, n_kernel_shards)
 
     @property

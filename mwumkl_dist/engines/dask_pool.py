@@ -24,6 +24,8 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
+import select
+import ssl
 import threading
 import time
 import traceback
@@ -60,6 +62,18 @@ class SchedulerLostError(ConnectionError):
 WAIT_FIRST_REPORT = 2.0
 #: ... and the next ones every this many seconds, until the wait's timeout.
 WAIT_REPORT_EVERY = 10.0
+#: The driver's connection to a shard's channel failed: first pause before the next attempt (doubling) ...
+CONNECT_RETRY_FIRST = 0.05
+#: ... up to this many seconds; the attempts go on until ``worker_timeout``.
+CONNECT_RETRY_MAX = 1.0
+#: The attempt after which the retries are logged (once).
+CONNECT_RETRY_REPORT = 5
+#: A shard's placement failed on a worker the scheduler still lists: look again after this many seconds
+#: before taking the error for the shard's own (a dying worker's errors may come before the scheduler knows).
+PLACEMENT_RECHECK = 0.5
+#: A shard silent this many seconds on one call (or three times its slowest answer to such a call so
+#: far, if longer) is reported, then every WAIT_REPORT_EVERY s, until ``superstep_timeout``.
+SLOW_REPORT = 10.0
 #: A worker left mid-fit: how long its shards' rebuild waits for a replacement worker to join (a
 #: nanny restarts a killed worker in a few seconds) before using the workers left.
 REPLACEMENT_GRACE = 10.0
@@ -85,6 +99,49 @@ class _WaitReport:
         if time.monotonic() >= self.next:
             logger.warning("waiting for %s (%.0f s of %g s)%s", self.what, self.elapsed, self.timeout, self.note)
             self.next = time.monotonic() + WAIT_REPORT_EVERY
+
+
+class _DaskNoise(logging.Filter):
+    """Drops the lines distributed logs about a failure the pool reports itself, in its own words.
+
+    Only while a pool is open (:func:`quiet_dask_recovery`), and only :attr:`PATTERNS`: a client
+    that gives up reconnecting to its scheduler (the pool raises :class:`SchedulerLostError`
+    naming the scheduler and the checkpoint to resume from).  Everything else distributed logs
+    passes: a killed or hung worker's shards are named by the pool, and the client logs nothing
+    of them.
+    """
+
+    PATTERNS = ("Failed to reconnect to scheduler after",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _QUIET["depth"] <= 0:
+            return True
+        message = record.getMessage()
+        return not any(p in message for p in self.PATTERNS)
+
+
+_QUIET = {"depth": 0}
+_QUIET_LOCK = threading.Lock()
+_NOISE = _DaskNoise()
+_NOISY_LOGGERS = ("distributed.client",)
+
+
+@contextlib.contextmanager
+def quiet_dask_recovery():
+    """While inside, distributed's own lines about failures the pool reports are dropped (see :class:`_DaskNoise`)."""
+    with _QUIET_LOCK:
+        if _QUIET["depth"] == 0:
+            for name in _NOISY_LOGGERS:
+                logging.getLogger(name).addFilter(_NOISE)
+        _QUIET["depth"] += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _QUIET["depth"] -= 1
+            if _QUIET["depth"] == 0:
+                for name in _NOISY_LOGGERS:
+                    logging.getLogger(name).removeFilter(_NOISE)
 
 
 def _is_comm_failure(exc: BaseException) -> bool:
@@ -200,7 +257,18 @@ class ShardServer:
     ``(method, args)``: a shard method (or a function of the shard, see
     :meth:`DaskPool.call`), or one of the server's own: ``"threads"`` (its thread share and the
     threads a call runs with) and ``"close"``.
+
+    Until its driver connects, the server's thread holds it only weakly: a server Dask releases
+    (its fit's start-up failed, or its driver's client left the scheduler) is collected at once,
+    which closes its listener and frees its shard; ``accept_timeout`` (the fit's
+    ``worker_timeout``) only bounds a wait for a driver that is still there but never connects.
+    The driver reads :attr:`endpoint` (an actor attribute: reading it creates no reference cycle
+    in the driver, unlike an actor method call, whose handle would keep the actor alive until
+    Python's cyclic garbage collector runs).
     """
+
+    #: ``(host, port, tls, worker address)`` of the shard's channel (set on the worker).
+    endpoint = None
 
     def __init__(self, shard_factory, secret: bytes, accept_timeout: float | None = None):
         worker = dask_worker()
@@ -216,16 +284,19 @@ class ShardServer:
             ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
             if ssl_context is None:
                 raise RuntimeError(f"worker {worker.address} listens on TLS but its Security has no TLS context")
-        self._listener = _channel.Listener(listen_host(worker.address), secret, ssl_context)
-        self._accept_timeout = accept_timeout  # no driver by then: stop listening
+        listener = self._listener = _channel.Listener(listen_host(worker.address), secret, ssl_context)
+        self.endpoint = (*listener.address, listener.tls, worker.address)
         with _SHARDS_LOCK:
             _SHARDS_ON_WORKER.setdefault(self._worker_address, weakref.WeakSet()).add(self)
-        self._thread = threading.Thread(target=self._serve, name="mwumkl-shard", daemon=True)
+        weakref.finalize(self, listener.close)
+        self._thread = threading.Thread(
+            target=_serve, args=(weakref.ref(self), listener, accept_timeout), name="mwumkl-shard", daemon=True
+        )
         self._thread.start()
 
     def address(self):
         """``(host, port, tls)`` of the shard's channel."""
-        return (*self._listener.address, self._listener.tls)
+        return self.endpoint[:3]
 
     def threads(self) -> int:
         """The threads this shard's calls use: its share of its worker's threads (>= 1)."""
@@ -249,13 +320,7 @@ class ShardServer:
         except Exception:  # report to the driver instead of dying silently
             return _channel.encode(("error", traceback.format_exc()))
 
-    def _serve(self):
-        try:
-            chan = self._listener.accept(self._accept_timeout)  # strangers are closed; waits for the driver
-        except (OSError, TimeoutError):
-            self._listener.close()
-            self._unregister()
-            return
+    def _serve_driver(self, chan) -> None:
         try:
             with chan:
                 while True:
@@ -270,6 +335,24 @@ class ShardServer:
             self._unregister()
             with contextlib.suppress(Exception):
                 close_shard(self.shard)
+            self.shard = None  # its data goes now, even while Dask still holds the actor a moment
+
+
+def _serve(server_ref, listener, accept_timeout) -> None:
+    """A shard server's thread: wait for the driver holding the server weakly, then serve it."""
+    try:
+        chan = listener.accept(accept_timeout)  # strangers are closed; waits for the driver
+    except (OSError, EOFError, TimeoutError):  # closed (the server was released), or no driver in time
+        listener.close()
+        server = server_ref()
+        if server is not None:
+            server._unregister()
+        return
+    server = server_ref()
+    if server is None:  # released just as the driver got in
+        chan.close()
+        return
+    server._serve_driver(chan)
 
 
 class _Block:
@@ -292,36 +375,59 @@ class DaskPool:
     client : distributed.Client, scheduler address, or None (a local threaded cluster, closed with the pool)
     timeout : float
         Seconds to wait for Dask workers (at the start, and for a live worker when every
-        worker is gone) and for a shard's answer before declaring it lost; the
+        worker is gone), for a shard's channel to accept the driver (see below), and, unless
+        ``call_timeout`` says otherwise, for a shard's answer before declaring it lost; the
         estimator's ``worker_timeout``.  While it waits for workers it logs a warning
         ``waiting for Dask workers (N s of T s)`` after 2 s, then every 10 s.
+    call_timeout : float or None
+        Seconds a shard may take to answer a superstep (a call made with ``superstep=True``,
+        from its second time on) before its worker is declared hung and its shards rebuilt on
+        other workers; None: ``timeout``.  The estimator's ``superstep_timeout``.  A shard
+        silent on a superstep for :data:`SLOW_REPORT` seconds (or three times its slowest
+        answer to it so far, if longer) is reported at once: ``worker W has not answered
+        superstep N for 10 s; ...``.  Other calls (loading, replaying) wait up to ``timeout``.
 
-    A lost shard is rebuilt on the live worker holding the fewest shards; when a worker
-    left, the rebuild first gives a replacement (a nanny's restart, an autoscaler's new
-    worker) up to :data:`REPLACEMENT_GRACE` seconds to join, so the restarted worker is used.
-    A lost scheduler raises :class:`SchedulerLostError` ("lost the connection to the Dask
-    scheduler at ADDR").  ``recoveries`` counts the rebuilds.
+    A shard is placed on the live worker holding the fewest shards; a worker lost while its
+    shard is placed (killed, or gone from the scheduler) is named in a warning and the shard
+    placed on another one.  The driver's connection to a shard's channel is retried (with
+    backoff) until ``timeout``: strangers crowding the shard's port can only delay it.  A lost
+    shard is rebuilt the same way; when a worker left, the rebuild first gives a replacement
+    (a nanny's restart, an autoscaler's new worker) up to :data:`REPLACEMENT_GRACE` seconds
+    to join, so the restarted worker is used.  A lost scheduler raises
+    :class:`SchedulerLostError` ("lost the connection to the Dask scheduler at ADDR").
+    ``recoveries`` counts the rebuilds.
     """
 
     rebuilds = True
+    #: Workers whose shards were lost because they stopped answering (still listed by the scheduler):
+    #: never chosen again, not even when no other worker is left (a placement there would hang).
+    _hung: frozenset = frozenset()
 
-    def __init__(self, slots, factory_for, *, client=None, timeout: float = 600.0, restore=None):
+    def __init__(self, slots, factory_for, *, client=None, timeout: float = 600.0, call_timeout=None, restore=None):
         self.slots = list(slots)
         self.timeout = float(timeout)
+        self.call_timeout = self.timeout if call_timeout is None else float(call_timeout)
         self._factory_for = factory_for
         self._restore = restore
         self._kept: list = []  # (method, args_for) of the calls made with keep=True, in order
         self.blocks = [_Block(slot) for slot in self.slots]
         self.recoveries = 0
+        self._calls: dict[str, int] = {}  # calls made so far per method name (messages: "superstep 37")
+        self._slowest: dict[str, float] = {}  # the longest answer so far per method name
+        self.client = None
+        self._owns_client = False
         self.client, self._owns_client = connect_client(client)
         self._secret = _channel.new_secret()  # per pool: authenticates the shard channels
         self._tls_context = None
+        self._reader = None  # a thread reading shard endpoints (see _endpoint)
         self._scheduler_address = _scheduler_address(self.client)
         self._departed: set[str] = set()  # workers whose shards were lost: never chosen again
+        self._quiet = contextlib.ExitStack()  # distributed's lines about what the pool reports: dropped
+        self._quiet.enter_context(quiet_dask_recovery())
         try:
             self._n_workers = len(self._workers())
             for block in self.blocks:
-                self._start(block, self._place(block))
+                self._start_somewhere(block)
         except BaseException:
             self.close()
             raise
@@ -362,14 +468,18 @@ class DaskPool:
         while True:
             live = self._threads = self._live_workers()
             # Not a worker whose shards were lost (the scheduler may list it a little longer),
-            # unless nothing else is left.
-            workers = sorted(w for w in live if w not in self._departed) or sorted(live)
+            # unless nothing else is left; never one that stopped answering (it would hang the placement).
+            workers = sorted(w for w in live if w not in self._departed)
+            workers = workers or sorted(w for w in live if w not in self._hung)
             if workers:
                 return workers
+            hung = sorted(w for w in live if w in self._hung)
+            if hung:
+                report.note = f": the only workers left do not answer ({', '.join(hung)})"
             if report.expired:
                 raise ConnectionError(
                     f"the Dask scheduler at {self._scheduler_address} has had no workers for {self.timeout:g} s "
-                    "(worker_timeout)"
+                    "(worker_timeout)" + (f"; the only ones it lists do not answer ({', '.join(hung)})" if hung else "")
                 )
             report.tick()
             time.sleep(0.1)
@@ -390,29 +500,38 @@ class DaskPool:
                 load[w] += 1
         return min(candidates, key=lambda w: (load[w], -threads.get(w, 1), w))
 
-    def _wait_for_replacement(self) -> None:
-        """A worker left: give a replacement (nanny restart, autoscaler) REPLACEMENT_GRACE s to join."""
+    def _wait_for_replacement(self, gone=(), hung=()) -> None:
+        """Workers left: give replacements (nanny restart, autoscaler) REPLACEMENT_GRACE s to join.
+
+        ``gone``: the workers whose shards were just lost (named in the message); ``hung``: those
+        of them still there but not answering (no nanny replaces them: nobody is awaited for them).
+        """
         live = [w for w in self._live_workers() if w not in self._departed]
-        if len(live) >= self._n_workers:
+        want = self._n_workers - len(set(hung))
+        if len(live) >= want:
             self._n_workers = len(live)  # workers added since: the count to keep
             return
         grace = min(REPLACEMENT_GRACE, self.timeout)
+        names = sorted(set(gone) - set(hung))
         logger.warning(
-            "%d of the fit's %d Dask workers left; waiting up to %g s for a replacement before rebuilding "
+            "%d of the fit's %d Dask workers left%s; waiting up to %g s for a replacement before rebuilding "
             "their shards on the workers still there",
-            self._n_workers - len(live),
+            want - len(live),
             self._n_workers,
+            f" ({', '.join(names)})" if names else "",
             grace,
         )
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             time.sleep(0.2)
             live = [w for w in self._live_workers() if w not in self._departed]
-            if len(live) >= self._n_workers:
+            if len(live) >= want:
                 break
         self._n_workers = len(live)  # wait once per departure, not once per lost shard
 
     def _start(self, block: _Block, worker: str) -> None:
+        """Build ``block``'s shard on ``worker`` and connect to it (a failure is the caller's to judge)."""
+        block.worker = worker
         # The shard is built on the worker from a small factory (a store shard reads its rows there).
         [data] = self.client.scatter([self._factory_for(block.slot)], workers=[worker], hash=False)
         block.actor_future = self.client.submit(
@@ -425,14 +544,104 @@ class DaskPool:
             allow_other_workers=True,
             pure=False,
         )
-        actor = block.actor_future.result(timeout=self.timeout)
-        address = actor.address().result(timeout=self.timeout)
-        block.conn = self._connect(address, worker)
-        block.worker = worker
+        del data
+        host, port, tls, block.worker = self._endpoint(block.actor_future)
+        block.conn = self._connect((host, port, tls), block)
 
-    def _connect(self, address, worker: str) -> _channel.Channel:
-        """The channel to a shard: TLS with the client's context when the shard's worker uses TLS."""
+    def _endpoint(self, future) -> tuple:
+        """The shard server's ``endpoint``, read as an actor attribute within ``timeout``.
+
+        Not an actor method: distributed's method-call closure refers to itself, so the actor
+        handle (and its claim on the actor) would live until the cyclic garbage collector runs,
+        keeping the shard alive on its worker long after the pool released it.  Read in a
+        helper thread, so that a worker hanging right then delays the pool by ``timeout`` at most.
+        """
+        actor = future.result(timeout=self.timeout)
+        try:
+            if self._reader is None:
+                self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mwumkl-endpoint")
+            return tuple(self._reader.submit(getattr, actor, "endpoint").result(timeout=self.timeout))
+        except concurrent.futures.TimeoutError:
+            self._reader.shutdown(wait=False)  # its thread is stuck on that worker: the next read gets a new one
+            self._reader = None
+            raise TimeoutError(f"the shard's worker did not say where it listens within {self.timeout:g} s") from None
+        finally:
+            del actor
+
+    def _start_somewhere(self, block: _Block, rebuild: bool = False) -> None:
+        """Place ``block`` on a live worker and start it; when that worker is lost meanwhile, on another.
+
+        Raises what a live worker's failure to build the shard raised (its factory's error: no
+        other worker would do better), :class:`SchedulerLostError`, or :class:`ShardLostError`
+        when no worker could take the shard within ``timeout``.
+        """
+        doing = "rebuild" if rebuild else "place"
+        report = _WaitReport(f"a Dask worker to {doing} shard {block.slot} on", self.timeout)
+        failed: set[str] = set()
+        while True:
+            worker = self._place(block, avoid=failed)
+            try:
+                self._start(block, worker)
+                return
+            except SchedulerLostError:
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                where = block.worker or worker
+                self._discard(block)
+                if not self._scheduler_alive():
+                    raise self._scheduler_lost(reason) from None
+                gone = where not in self._threads
+                if not gone:  # a dying worker's errors may come before the scheduler knows it died
+                    time.sleep(PLACEMENT_RECHECK)
+                    gone = where not in self._live_workers()
+                if not (gone or rebuild or _is_worker_failure(exc)):
+                    raise  # the shard's own failure (its factory's error): no other worker would do better
+                if report.expired:
+                    raise ShardLostError(
+                        f"could not {doing} shard {block.slot} on any Dask worker within {self.timeout:g} s "
+                        f"(worker_timeout); the last try, on {where}, failed: {reason}"
+                    ) from exc
+                if gone:
+                    self._departed.add(where)
+                    logger.warning(
+                        "worker %s left while shard %s was placed on it (%s); placing the shard on another worker",
+                        where,
+                        block.slot,
+                        reason,
+                    )
+                else:
+                    failed.add(where)
+                    logger.warning(
+                        "could not %s shard %s on worker %s (%s); trying another worker",
+                        doing,
+                        block.slot,
+                        where,
+                        reason,
+                    )
+                time.sleep(0.1)
+
+    def _discard(self, block: _Block) -> None:
+        """Forget ``block``'s shard: close its channel and release its actor (its server then stops)."""
+        conn, future = block.conn, block.actor_future
+        block.conn = block.actor_future = None
+        if conn is not None:
+            conn.close()
+        if future is not None:
+            with contextlib.suppress(Exception):
+                future.release()
+
+    def _connect(self, address, block: _Block) -> _channel.Channel:
+        """The channel to a shard: TLS with the client's context when the shard's worker uses TLS.
+
+        A failed attempt (a reset, the shard closed the connection, no answer within the
+        handshake timeout: what a crowd of strangers at the shard's port, or a flaky network,
+        causes) is retried with backoff until ``timeout`` seconds have passed, as long as the
+        worker is still there; ``ShardLostError`` when the shard no longer listens, its worker
+        is gone, or the time is up.
+        """
         host, port, tls = address
+        worker = block.worker
         security = getattr(self.client, "security", None)
         ssl_context = None
         if tls:
@@ -445,38 +654,75 @@ class DaskPool:
                 )
         elif getattr(security, "require_encryption", False) and not worker.startswith("inproc://"):
             raise RuntimeError(f"the cluster requires encryption, but the shard on worker {worker} offers plaintext")
-        return _channel.connect((host, port), self._secret, ssl_context, timeout=self.timeout)
+        start = time.monotonic()
+        deadline = start + self.timeout
+        delay, attempts, checked = CONNECT_RETRY_FIRST, 0, start
+        while True:
+            attempts += 1
+            left = deadline - time.monotonic()
+            try:
+                return _channel.connect(
+                    (host, port),
+                    self._secret,
+                    ssl_context,
+                    timeout=self.timeout,
+                    handshake_timeout=max(0.1, min(_channel.HANDSHAKE_TIMEOUT, left)),
+                )
+            except ssl.SSLCertVerificationError:
+                raise  # a configuration error (another CA), not a crowd: retrying would not help
+            except ConnectionRefusedError:
+                raise ShardLostError(
+                    f"shard {block.slot} on worker {worker} no longer listens at {host}:{port} (connection refused)"
+                ) from None
+            except (OSError, EOFError) as exc:  # PermissionError and ConnectionError are OSErrors
+                reason = f"{type(exc).__name__}: {exc}"
+            now = time.monotonic()
+            if now >= deadline:
+                raise ShardLostError(
+                    f"could not connect to shard {block.slot} on worker {worker} at {host}:{port} within "
+                    f"{self.timeout:g} s (worker_timeout; {attempts} attempts, the last: {reason})"
+                )
+            if now - checked >= 1.0:  # now and then: is the worker still there?
+                checked = now
+                if worker not in self._live_workers():
+                    raise ShardLostError(
+                        f"worker {worker} left while the driver connected to shard {block.slot} ({reason})"
+                    )
+            if attempts == CONNECT_RETRY_REPORT:
+                logger.warning(
+                    "connecting to shard %s on worker %s at %s:%s failed %d times (%s); retrying until "
+                    "worker_timeout = %g s (a crowd of other connections at that port delays it; see deploy/README.md)",
+                    block.slot,
+                    worker,
+                    host,
+                    port,
+                    attempts,
+                    reason,
+                    self.timeout,
+                )
+            time.sleep(min(delay, max(0.0, deadline - now)))
+            delay = min(2 * delay, CONNECT_RETRY_MAX)
+
+    def _departures(self, blocks, hung=()) -> None:
+        """Shards of one call were lost: note their workers gone (``hung``: still there, not answering), once.
+
+        The workers of every lost shard count as left in the one message that names them, and a
+        replacement is waited for once (none for a hung worker: no nanny restarts it).
+        """
+        gone = {b.worker for b in blocks if b.worker is not None}
+        self._departed |= gone
+        self._hung = self._hung | set(hung)
+        for block in blocks:
+            self._discard(block)
+        self._wait_for_replacement(gone, hung)
 
     def _recover(self, block: _Block) -> None:
         """Rebuild a lost shard on a live worker (the least loaded) and bring it back to the pool's state."""
         self.recoveries += 1
         logger.warning("shard %s lost; rebuilding it (recovery %d)", block.slot, self.recoveries)
-        try:
-            if block.conn is not None:
-                block.conn.close()
-        except OSError:
-            pass
-        if block.worker is not None:
-            self._departed.add(block.worker)
-        self._wait_for_replacement()
-        report = _WaitReport(f"a Dask worker to rebuild shard {block.slot} on", self.timeout)
-        failed: set[str] = set()
-        while True:
-            worker = self._place(block, avoid=failed)
-            try:
-                self._start(block, worker)
-                break
-            except SchedulerLostError:
-                raise
-            except Exception as exc:
-                if not self._scheduler_alive():
-                    raise self._scheduler_lost(f"{type(exc).__name__}: {exc}") from None
-                if report.expired:
-                    raise
-                failed.add(worker)
-                report.note = f": rebuilding on {worker} failed ({type(exc).__name__}: {exc}); trying again"
-                report.tick()
-                time.sleep(0.5)
+        if block.worker is not None and (block.worker not in self._departed or block.conn is not None):
+            self._departures([block])  # a shard lost on its own (not through call)
+        self._start_somewhere(block, rebuild=True)
         self._restore_state(block)
 
     def _restore_state(self, block: _Block) -> None:
@@ -515,37 +761,118 @@ class DaskPool:
         block.conn.send_frame(_channel.encode((method, args)))
         return self._recv(block)
 
-    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False) -> list:
+    def _gather(self, blocks, name: str, number: int, superstep: bool) -> tuple[dict, list, set]:
+        """The answers of ``blocks`` (sent a call), as they come; a shard silent too long is lost.
+
+        A superstep's shard silent for :data:`SLOW_REPORT` s (or three times the slowest answer
+        to that call so far) is reported, then every ``WAIT_REPORT_EVERY`` s; silent for
+        ``call_timeout`` s, its worker is taken for hung (from a call's second time on: the first
+        may compile and load caches on a fresh worker).  Other calls wait up to ``timeout``.
+        Returns ``(results by id(block), lost blocks, hung workers)``.
+        """
+        results: dict = {}
+        lost: list = []
+        waiting = {b.conn.sock.fileno(): b for b in blocks}
+        poller = select.poll()
+        for fd in waiting:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        start = time.monotonic()
+        timed = superstep and name in self._slowest
+        limit = self.call_timeout if timed else self.timeout
+        give_up = start + limit
+        report_at = start + max(SLOW_REPORT, 3.0 * self._slowest.get(name, 0.0)) if superstep else float("inf")
+        while waiting:
+            ready = [fd for fd, b in waiting.items() if b.conn.buffered]
+            if not ready:
+                wait = max(0.0, min(report_at, give_up) - time.monotonic())
+                ready = [fd for fd, _ in poller.poll(int(wait * 1000) + 1)]
+            for fd in ready:
+                b = waiting.pop(fd)
+                poller.unregister(fd)
+                try:
+                    results[id(b)] = self._recv(b)
+                except (OSError, EOFError, ShardLostError):
+                    lost.append(b)
+            now = time.monotonic()
+            if waiting and now >= give_up:
+                break
+            if waiting and now >= report_at:
+                self._report_slow(list(waiting.values()), name, number, now - start, limit)
+                report_at = now + WAIT_REPORT_EVERY
+        took = time.monotonic() - start
+        if not waiting and not lost and took > self._slowest.get(name, 0.0):
+            self._slowest[name] = took
+        hung = set()
+        if waiting:
+            silent = list(waiting.values())
+            hung = {b.worker for b in silent}
+            which = "superstep_timeout" if timed else "worker_timeout"
+            for worker in sorted(hung):
+                logger.warning(
+                    "worker %s has not answered %s %d for %.0f s (%s = %g s); rebuilding its shards on other workers",
+                    worker,
+                    name,
+                    number,
+                    time.monotonic() - start,
+                    which,
+                    limit,
+                )
+            lost.extend(silent)
+        return results, lost, hung
+
+    def _report_slow(self, blocks, name: str, number: int, waited: float, limit: float) -> None:
+        by_worker: dict = {}
+        for b in blocks:
+            by_worker.setdefault(b.worker, []).append(str(b.slot))
+        which = "superstep_timeout" if limit == self.call_timeout and name in self._slowest else "worker_timeout"
+        for worker, slots in sorted(by_worker.items()):
+            logger.warning(
+                "worker %s has not answered %s %d for %.0f s (shard%s %s); waiting up to %s = %g s before "
+                "rebuilding its shards elsewhere",
+                worker,
+                name,
+                number,
+                waited,
+                "s" if len(slots) > 1 else "",
+                "; ".join(slots),
+                which,
+                limit,
+            )
+
+    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False, superstep=False) -> list:
         """See :meth:`~.pool.ShardPool.call`: sent to every shard first, then gathered (the shards work in parallel).
 
         Each group of equal arguments is pickled once and the same bytes go to each of its shards.
-        A shard whose worker is gone is rebuilt (see :meth:`_recover`) and asked again.
+        A shard whose worker is gone, or silent too long (``superstep``: ``call_timeout`` s, see
+        :meth:`_gather`; other calls: ``timeout`` s), is rebuilt (see :meth:`_recover`) and asked again.
         """
         if keep:  # this call's state replaces the one an earlier call of the method kept
             self._kept = [k for k in self._kept if k[0] != method]
+        name = method if isinstance(method, str) else getattr(method, "__name__", "call")
+        number = self._calls[name] = self._calls.get(name, 0) + 1
         targets = range(len(self.blocks)) if shards is None else shards
         blocks = [self.blocks[i] for i in targets]
         args = call_args(self.slots, targets, args_for, shared)
         frames: dict = {}
-        lost, results = [], {}
+        lost, sent = [], []
         for b, (group, a) in zip(blocks, args):
             if group not in frames:
                 frames[group] = _channel.encode((method, a))
             try:
                 b.conn.send_frame(frames[group])
+                sent.append(b)
             except (OSError, EOFError, ValueError):
                 lost.append(b)
-        for b in blocks:
-            if b in lost:
-                continue
-            try:
-                results[id(b)] = self._recv(b)
-            except (OSError, EOFError, ShardLostError):
-                lost.append(b)
-        for b, (_, a) in zip(blocks, args):
-            if b in lost:
-                self._recover(b)
-                results[id(b)] = self._call(b, method, a)
+        results, silent, hung = self._gather(sent, name, number, superstep)
+        lost += silent
+        if lost:
+            self._departures(lost, hung)
+            for b in blocks:
+                if b in lost:
+                    self._recover(b)
+            for b, (_, a) in zip(blocks, args):
+                if b in lost:
+                    results[id(b)] = self._call(b, method, a)
         if keep:
             self._kept.append((method, args_for))
         return [results[id(b)] for b in blocks]
@@ -559,16 +886,39 @@ class DaskPool:
                     b.conn.close()
             except (OSError, EOFError):
                 pass
-            b.conn = None
-            if b.actor_future is not None:
-                b.actor_future.release()
-                b.actor_future = None
+            self._discard(b)
         if self._owns_client and self.client is not None:
             self.client.close()
             self.client = None
+        if getattr(self, "_reader", None) is not None:
+            self._reader.shutdown(wait=False)  # a read stuck on a hung worker ends with its connection
+            self._reader = None
+        quiet = getattr(self, "_quiet", None)
+        if quiet is not None:
+            quiet.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _is_worker_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while a shard was placed, says its worker failed (not the shard's own code).
+
+    A lost connection, a timeout, a shard that stopped listening, a task Dask cancelled or gave
+    up on because its worker died; not a factory's error (a missing store file is an OSError,
+    but no connection error).
+    """
+    if isinstance(exc, (ShardLostError, ConnectionError, TimeoutError, asyncio.TimeoutError, EOFError)):
+        return True
+    try:
+        from distributed.client import FutureCancelledError
+        from distributed.comm.core import CommClosedError
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, (CommClosedError, FutureCancelledError, KilledWorker, concurrent.futures.CancelledError)):
+        return True
+    return isinstance(exc, RuntimeError) and "Worker holding Actor was lost" in str(exc)

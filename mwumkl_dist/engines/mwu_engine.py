@@ -123,7 +123,9 @@ class MWUEngine:
     def _fetch(self, index: int) -> tuple[np.ndarray, object]:
         """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""
         owners = [i for i, b in enumerate(self.slots) if b.rows[0] <= index < b.rows[1]]
-        answers = self.pool.call(fetch_row, lambda b: (index - b.rows[0],), shared=lambda b: b.rows, shards=owners)
+        answers = self.pool.call(
+            fetch_row, lambda b: (index - b.rows[0],), shared=lambda b: b.rows, shards=owners, superstep=True
+        )
         v_row = np.empty(self.n_kernels)
         for i, (v, _) in zip(owners, answers):
             k0, k1 = self.slots[i].kernels
@@ -158,6 +160,7 @@ class MWUEngine:
             "superstep_scores" if self.partial else "superstep",
             lambda b: (pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)),
             shared=self._by_kernels,
+            superstep=True,
         )
         self._replayed = len(self._picks)
         if not self.partial:

@@ -41,7 +41,9 @@ class ShardPool(Protocol):
     #: Whether a shard can be lost and rebuilt (then ``keep`` and ``restore`` matter).
     rebuilds: bool
 
-    def call(self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False) -> list:
+    def call(
+        self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False, superstep=False
+    ) -> list:
         """``method(*args_for(slot))`` on every shard (or on the shards at the indices ``shards``), in that order.
 
         ``method``: a shard method's name or a picklable ``fn(shard, *args)``.  ``args_for``:
@@ -49,8 +51,10 @@ class ShardPool(Protocol):
         arguments), True (``args_for`` is called once; every shard gets those arguments, sent
         once encoded), or ``key(slot)``: shards with equal keys get equal arguments (``args_for``
         is called once per key).  ``keep``: a rebuilt shard is given this call again (see the
-        module).  Shards work in parallel where they live apart; a lost shard is rebuilt and
-        asked again.
+        module).  ``superstep``: a short call the iteration repeats, so a shard that takes far
+        longer than usual on it is hung (the Dask pool reports it, and rebuilds it after the
+        estimator's ``superstep_timeout``).  Shards work in parallel where they live apart; a
+        lost shard is rebuilt and asked again.
         """
 
     def close(self) -> None:
@@ -106,7 +110,9 @@ class LocalPool:
         self.slots = list(slots)
         self.shards = [factory_for(slot)() for slot in self.slots]
 
-    def call(self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False) -> list:
+    def call(
+        self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False, superstep=False
+    ) -> list:
         targets = range(len(self.shards)) if shards is None else shards
         args = call_args(self.slots, targets, args_for, shared)
         return [invoke(self.shards[i], method, a) for i, (_, a) in zip(targets, args)]

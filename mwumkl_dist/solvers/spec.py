@@ -114,6 +114,12 @@ def _worker_timeout(value):
     return value
 
 
+def _superstep_timeout(value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0):
+        raise ValueError(f"superstep_timeout must be None or a positive number of seconds, got {value!r}")
+    return value
+
+
 def _callback(value):
     if value is not None and not callable(value):
         raise TypeError("callback must be callable or None")
@@ -159,6 +165,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "checkpoint_every": _positive_int("checkpoint_every"),
     "n_jobs": _n_jobs,
     "worker_timeout": _worker_timeout,
+    "superstep_timeout": _superstep_timeout,
     "callback": _callback,
     "polish": _polish,
     "probability": _probability,
@@ -199,6 +206,7 @@ class FitSpec:
     checkpoint_every: int = 100
     scheduler_timeout: float = 10.0
     worker_timeout: float = 600.0
+    superstep_timeout: float | None = None
     callback: Callable | None = None
     callback_every: int = 100
     verbose: int = 0

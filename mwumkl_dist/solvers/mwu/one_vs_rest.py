@@ -105,6 +105,7 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
         n_shards=spec.n_shards,
         n_kernel_shards=spec.n_kernel_shards,
         timeout=spec.worker_timeout,
+        call_timeout=spec.superstep_timeout,
     )
 
 

@@ -100,7 +100,10 @@ def solve_squared_hinge(
         active = y * o < 1.0
         H = np.zeros((r + 1, r + 1))
         rhs = np.zeros(r + 1)
-        for parts in shards.call("active_parts", lambda rows, a=active: (np.packbits(a[rows[0] : rows[1]]),)):
+        parts_of = shards.call(
+            "active_parts", lambda rows, a=active: (np.packbits(a[rows[0] : rows[1]]),), superstep=True
+        )
+        for parts in parts_of:
             for p in parts:  # in row order
                 if p is not None:
                     H += p[0]
@@ -108,7 +111,7 @@ def solve_squared_hinge(
         H[np.diag_indices(r + 1)] += 1.0
         target = np.linalg.solve(H, rhs)
         d = target - v
-        delta = np.concatenate(shards.call("direction", lambda rows, d=d: (d,), shared=True))
+        delta = np.concatenate(shards.call("direction", lambda rows, d=d: (d,), shared=True, superstep=True))
         t = _line_search(v @ d, d @ d, 1.0 - y * o, y * delta, cw, C)
         t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
         v = v + t * d

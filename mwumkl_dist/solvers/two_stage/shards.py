@@ -167,15 +167,23 @@ def _linear_factory(source, kernel_set, row_block: int, spill):
 
 @contextlib.contextmanager
 def linear_shards(
-    data, *, engine: str, n_shards: int, client=None, timeout: float = 600.0, row_block=None, spill="auto"
+    data,
+    *,
+    engine: str,
+    n_shards: int,
+    client=None,
+    timeout: float = 600.0,
+    call_timeout=None,
+    row_block=None,
+    spill="auto",
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
     Each shard's slot is its row range ``(start, stop)`` (:func:`linear_row_ranges`).
     ``engine="local"``: a :class:`~mwumkl_dist.engines.pool.LocalPool` in this process;
     ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
-    (``timeout``: the estimator's ``worker_timeout``), each shard reading or being sent its
-    own rows.  Both give the same bits for any shard count.
+    (``timeout``, ``call_timeout``: the estimator's ``worker_timeout`` and ``superstep_timeout``),
+    each shard reading or being sent its own rows.  Both give the same bits for any shard count.
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
@@ -184,7 +192,7 @@ def linear_shards(
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool
 
-        pool = DaskPool(slots, factory_for, client=client, timeout=timeout)
+        pool = DaskPool(slots, factory_for, client=client, timeout=timeout, call_timeout=call_timeout)
     else:
         pool = LocalPool(slots, factory_for)
     try:

@@ -104,6 +104,7 @@ class TwoStageSolver:
                 n_shards=spec.n_shards,
                 client=task.client,
                 timeout=spec.worker_timeout,
+                call_timeout=spec.superstep_timeout,
                 row_block=self.row_block,
                 spill=self.spill,
             ) as shards,  # fmt: skip
