@@ -272,6 +272,30 @@ def test_bad_input_subprocess(tmp_path, args, code, pattern):
     assert_one_line_error(proc.stderr, pattern)
 
 
+def test_a_save_over_the_file_size_limit_keeps_the_previous_model(binary_files, tmp_path):
+    """The issue's ``(ulimit -f 12; mwumkl-dist fit ... --model model.npz)``: the older model stays, and loads."""
+    resource = pytest.importorskip("resource")
+    model = tmp_path / "model.npz"
+    args = ["fit", "--data", binary_files / "train.svm", "--model", model, "--C", "1", "-q"]
+    assert run_cli(*args).returncode == 0  # also warms numba's cache: the limited run writes no cache file
+    before = model.read_bytes()
+    limit = len(before) // 2
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mwumkl_dist", *map(str, args), "--epsilon", "0.5"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, preexec_fn=limit_file_size,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert_one_line_error(
+        proc.stderr, rf"could not write model file {re.escape(str(model))}: \[Errno 27\] File too large$"
+    )
+    assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+    MWUMKLClassifier.load(model)
+
+
 # ----------------------------------------------------------------------------- in-process
 
 

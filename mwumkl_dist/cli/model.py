@@ -33,6 +33,7 @@ from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
+from mwumkl_dist.io.atomic import atomic_file
 from mwumkl_dist.io.files import format_label, load_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
@@ -650,8 +651,8 @@ def cmd_predict(args) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        with open(args.output_file, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with atomic_file(args.output_file, "predictions file") as fh:  # a failed write keeps an older file
+            fh.write(text.encode("utf-8"))
     return 0
 
 
