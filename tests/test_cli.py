@@ -315,6 +315,41 @@ def test_npy_hard_margin_quiet_and_evaluate(tmp_path, capsys):
     assert f"error     {(60 - correct) / 60:.4f}" in out
 
 
+def test_fit_summary_of_a_two_stage_fit_and_the_data_scale(tmp_path, capsys):
+    """The iterations are the weight stage's, on its subsample; no iteration rate over both stages; sigma_0 shown."""
+    X, y = blobs(300, 3, 2, seed=6)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    assert main(["fit", "--data", str(data), "--model", str(model), "--C", "1", "--solver", "two-stage"]) == 0
+    out = capsys.readouterr().out
+    fitted = MWUMKLClassifier.load(model)
+    assert fitted.solver_ == "two-stage" and fitted.weight_points_ == 300
+    T = mwu.iteration_count(fitted.epsilon_, 0.5, 300)
+    assert (
+        f"iterations       {fitted.n_iter_} in the weight stage (one solve on 300 of the 300 points, T = {T}), "
+        "then the linear stage on all 300 points\n" in out
+    )
+    assert re.search(r"^fit time         [\d.]+ s \(both stages\)$", out, re.M)
+    assert "it/s" not in out
+    assert f"Gaussian widths in units of the data's scale sigma_0 = {fitted.kernel_scale_:.6g}" in out
+
+
+def test_fit_says_when_a_checkpoint_rules_out_the_two_stage_fit(tmp_path, capsys):
+    X, y = blobs(3001, 3, 2, seed=7)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    argv = ["fit", "--data", str(data), "--model", str(model), "--C", "1", "--max-iter", "5", "-q"]
+    assert main([*argv, "--checkpoint", str(tmp_path / "c.npz")]) == 0
+    err = capsys.readouterr().err
+    assert re.search(
+        r"^mwumkl-dist: warning: solver=\"auto\" runs the MWU solver on all 3001 points, not the two-stage fit .* "
+        r"does not support checkpoints",
+        err,
+        re.M,
+    ), err
+    assert MWUMKLClassifier.load(model).solver_ == "mwu"
+
+
 def test_auto_C_epsilon_and_polish_options(tmp_path, capsys):
     """The defaults choose C and epsilon and say so; --C/--epsilon/--polish override them."""
     X, y = blobs(80, 3, 2, seed=5)
