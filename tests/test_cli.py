@@ -272,6 +272,30 @@ def test_bad_input_subprocess(tmp_path, args, code, pattern):
     assert_one_line_error(proc.stderr, pattern)
 
 
+def test_a_save_over_the_file_size_limit_keeps_the_previous_model(binary_files, tmp_path):
+    """The issue's ``(ulimit -f 12; mwumkl-dist fit ... --model model.npz)``: the older model stays, and loads."""
+    resource = pytest.importorskip("resource")
+    model = tmp_path / "model.npz"
+    args = ["fit", "--data", binary_files / "train.svm", "--model", model, "--C", "1", "-q"]
+    assert run_cli(*args).returncode == 0  # also warms numba's cache: the limited run writes no cache file
+    before = model.read_bytes()
+    limit = len(before) // 2
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mwumkl_dist", *map(str, args), "--epsilon", "0.5"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, preexec_fn=limit_file_size,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert_one_line_error(
+        proc.stderr, rf"could not write model file {re.escape(str(model))}: \[Errno 27\] File too large$"
+    )
+    assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+    MWUMKLClassifier.load(model)
+
+
 # ----------------------------------------------------------------------------- in-process
 
 
@@ -289,6 +313,41 @@ def test_npy_hard_margin_quiet_and_evaluate(tmp_path, capsys):
     correct = int(np.sum(scaled_predict(model, X) == y))
     assert f"accuracy  {correct / 60:.4f} ({correct} of 60)" in out
     assert f"error     {(60 - correct) / 60:.4f}" in out
+
+
+def test_fit_summary_of_a_two_stage_fit_and_the_data_scale(tmp_path, capsys):
+    """The iterations are the weight stage's, on its subsample; no iteration rate over both stages; sigma_0 shown."""
+    X, y = blobs(300, 3, 2, seed=6)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    assert main(["fit", "--data", str(data), "--model", str(model), "--C", "1", "--solver", "two-stage"]) == 0
+    out = capsys.readouterr().out
+    fitted = MWUMKLClassifier.load(model)
+    assert fitted.solver_ == "two-stage" and fitted.weight_points_ == 300
+    T = mwu.iteration_count(fitted.epsilon_, 0.5, 300)
+    assert (
+        f"iterations       {fitted.n_iter_} in the weight stage (one solve on 300 of the 300 points, T = {T}), "
+        "then the linear stage on all 300 points\n" in out
+    )
+    assert re.search(r"^fit time         [\d.]+ s \(both stages\)$", out, re.M)
+    assert "it/s" not in out
+    assert f"Gaussian widths in units of the data's scale sigma_0 = {fitted.kernel_scale_:.6g}" in out
+
+
+def test_fit_says_when_a_checkpoint_rules_out_the_two_stage_fit(tmp_path, capsys):
+    X, y = blobs(3001, 3, 2, seed=7)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    argv = ["fit", "--data", str(data), "--model", str(model), "--C", "1", "--max-iter", "5", "-q"]
+    assert main([*argv, "--checkpoint", str(tmp_path / "c.npz")]) == 0
+    err = capsys.readouterr().err
+    assert re.search(
+        r"^mwumkl-dist: warning: solver=\"auto\" runs the MWU solver on all 3001 points, not the two-stage fit .* "
+        r"does not support checkpoints",
+        err,
+        re.M,
+    ), err
+    assert MWUMKLClassifier.load(model).solver_ == "mwu"
 
 
 def test_auto_C_epsilon_and_polish_options(tmp_path, capsys):

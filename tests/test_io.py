@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import os
+import re
 
 import numpy as np
 import pytest
@@ -154,7 +155,36 @@ def test_csv_errors_name_file_and_line(tmp_path, text, pattern):
 def test_csv_binary_content(tmp_path):
     path = tmp_path / "bin.csv"
     path.write_bytes(b"1,2,3\n\xff\xfe\x00garbage\n")
-    with pytest.raises(ValueError, match=r"bin\.csv: not a UTF-8 text file"):
+    with pytest.raises(ValueError, match=r"bin\.csv: line 2 holds byte 0xff, not UTF-8 text: this does not look like a "
+                       r"text CSV file"):  # fmt: skip
+        load_data(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "what", "hint"),
+    [
+        (b"L3\x9f\x00\x13binary", 1, "byte 0x9f, not UTF-8 text", "binary or compressed data"),
+        (b"1 1:0.5\n-1 2:0.25\n1 3:\xc3(\n", 3, "byte 0xc3, not UTF-8 text", "binary or compressed data"),
+        (b"PK\x03\x04\x14\x00\x00\x00\x08\x00", 1, "a NUL byte", "a zip archive"),
+        (gzip.compress(b"1 1:0.5\n-1 2:0.25\n"), 1, "byte 0x8b, not UTF-8 text", r"gzip data \(name it \.gz\)"),
+    ],
+)
+def test_binary_svmlight_file_names_the_line(tmp_path, content, line, what, hint):
+    """The issue's ``could not convert string to float: b'L3\\x9f...'``: now the file, the line and what is wrong."""
+    path = tmp_path / "data.svm"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        load_data(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: line {line} holds {what}: this does not look like a text svmlight file (")
+    assert re.search(hint, message), message
+
+
+def test_malformed_text_svmlight_line_says_so(tmp_path):
+    path = write(tmp_path / "d.svm", "1 1:0.5\nL3 2:0.25\n")
+    with pytest.raises(
+        ValueError, match=r"d\.svm: line 2: label 'L3' is not a number \(is this a text svmlight file\?\)"
+    ):
         load_data(path)
 
 

@@ -94,7 +94,7 @@ def test_data_store_round_trip_and_metadata(tmp_path):
     np.testing.assert_array_equal(again.y, y)
     np.testing.assert_array_equal(again.take_rows([40, 3, 17, 3]), X[[40, 3, 17, 3]])
     meta = again.meta
-    assert meta["format_version"] == 1 and meta["package_version"] == __version__
+    assert meta["format_version"] == 2 and meta["package_version"] == __version__
     assert (meta["n_samples"], meta["n_features"], meta["chunk_rows"]) == (70, 4, 16)
     assert meta["classes"] == ["no", "yes"]
     import hashlib
@@ -271,9 +271,9 @@ def test_missing_or_foreign_store(tmp_path, small_stores):
 
 def test_incompatible_version_and_missing_metadata(small_stores):
     data, kern = small_stores
-    _set_meta(data, format_version=2, package_version="9.0")
+    _set_meta(data, format_version=99, package_version="9.0")
     msg = _raises("incompatible version", DataStore, data)
-    assert data in msg and "store format 2" in msg and "9.0" in msg
+    assert data in msg and "store format 99" in msg and "9.0" in msg
     _set_meta(kern, traces=None)
     group = zarr.open_group(kern, mode="r+")
     meta = dict(group.attrs["mwumkl_dist"])
@@ -367,6 +367,158 @@ def test_store_misuse_in_fit(small_stores):
         MWUMKLClassifier(kernels="precomputed").fit(DataStore(data))
     X, y = _data(n=40)
     _raises("already exists", write_data_store, data, X, y)
+
+
+# ----------------------------------------------------------------------------- chunk identity
+
+
+def _swap(a, b):
+    ra, rb = open(a, "rb").read(), open(b, "rb").read()
+    open(a, "wb").write(rb)
+    open(b, "wb").write(ra)
+
+
+def _sparse_data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, 30, density=0.2, random_state=rng, format="csr")
+    y = np.where(np.asarray(X.sum(axis=1)).ravel() > 0.9, 1, -1)
+    return X, y
+
+
+def test_swapped_label_chunks_fail_the_fit_and_store_info(tmp_path, capsys):
+    X, y = _data(n=60)
+    path = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=16).path
+    assert _run(["store", "info", path]) == 0  # an intact store passes
+    assert "chunks: 8 checked" in capsys.readouterr().out
+    _swap(os.path.join(path, "y", "c", "1"), os.path.join(path, "y", "c", "2"))  # both CRC-32C still valid
+    msg = _raises(r"chunk y/c/1 \(array 'y', chunk position \(1,\)\) is not the chunk written", DataStore, path)
+    assert msg.startswith(path) and "re-create the store" in msg
+    with pytest.raises(StoreError, match="y/c/1"):
+        MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3)).fit(DataStore(path, verify=False))
+    n_checked, problems = DataStore(path, verify=False).verify_chunks()
+    assert n_checked == 8 and [p.split()[1] for p in problems] == ["y/c/1", "y/c/2"]
+    with pytest.raises(StoreError, match=r"2 of its 8 chunks are bad: chunk y/c/1 .*y/c/2"):
+        _run(["store", "info", path])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_swapped_feature_chunks_fail_when_read(tmp_path, sparse):
+    X, y = _sparse_data() if sparse else _data(n=60)
+    path = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=16, compress=False).path
+    name, a, b = ("indptr", "1", "2") if sparse else ("X", "1/0", "2/0")
+    _swap(os.path.join(path, name, "c", *a.split("/")), os.path.join(path, name, "c", *b.split("/")))
+    store = DataStore(path)  # the labels are intact: found when the rows are read
+    with pytest.raises(StoreError, match=rf"chunk {name}/c/{a} \(array '{name}'") as info:
+        MWUMKLClassifier(kernels="paper", **literal(epsilon=0.3), n_shards=2).fit(store)
+    assert str(info.value).startswith(path)
+    assert len(store.verify_chunks()[1]) == 2
+
+
+def test_chunk_copied_from_another_store_of_the_same_shape(tmp_path):
+    X, y = _data(n=40)
+    X2, y2 = _data(n=40, seed=1)
+    a = write_data_store(tmp_path / "a.zarr", X, y, chunk_rows=16).path
+    b = write_data_store(tmp_path / "b.zarr", X2, y2, chunk_rows=16).path
+    shutil.copyfile(os.path.join(b, "X", "c", "1", "0"), os.path.join(a, "X", "c", "1", "0"))
+    store = DataStore(a)
+    _raises(r"chunk X/c/1/0 \(array 'X', chunk position \(1, 0\)\) is not the chunk written", store.read_rows, 0, 40)
+    # Even a copy of identical content: the records are keyed by the store id.
+    kern_a = write_kernel_store(tmp_path / "ka.zarr", y, X=X, kernels=KERNELS, chunk_rows=16).path
+    kern_b = write_kernel_store(tmp_path / "kb.zarr", y, X=X, kernels=KERNELS, chunk_rows=16).path
+    for name in ("K", "diag", "y"):  # same data: every chunk file is byte-identical, only the records differ
+        shutil.rmtree(os.path.join(kern_a, name, "c"))
+        shutil.copytree(os.path.join(kern_b, name, "c"), os.path.join(kern_a, name, "c"))
+    assert KernelStore(kern_a).read_columns(3, (0, 16), (0, 3)).shape == (16, 3)  # identical bytes: same data
+    shutil.copyfile(os.path.join(kern_b, "K", "chunk_digests.npy"), os.path.join(kern_a, "K", "chunk_digests.npy"))
+    _raises("chunk identity records of array 'K' .* are not the ones written with this store", KernelStore, kern_a)
+
+
+def test_swapped_kernel_columns_fail_when_read(small_stores):
+    _, kern = small_stores
+    _swap(os.path.join(kern, "K", "c", "0", "3", "0"), os.path.join(kern, "K", "c", "0", "4", "0"))
+    store = KernelStore(kern)
+    _raises(r"chunk K/c/0/3/0 \(array 'K', chunk position \(0, 3, 0\)\)", store.read_columns, 3, (0, 16), (0, 3))
+    with pytest.raises(StoreError, match="K/c/0/[34]/0"):
+        MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), max_iter=40).fit(store)
+
+
+def test_format_1_store_is_read_without_identity_checks(small_stores, capsys):
+    data, _ = small_stores
+    ref = DataStore(data).read_rows(0, 40)
+    group = zarr.open_group(data, mode="r+")
+    meta = dict(group.attrs["mwumkl_dist"])
+    for key in ("store_id", "chunk_digests"):
+        del meta[key]
+    group.attrs["mwumkl_dist"] = {**meta, "format_version": 1}
+    for name in ("X", "y"):
+        os.remove(os.path.join(data, name, "chunk_digests.npy"))
+    with pytest.warns(UserWarning, match="keeps no chunk identity records"):
+        store = DataStore(data)
+    np.testing.assert_array_equal(store.read_rows(0, 40), ref)
+    with pytest.warns(UserWarning):
+        assert _run(["store", "info", data]) == 0
+    assert "chunk positions cannot be checked" in capsys.readouterr().out
+
+
+def test_store_info_finds_a_corrupt_chunk(small_stores):
+    data, _ = small_stores
+    chunk = os.path.join(data, "X", "c", "1", "0")
+    raw = bytearray(open(chunk, "rb").read())
+    raw[5] ^= 0xFF
+    open(chunk, "wb").write(bytes(raw))
+    with pytest.raises(StoreError, match=r"1 of its 6 chunks are bad: chunk X/c/1/0: its content does not match"):
+        _run(["store", "info", data])
+
+
+# ----------------------------------------------------------------------------- failed writes
+
+
+def _fail_writes_after(monkeypatch, n_ok):
+    """Make every chunk write after the first ``n_ok`` fail as a full file system would."""
+    from zarr.storage import LocalStore
+
+    real = LocalStore.set
+    count = [0]
+
+    async def failing(self, key, value):
+        if "/c/" in key:
+            count[0] += 1
+            if count[0] > n_ok:
+                raise OSError(27, "File too large")
+        await real(self, key, value)
+
+    monkeypatch.setattr(LocalStore, "set", failing)
+
+
+@pytest.mark.parametrize("kind", ["data", "kernels"])
+def test_failed_store_write_leaves_no_store(tmp_path, monkeypatch, kind):
+    X, y = _data(n=40)
+    path = str(tmp_path / "s.zarr")
+    _fail_writes_after(monkeypatch, 3)
+    with pytest.raises(OSError, match=rf"could not write {'data' if kind == 'data' else 'kernel'} store {path}: "
+                       r"\[Errno 27\] File too large") as info:  # fmt: skip
+        if kind == "data":
+            write_data_store(path, X, y, chunk_rows=16)
+        else:
+            write_kernel_store(path, y, X=X, kernels=KERNELS, chunk_rows=16)
+    assert info.value.errno == 27
+    assert os.listdir(tmp_path) == []  # neither a store nor a temporary directory
+
+
+def test_failed_overwrite_keeps_the_older_store(tmp_path, monkeypatch):
+    X, y = _data(n=40)
+    path = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=16).path
+    _fail_writes_after(monkeypatch, 2)
+    with pytest.raises(OSError, match="could not write data store"):
+        write_data_store(path, X[::-1], y[::-1], chunk_rows=16, overwrite=True)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["d.zarr"]
+    store = DataStore(path)
+    np.testing.assert_array_equal(store.read_rows(0, 40), X)
+    assert store.verify_chunks() == (6, [])
+    again = write_data_store(path, X[::-1], y[::-1], chunk_rows=16, overwrite=True)  # a write that succeeds
+    np.testing.assert_array_equal(again.read_rows(0, 40), X[::-1])
+    assert os.listdir(tmp_path) == ["d.zarr"]
 
 
 # ----------------------------------------------------------------------------- command line

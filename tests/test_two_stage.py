@@ -208,6 +208,38 @@ def test_solver_is_validated_and_refused_where_it_cannot_run():
         MWUMKLClassifier(kernels="precomputed", solver="two-stage").fit(K, y)
 
 
+def test_auto_solver_says_when_a_setting_rules_the_two_stage_fit_out(tmp_path):
+    """``--checkpoint`` (or C=inf, a GPU) made ``solver="auto"`` the MWU fit on all rows without a word."""
+    from types import SimpleNamespace
+
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.solvers.driver import solver_note
+
+    def spec(**params):
+        return FitSpec.from_params(MWUMKLClassifier(**params).get_params())
+
+    n = two_stage.AUTO_TWO_STAGE_POINTS
+    data = SimpleNamespace(n_samples=n, X=None, kernel_set=object())
+    note = solver_note(spec(checkpoint="c.npz"), data)
+    assert note.startswith(f'solver="auto" runs the MWU solver on all {n} points, not the two-stage fit')
+    assert "does not support checkpoints" in note
+    assert "hard margin" in solver_note(spec(C=np.inf), data)
+    assert solver_note(spec(), data) is None  # the two-stage fit runs
+    assert solver_note(spec(solver="mwu", checkpoint="c.npz"), data) is None  # chosen explicitly
+    assert solver_note(spec(checkpoint="c.npz"), SimpleNamespace(n_samples=n - 1, X=None, kernel_set=object())) is None
+    assert solver_note(spec(), SimpleNamespace(n_samples=n, kernel_set=None)) is None  # precomputed: never two-stage
+    assert solver_note(spec(), data, resume="ck.npz") is None  # a resumed MWU fit (its first run said so)
+
+    rng = np.random.default_rng(0)
+    X = rng.random((n, 3))
+    y = np.where(X[:, 0] > 0.5, 1, -1)
+    clf = MWUMKLClassifier("linear,gaussian:1", C=1.0, max_iter=5, checkpoint=str(tmp_path / "c.npz"))
+    with pytest.warns(UserWarning, match='solver="auto" runs the MWU solver on all') as record:
+        clf.fit(X, y)
+    assert clf.solver_ == "mwu" and clf.fit_warnings_[0] == note
+    assert sum("runs the MWU solver" in str(w.message) for w in record) == 1  # once, not for nested fits
+
+
 def test_weight_points_rule():
     assert two_stage.weight_points_for(500) == 500
     assert two_stage.weight_points_for(3001) == two_stage.WEIGHT_POINTS == 3000

@@ -33,6 +33,7 @@ from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
+from mwumkl_dist.io.atomic import atomic_file
 from mwumkl_dist.io.files import format_label, load_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
@@ -492,8 +493,13 @@ def _planned_iterations(args, n: int, n_kernels: int) -> int:
         and getattr(args, "device", "cpu") == "cpu" and args.checkpoint is None and args.resume is None
         and not (args.C != "auto" and math.isinf(args.C))
     )  # fmt: skip
-    if two_stage:  # the MWU iterations run on the weight subsample only
-        n = weight_points_for(n)
+    if two_stage:  # the MWU iterations run on the weight subsample only, read into memory
+        return _iteration_plan(args, weight_points_for(n), n_kernels, in_memory=True)
+    return _iteration_plan(args, n, n_kernels)
+
+
+def _iteration_plan(args, n: int, n_kernels: int, *, in_memory: bool | None = None) -> int:
+    """T of an MWU fit on ``n`` points with the command line's settings (in memory unless from a store)."""
     plan = plan_iterations(
         epsilon=args.epsilon,
         max_iter=args.max_iter,
@@ -502,7 +508,7 @@ def _planned_iterations(args, n: int, n_kernels: int) -> int:
         C=args.C,
         n_samples=n,
         n_kernels=n_kernels,
-        in_memory=args.store is None,
+        in_memory=args.store is None if in_memory is None else in_memory,
     )
     return plan.n_iter
 
@@ -584,17 +590,13 @@ def cmd_fit(args) -> int:
         )
     if not args.quiet:
         labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
-        total = int(n_iters.sum())
-        how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
         print(f"model saved to   {args.model}")
         print(f"data             {source}: {n} points, {d} features, {len(classes)} classes ({labels})")
         print(f"scaling          {_describe_scaling(args, scaling)}")
-        print(f"kernels          {args.kernels} ({n_kernels})")
+        print(f"kernels          {_describe_kernels(args, clf, n_kernels)}")
         print(f"parameters       {_describe_params(args, clf)}")
-        print(
-            f"iterations       {total} ({how}, T = {n_iter}) in {elapsed:.2f} s "
-            f"({format_rate(total / max(elapsed, 1e-9))} it/s)"
-        )
+        for line in _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed):
+            print(line)
         print(f"support vectors  {len(clf.support_)} of {n}")
         if args.probability:
             print("probabilities    Platt sigmoids fitted on cross-validated decision values (--output proba)")
@@ -606,6 +608,39 @@ def cmd_fit(args) -> int:
             for line in table:
                 print(line)
     return EXIT_INTERRUPTED if clf.interrupted_ else 0
+
+
+def _describe_kernels(args, clf, n_kernels: int) -> str:
+    """The kernel spec and count; for a scaled family, the data's scale its Gaussian widths are multiples of."""
+    text = f"{args.kernels} ({n_kernels})"
+    scale = getattr(clf, "kernel_scale_", None)
+    if scale is not None:
+        text += f"; Gaussian widths in units of the data's scale sigma_0 = {scale:.6g} (stored in the model)"
+    return text
+
+
+def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, elapsed: float) -> list[str]:
+    """The summary's iteration lines: what the MWU iterations ran on, and the time (a rate only where it is one).
+
+    A two-stage fit's iterations are those of its weight stage, on a subsample; its time includes the
+    linear stage on all the rows, so iterations per second would mislead.  Likewise with ``C="auto"``,
+    whose time includes the cross-validation.
+    """
+    total = int(np.sum(clf.n_iter_))
+    how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
+    if getattr(clf, "solver_", "mwu") == "two-stage":
+        m = int(clf.weight_points_)
+        T = _iteration_plan(args, m, n_kernels, in_memory=True)
+        return [
+            f"iterations       {total} in the weight stage ({how} on {m} of the {n} points, T = {T}), "
+            f"then the linear stage on all {n} points",
+            f"fit time         {elapsed:.2f} s (both stages" + (", and the choice of C)" if args.C == "auto" else ")"),
+        ]
+    T = _iteration_plan(args, n, n_kernels)
+    if args.C == "auto":
+        return [f"iterations       {total} ({how}, T = {T}) in {elapsed:.2f} s (the choice of C included)"]
+    rate = format_rate(total / max(elapsed, 1e-9))
+    return [f"iterations       {total} ({how}, T = {T}) in {elapsed:.2f} s ({rate} it/s)"]
 
 
 # ----------------------------------------------------------------------------- predict, evaluate
@@ -650,8 +685,8 @@ def cmd_predict(args) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        with open(args.output_file, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with atomic_file(args.output_file, "predictions file") as fh:  # a failed write keeps an older file
+            fh.write(text.encode("utf-8"))
     return 0
 
 

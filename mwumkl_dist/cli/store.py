@@ -7,13 +7,14 @@ Handlers raise ``ValueError`` / ``OSError`` with one-line messages (printed by
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from mwumkl_dist.cli.args import ZERO_BASED, add_zero_based_argument, positive_int
 from mwumkl_dist.cli.progress import progress_bar
 from mwumkl_dist.io.files import load_data
-from mwumkl_dist.io.zarr_format import open_store, write_data_store, write_kernel_store
+from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = ["add_store_commands", "cmd_store_data", "cmd_store_kernels", "cmd_store_info"]
 
@@ -176,12 +177,41 @@ def cmd_store_kernels(args) -> int:
     return 0
 
 
+def _report_bad_chunks(path) -> None:
+    """When a store fails to open, list all its bad chunks if some are (else the caller's error stands)."""
+    try:
+        store = open_store(path, verify=False)
+    except (StoreError, OSError):
+        return
+    try:
+        store.check_chunks()
+    except StoreError as exc:
+        raise exc from None
+    except (ValueError, OSError):
+        return
+
+
 def cmd_store_info(args) -> int:
-    """``store info``: validate a store and print its metadata."""
-    store = open_store(args.path)
+    """``store info``: validate a store, print its metadata, and check every chunk (content and position)."""
+    try:
+        store = open_store(args.path)
+    except StoreError:
+        _report_bad_chunks(args.path)
+        raise
     print(repr(store))
     for key, value in store.meta.items():
         if key == "kernel_names" and len(value) > 12:
             value = value[:12] + [f"... {len(value) - 12} more"]
+        if key == "chunk_digests":  # SHA-256 of each array's identity records: long and of no use to read
+            value = f"{len(value)} arrays ({', '.join(value)})"
         print(f"  {key}: {value}")
+    sys.stdout.flush()
+    n_checked = store.check_chunks()  # raises, listing the bad chunks
+    if store.meta.get("store_id") is None:
+        print(
+            f"chunks: {n_checked} checked (content checksums); chunk positions cannot be checked in this store "
+            f"format ({store.meta['format_version']}): re-create the store to have them checked"
+        )
+    else:
+        print(f"chunks: {n_checked} checked: every chunk's content checksum and position match")
     return 0

@@ -34,6 +34,7 @@ from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
 from mwumkl_dist.kernels.evaluation import (
+    SparsePoint,
     as_csr,
     combined_kernel,
     data_scale,
@@ -93,7 +94,7 @@ class Problem(Protocol):
         """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` of two picked points, for every kernel."""
 
     def point(self, j: int):
-        """What a superstep needs of row ``j``: its feature vector, or its index for precomputed kernels."""
+        """What a superstep needs of row ``j``: its features (a ``SparsePoint``), or its index (precomputed kernels)."""
 
 
 class TrainingInput(Protocol):
@@ -228,9 +229,9 @@ class FeatureProblem:
     def kernel_block(self, p, q):
         return point_kernel_block(self.kernel_set.plan, p, q)
 
-    def point(self, j: int) -> np.ndarray:
-        """Row ``j`` as a dense feature vector (what a superstep sends for a picked row)."""
-        return np.asarray(self.X[j].toarray()).ravel()
+    def point(self, j: int) -> SparsePoint:
+        """Row ``j`` as a :class:`SparsePoint` (what a superstep sends for a picked row)."""
+        return SparsePoint.from_csr_row(self.X, j)
 
 
 class PrecomputedProblem:

@@ -16,7 +16,15 @@ from mwumkl_dist.core.exact import exact_column_sums
 from mwumkl_dist.core.mwu_rules import Candidate
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import cpu as _columns
-from mwumkl_dist.kernels.evaluation import as_csr, kernel_columns, kernel_diagonal, plan_args, row_group_sqnorms
+from mwumkl_dist.kernels.evaluation import (
+    SparsePoint,
+    as_csr,
+    kernel_columns,
+    kernel_diagonal,
+    plan_args,
+    point_entries,
+    row_group_sqnorms,
+)
 from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
@@ -193,12 +201,9 @@ class FeatureShard(ShardBase):
     def _tile_partials(self) -> np.ndarray:
         return self._workspace.partial
 
-    def point(self, local: int) -> np.ndarray:
-        X = self.X
-        a, b = X.indptr[local], X.indptr[local + 1]
-        out = np.zeros(X.shape[1])
-        out[X.indices[a:b]] = X.data[a:b]  # as_csr summed duplicates
-        return out
+    def point(self, local: int) -> SparsePoint:
+        """Row ``local`` as a :class:`SparsePoint` (its non-zeros: ``O(nnz)``, whatever the feature count)."""
+        return SparsePoint.from_csr_row(self.X, local)  # as_csr sorted and summed duplicates
 
     def diagonal(self) -> np.ndarray:
         """``K_i(x_j, x_j)`` for this block's rows, ``(n_rows, m)``."""
@@ -213,8 +218,8 @@ class FeatureShard(ShardBase):
             self.y,
             self.row_offset,
             self.V,
-            np.ascontiguousarray(p, dtype=np.float64),
-            np.ascontiguousarray(q, dtype=np.float64),
+            point_entries(p),
+            point_entries(q),
             ip,
             iq,
             1.0,

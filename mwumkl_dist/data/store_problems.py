@@ -24,7 +24,7 @@ import numpy as np
 from mwumkl_dist.core.partition import chain_safe_ranges
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.io.zarr_format import DEFAULT_CACHE_BYTES, DataStore, KernelStore
-from mwumkl_dist.kernels.evaluation import point_kernel_block
+from mwumkl_dist.kernels.evaluation import SparsePoint, as_csr, point_kernel_block
 from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
@@ -140,8 +140,8 @@ class DataStoreProblem:
     def kernel_block(self, p, q):
         return point_kernel_block(self.kernel_set.plan, p, q)
 
-    def point(self, j: int) -> np.ndarray:
-        return self.store.point(j)
+    def point(self, j: int) -> SparsePoint:
+        return SparsePoint.from_csr_row(as_csr(self.store.read_rows(j, j + 1)), 0)
 
 
 class KernelStoreShard(PrecomputedShard):

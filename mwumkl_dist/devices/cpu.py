@@ -41,6 +41,11 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   ``V[:, i]`` is then contiguous (any layout gives the same numbers);
 * the rows' squared norms per feature group are computed once per shard
   (``row_sq``) instead of every superstep;
+* the two picked points come as their non-zero entries and everything a
+  superstep does with them (dense buffers filled and cleared entry by entry,
+  their group norms, the choice of pass) costs ``O(non-zeros)``, never
+  ``O(n_features)``: 3000 a9a rows plus one row ``+1 1000000:1`` took 28.5 ms
+  per iteration (dense points, set up per call), now 0.47 ms, as without that row;
 * threads by work (rows x kernels, at least :data:`PARALLEL_MIN_WORK` per
   thread; :func:`get_num_threads`, :func:`thread_limit`): the tasks run in
   contiguous runs per thread (``prange``), then a pass over row chunks adds the
@@ -80,6 +85,7 @@ __all__ = [
     "group_sqnorms_t",
     "weighted_kernel_sums",
     "point_kernels",
+    "point_entries",
     "exp_block",
     "EXP_CONSTANTS",
     "thread_limit",
@@ -260,19 +266,21 @@ def _column_entries(csc_ptr, csc_rows, f, start, stop):
 
 
 @njit(**_OPTS)
-def _csc_dots(start, stop, n_rows, csc_ptr, csc_rows, csc_vals, pm, qm, dp, dq):
-    """``dp[j - start] = <x_j, pm>`` (and ``dq``) for rows ``[start, stop)`` by a pass over columns.
+def _csc_dots(start, stop, n_rows, csc_ptr, csc_rows, csc_vals, uf, up, uq, dp, dq):
+    """``dp[j - start] = <x_j, p>`` (and ``dq``) for rows ``[start, stop)`` by a pass over columns.
 
-    Only the columns where ``pm`` or ``qm`` is non-zero are visited, in
-    increasing feature order, so each row receives its non-zero terms in the
-    same order as a pass over its sorted CSR entries: the sums are identical.
+    Only the columns ``uf`` where ``p`` or ``q`` is non-zero are visited (values
+    ``up``, ``uq``), in increasing feature order, so each row receives its
+    non-zero terms in the same order as a pass over its sorted CSR entries: the
+    sums are identical.
     """
     dp[:] = 0.0
     dq[:] = 0.0
     whole = start == 0 and stop == n_rows
-    for f in range(pm.shape[0]):
-        pf = pm[f]
-        qf = qm[f]
+    for u in range(uf.shape[0]):
+        f = uf[u]
+        pf = up[u]
+        qf = uq[u]
         if pf == 0.0 and qf == 0.0:
             continue
         if whole:
@@ -507,7 +515,8 @@ def _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups)
                 pf[c] = gfeat[u]
                 pl[c] = lg
                 c += 1
-        perm = np.argsort(pf, kind="mergesort")
+        # One group: its features are ascending already (a sort of all d features costs more than the rest).
+        perm = np.arange(cnt) if b - a == 1 else np.argsort(pf, kind="mergesort")
         for k in range(cnt):
             f = pf[perm[k]]
             if k == 0 or f != pf[perm[k - 1]]:
@@ -551,6 +560,14 @@ class SuperstepWorkspace:
         self.slots = 0
         self.scratch = None
         self._with_rows = False
+        self.n_features = int(feat_ptr.shape[0]) - 1
+        self._points = None
+
+    def point_buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Two zeroed dense vectors of ``n_features`` for the picked points (made once; the caller re-zeroes them)."""
+        if self._points is None:
+            self._points = (np.zeros(self.n_features), np.zeros(self.n_features))
+        return self._points
 
     def ensure(self, n_slots: int, with_rows: bool):
         """Scratch for ``n_slots`` concurrent tasks (``with_rows``: column-pass dots for whole row ranges)."""
@@ -646,38 +663,42 @@ def _merge_dots(indptr, indices, data, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, t
 
 
 @njit(**_OPTS)
-def _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, tf_lg, ng, dp, dq):
+def _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, fa, fb, tf_feat, tf_gptr, tf_lg, ng, uf, dp, dq):
     """Dots per local group from the CSC copy: the tile's features ascending, each column's entries in the block.
 
     A group's terms reach each row in increasing feature order, as in a row
     pass; features where both points are zero add only ``+-0`` and are skipped.
+    When the points have far fewer non-zeros (``uf``, ascending) than the tile
+    has features, each is looked up in the tile's features instead of scanning
+    them all (the same features in the same order: the same sums), so the cost
+    follows the points' non-zeros, not the number of features.
     """
     dp[:ng, :nb] = 0.0
     dq[:ng, :nb] = 0.0
+    if uf.shape[0] * 16 < fb - fa:
+        lo = fa
+        for k in range(uf.shape[0]):
+            f = uf[k]
+            u = lo + np.searchsorted(tf_feat[lo:fb], f)
+            lo = u
+            if u < fb and tf_feat[u] == f:
+                _csc_feature_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p[f], q[f], tf_lg, tf_gptr[u],
+                                  tf_gptr[u + 1], f, dp, dq)  # fmt: skip
+        return
     for u in range(fa, fb):
         f = tf_feat[u]
-        pf = p[f]
-        qf = q[f]
-        if pf == 0.0 and qf == 0.0:
-            continue
-        a, e = _column_entries(csc_ptr, csc_rows, f, j0, j0 + nb)
-        w0 = tf_gptr[u]
-        w1 = tf_gptr[u + 1]
-        for k in range(a, e):
-            _scatter_dots(csc_vals[k], pf, qf, tf_lg, w0, w1, csc_rows[k] - j0, dp, dq)
+        _csc_feature_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p[f], q[f], tf_lg, tf_gptr[u], tf_gptr[u + 1], f, dp,
+                          dq)  # fmt: skip
 
 
-@njit(**_OPTS)
-def _local_sqnorms(point, tg_group, a, ng, gptr, gfeat, out):
-    """``|point|_g^2`` per local group, features ascending (as :func:`_point_group_sqnorms`)."""
-    for lg in range(ng):
-        g = tg_group[a + lg]
-        s = 0.0
-        for u in range(gptr[g], gptr[g + 1]):
-            v = point[gfeat[u]]
-            if v != 0.0:
-                s += v * v
-        out[lg] = s
+@njit(inline="always", **_OPTS)
+def _csc_feature_dots(csc_ptr, csc_rows, csc_vals, j0, nb, pf, qf, tf_lg, w0, w1, f, dp, dq):
+    """Feature ``f``'s entries in rows ``[j0, j0 + nb)`` into the dots of its local groups ``tf_lg[w0:w1]``."""
+    if pf == 0.0 and qf == 0.0:
+        return
+    a, e = _column_entries(csc_ptr, csc_rows, f, j0, j0 + nb)
+    for k in range(a, e):
+        _scatter_dots(csc_vals[k], pf, qf, tf_lg, w0, w1, csc_rows[k] - j0, dp, dq)
 
 
 @njit(**_OPTS)
@@ -709,12 +730,16 @@ def _class_best(positive, j, g, best_pos, g_pos, best_neg, g_neg):
 @njit(**_OPTS)
 def _task(
     r0, r1, t, slot, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset,
-    V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr,
-    maps, B, scratch, partial,
+    V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups,
+    tile_ptr, maps, B, scratch, partial,
 ):  # fmt: skip
     """Rows ``[r0, r1)`` x tile ``t``: kernel values, the ``V`` update and the tile partials of the rows.
 
-    Returns the best row of each class by the tile partial (meaningful when there is one tile).
+    ``p``, ``q``: the two points as dense vectors (one group: the features outside
+    it zeroed); ``ppp``, ``ppq``: their squared norms per group; ``uf``, ``up``,
+    ``uq``: the features where either is non-zero, ascending, and their values
+    (see :func:`_superstep_setup`).  Returns the best row of each class by the
+    tile partial (meaningful when there is one tile).
     """
     gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
     dots, vals, rowbuf, kbits_all, norms, rows_all = scratch
@@ -729,11 +754,13 @@ def _task(
     ga = tg_ptr[t]
     ng = tg_ptr[t + 1] - ga
     single = n_groups == 1
-    _local_sqnorms(p, tg_group, ga, ng, gptr, gfeat, lpp)
-    _local_sqnorms(q, tg_group, ga, ng, gptr, gfeat, lpq)
+    for lg in range(ng):
+        g = tg_group[ga + lg]
+        lpp[lg] = ppp[g]
+        lpq[lg] = ppq[g]
     all_p, all_q = rows_all[slot, 0], rows_all[slot, 1]
     if single and use_csc:
-        _csc_dots(r0, r1, y.shape[0], csc_ptr, csc_rows, csc_vals, pm, qm, all_p, all_q)
+        _csc_dots(r0, r1, y.shape[0], csc_ptr, csc_rows, csc_vals, uf, up, uq, all_p, all_q)
     best_pos, best_neg = -1, -1
     g_pos, g_neg = -np.inf, -np.inf
     lp = ip - row_offset
@@ -742,18 +769,18 @@ def _task(
         nb = min(B, r1 - j0)
         if single:
             if use_dense:
-                _dense_block_dots(dense_t, j0, nb, pm, qm, dp, dq)
+                _dense_block_dots(dense_t, j0, nb, p, q, dp, dq)
             elif use_csc:
                 for b in range(nb):
                     dp[0, b] = all_p[j0 - r0 + b]
                     dq[0, b] = all_q[j0 - r0 + b]
             else:
-                _block_dots(indptr, indices, data, j0, nb, pm, qm, tile_ptr, tile_ptr, True, dp, dq)
+                _block_dots(indptr, indices, data, j0, nb, p, q, tile_ptr, tile_ptr, True, dp, dq)
         elif use_dense:
             _dense_group_dots(dense_t, j0, nb, p, q, tg_group, ga, ng, gptr, gfeat, dp, dq)
         elif csc_ptr.shape[0] == p.shape[0] + 1:
             _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr,
-                            tf_lg, ng, dp, dq)  # fmt: skip
+                            tf_lg, ng, uf, dp, dq)  # fmt: skip
         else:
             _merge_dots(indptr, indices, data, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr, tf_lg, ng,
                         dp, dq)  # fmt: skip
@@ -800,16 +827,16 @@ def _sum_rows(r0, r1, y, partial, gsum):
 @njit(**_OPTS)
 def _superstep_serial(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
-    q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch,
-    partial, gsum,
+    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps,
+    B, scratch, partial, gsum,
 ):  # fmt: skip
     n = y.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
     for t in range(n_tiles):
         r = _task(
             0, n, t, 0, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-            row_offset, V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb,
-            n_groups, tile_ptr, maps, B, scratch, partial,
+            row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef,
+            kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
         )  # fmt: skip
         if n_tiles == 1:
             return r
@@ -819,8 +846,8 @@ def _superstep_serial(
 @njit(parallel=True, **_OPTS)
 def _superstep_parallel(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
-    q, pm, qm, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch,
-    partial, gsum, n_chunks, n_rb,
+    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps,
+    B, scratch, partial, gsum, n_chunks, n_rb,
 ):  # fmt: skip
     """Tasks (row block, tile), row-block major, in ``n_chunks`` contiguous runs (one per thread and scratch slot).
 
@@ -838,8 +865,8 @@ def _superstep_parallel(
             t = task - rb * n_tiles
             bp, gp, bn, gn = _task(
                 (n * rb) // n_rb, (n * (rb + 1)) // n_rb, t, c, indptr, indices, data, csc_ptr, csc_rows, csc_vals,
-                use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p, q, pm, qm, ip, iq, yp, yq, inv_trace,
-                ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
+                use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq,
+                inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
             )  # fmt: skip
             tb[task, 0] = bp
             tb[task, 1] = bn
@@ -873,40 +900,105 @@ def _reduce_chunks(bp, gp, bn, gn):
 
 
 @njit(**_OPTS)
-def _mask_points(p, q, feat_ptr, n_groups, csc_ptr):
-    """With one feature group, ``p`` and ``q`` with the features outside it zeroed, and the column pass's cost.
+def _scatter_point(pi, pv, feat_ptr, feat_groups, single, out, norms):
+    """Point entries ``(pi, pv)`` into the zeroed dense ``out``, and its squared norm per group into ``norms``.
 
-    A row pass with the masked points adds only ``+-0`` terms for the
-    features outside the group, which leaves every partial sum unchanged, so
-    the dot products equal the general path's per-group sums exactly.
-    ``cost`` is the number of stored entries in the columns where ``p`` or
-    ``q`` is non-zero (``-1`` without a CSC copy or with several groups).
+    With one group (``single``) the features outside it stay zero: a row pass
+    then adds only ``+-0`` terms for those, which leaves every partial sum
+    unchanged, so the dot products equal the general path's per-group sums
+    exactly.  The norms add each group's terms in increasing feature order, as
+    a pass over the group's features would: the same sums.
     """
-    d = p.shape[0]
-    if n_groups != 1:
-        return p, q, -1
-    pm = np.empty(d)
-    qm = np.empty(d)
-    cost = 0
-    has_csc = csc_ptr.shape[0] == d + 1
-    for f in range(d):
-        inside = feat_ptr[f + 1] > feat_ptr[f]
-        pm[f] = p[f] if inside else 0.0
-        qm[f] = q[f] if inside else 0.0
-        if has_csc and (pm[f] != 0.0 or qm[f] != 0.0):
-            cost += csc_ptr[f + 1] - csc_ptr[f]
-    return pm, qm, cost if has_csc else -1
+    norms[:] = 0.0
+    for k in range(pi.shape[0]):
+        f = pi[k]
+        v = pv[k]
+        if v == 0.0:
+            continue
+        if not single or feat_ptr[f + 1] > feat_ptr[f]:
+            out[f] = v
+        for t in range(feat_ptr[f], feat_ptr[f + 1]):
+            norms[feat_groups[t]] += v * v
 
 
 @njit(**_OPTS)
-def _superstep_setup(p, q, indptr, feat_ptr, n_groups, csc_ptr, dense_t):
-    """Masked points (one group), and which dot pass to use: dense copy, column pass or row pass."""
-    pm, qm, cost = _mask_points(p, q, feat_ptr, n_groups, csc_ptr)
+def _point_union(pi, qi, p, q):
+    """The features where ``p`` or ``q`` (dense, after :func:`_scatter_point`) is non-zero, ascending, and the values.
+
+    ``pi`` and ``qi`` (ascending) hold every candidate feature; ``O(len(pi) + len(qi))``.
+    """
+    uf = np.empty(pi.shape[0] + qi.shape[0], np.int64)
+    up = np.empty(uf.shape[0])
+    uq = np.empty(uf.shape[0])
+    a = 0
+    b = 0
+    n = 0
+    while a < pi.shape[0] or b < qi.shape[0]:
+        if b >= qi.shape[0] or (a < pi.shape[0] and pi[a] < qi[b]):
+            f = pi[a]
+            a += 1
+        elif a >= pi.shape[0] or qi[b] < pi[a]:
+            f = qi[b]
+            b += 1
+        else:
+            f = pi[a]
+            a += 1
+            b += 1
+        if p[f] != 0.0 or q[f] != 0.0:
+            uf[n] = f
+            up[n] = p[f]
+            uq[n] = q[f]
+            n += 1
+    return uf[:n], up[:n], uq[:n]
+
+
+@njit(**_OPTS)
+def _superstep_setup(pi, pv, qi, qv, p, q, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t):
+    """A superstep's view of its two points, and which dot pass to use: dense copy, column pass or row pass.
+
+    ``(pi, pv)``, ``(qi, qv)``: the points' non-zero entries, features ascending;
+    ``p``, ``q``: the shard's zeroed dense buffers, filled here (the caller clears
+    them after the superstep).  Everything costs ``O(non-zeros)`` (plus the
+    columns' lengths), never ``O(n_features)``: one row with a large feature index
+    makes the data wide, not the supersteps slow.
+    """
+    single = n_groups == 1
+    ppp = np.empty(n_groups)
+    ppq = np.empty(n_groups)
+    _scatter_point(pi, pv, feat_ptr, feat_groups, single, p, ppp)
+    _scatter_point(qi, qv, feat_ptr, feat_groups, single, q, ppq)
+    uf, up, uq = _point_union(pi, qi, p, q)
     # A dense copy (dense data) beats both sparse passes: contiguous, vectorised loops.
     use_dense = dense_t.shape[0] == p.shape[0] and dense_t.shape[1] == indptr.shape[0] - 1
-    # A column pass pays a scattered update per entry, a row pass a sequential sum: prefer rows near parity.
-    use_csc = not use_dense and cost >= 0 and cost < 0.75 * (indptr[indptr.shape[0] - 1] - indptr[0])
-    return pm, qm, use_csc, use_dense
+    # A column pass (one group, a CSC copy) touches the entries of the columns where p or q is non-zero;
+    # it pays a scattered update per entry, a row pass a sequential sum: prefer rows near parity.
+    use_csc = False
+    if single and not use_dense and csc_ptr.shape[0] == p.shape[0] + 1:
+        cost = 0
+        for u in range(uf.shape[0]):
+            cost += csc_ptr[uf[u] + 1] - csc_ptr[uf[u]]
+        use_csc = cost < 0.75 * (indptr[indptr.shape[0] - 1] - indptr[0])
+    return ppp, ppq, uf, up, uq, use_csc, use_dense
+
+
+@njit(**_OPTS)
+def _clear_point(pi, out):
+    for k in range(pi.shape[0]):
+        out[pi[k]] = 0.0
+
+
+def point_entries(p) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, values)``: a point's non-zero entries, features ascending (int64, float64).
+
+    ``p`` is a dense vector, or already ``(indices, values)`` (ascending, as a
+    CSR row's); a dense vector costs ``O(n_features)``, entries cost nothing.
+    """
+    if isinstance(p, tuple):
+        idx, val = p
+        return np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(val, dtype=np.float64)
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    idx = np.flatnonzero(p)
+    return idx.astype(np.int64, copy=False), p[idx]
 
 
 def dense_copy(X) -> np.ndarray | None:
@@ -969,9 +1061,12 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
 
     ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge_j * [j == k]`` with
     global indices ``ip``/``iq`` (``row_offset`` is this block's first global
-    row), ``p``/``q`` the two points' dense feature vectors with labels
-    ``yp``/``yq``.  ``V`` (``(n_rows, m)``, updated in place) may have any
-    memory layout; Fortran order is fastest.
+    row), ``p``/``q`` the two points with labels ``yp``/``yq``: each its
+    non-zero entries ``(indices, values)`` (features ascending) or a dense
+    feature vector.  Given entries, nothing here costs ``O(n_features)`` per
+    call (the workspace's dense buffers are filled and cleared entry by entry).
+    ``V`` (``(n_rows, m)``, updated in place) may have any memory layout;
+    Fortran order is fastest.
 
     The score is summed per kernel tile (:func:`kernel_tiles`: each tile's
     partial a sequential sum over its kernels from 0), then over the tiles
@@ -1019,16 +1114,24 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
     if workspace is None:
         workspace = superstep_workspace(len(y), kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
     ridge_p, ridge_q = (ridge, ridge) if np.ndim(ridge) == 0 else ridge
-    p = _as_f64(p)
-    q = _as_f64(q)
-    pm, qm, use_csc, use_dense = _superstep_setup(p, q, indptr, feat_ptr, n_groups, csc_ptr, dense_t)
-    front = (
-        indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
-        int(row_offset), V, row_sq_t, p, q, pm, qm, int(ip), int(iq), float(yp), float(yq), inv_trace,
-        float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr, workspace.maps, workspace.B,
-    )  # fmt: skip
-    n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
-    return _run_superstep(front, workspace, n_threads, n_rb, bool(use_csc))
+    pi, pv = point_entries(p)
+    qi, qv = point_entries(q)
+    pd, qd = workspace.point_buffers()
+    try:
+        ppp, ppq, uf, up, uq, use_csc, use_dense = _superstep_setup(
+            pi, pv, qi, qv, pd, qd, indptr, feat_ptr, feat_groups, n_groups, csc_ptr, dense_t
+        )
+        front = (
+            indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
+            int(row_offset), V, row_sq_t, pd, qd, ppp, ppq, uf, up, uq, int(ip), int(iq), float(yp), float(yq),
+            inv_trace, float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr,
+            workspace.maps, workspace.B,
+        )  # fmt: skip
+        n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
+        return _run_superstep(front, workspace, n_threads, n_rb, bool(use_csc))
+    finally:  # the buffers zero again for the next superstep: O(non-zeros), not O(n_features)
+        _clear_point(pi, pd)
+        _clear_point(qi, qd)
 
 
 @njit(**_OPTS)
@@ -1142,20 +1245,43 @@ def kernel_columns(
     )  # fmt: skip
 
 
-@njit(**_OPTS)
 def point_kernels(p, q, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two dense feature vectors.
+    """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two points (dense, or ``(indices, values)``).
 
     Bit-identical to the column values a superstep computes for the rows ``p``
     and ``q`` (same sums in the same order), so ``K(p, p)`` of a Gaussian is
-    exactly 1.
+    exactly 1.  Costs ``O(non-zeros)`` given entries (:func:`point_entries`).
     """
+    pi, pv = point_entries(p)
+    qi, qv = point_entries(q)
+    return _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+
+
+@njit(**_OPTS)
+def _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """:func:`point_kernels` on the points' entries: the features where either is non-zero, ascending."""
     m = kind.shape[0]
     dot = np.zeros((n_groups, 3))
     sq = np.zeros((n_groups, 2))
-    for f in range(p.shape[0]):
-        a = p[f]
-        c = q[f]
+    a_ = 0
+    b_ = 0
+    while a_ < pi.shape[0] or b_ < qi.shape[0]:
+        if b_ >= qi.shape[0] or (a_ < pi.shape[0] and pi[a_] < qi[b_]):
+            f = pi[a_]
+            a = pv[a_]
+            c = 0.0
+            a_ += 1
+        elif a_ >= pi.shape[0] or qi[b_] < pi[a_]:
+            f = qi[b_]
+            a = 0.0
+            c = qv[b_]
+            b_ += 1
+        else:
+            f = pi[a_]
+            a = pv[a_]
+            c = qv[b_]
+            a_ += 1
+            b_ += 1
         for t in range(feat_ptr[f], feat_ptr[f + 1]):
             g = feat_groups[t]
             if a != 0.0:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 
 import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.mwu_rules import Candidate, MWUResult, SolverState
+from mwumkl_dist.io.atomic import atomic_file
 
 __all__ = ["fingerprint", "save_checkpoint", "load_checkpoint", "Checkpointer"]
 
@@ -47,7 +47,10 @@ def _candidate_arrays(prefix: str, c: Candidate) -> dict:
 
 
 def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, picks, finished) -> None:
-    """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
+    """Write a checkpoint atomically (a crash or a failed write leaves the previous one intact).
+
+    A failed write raises :class:`mwumkl_dist.io.atomic.WriteError` (an ``OSError``) naming ``path``.
+    """
     path = os.fspath(path)
     arrays = {
         "s": state.s,
@@ -65,16 +68,8 @@ def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, pi
         "iteration": state.iteration,
         "finished": [{"bias": r.bias, "n_iter": r.n_iter, "interrupted": r.interrupted} for r in finished],
     }
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "checkpoint") as fh:
+        np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
 
 
 def _damaged(path: str, reason) -> ValueError:

@@ -19,6 +19,7 @@ files, the line.
 from __future__ import annotations
 
 import bz2
+import codecs
 import csv
 import gzip
 import math
@@ -148,10 +149,65 @@ def _open_text(path: str):
 
 #: What reading a damaged, binary or unreadable text file raises (reworded by ``_reword_read_error``).
 _READ_ERRORS = (UnicodeDecodeError, EOFError, OSError)
+#: Bytes read at a time when looking for the first line that is not text.
+_SCAN_BLOCK = 1 << 20
+#: Compressed formats by their first bytes (a file named ``.svm`` that is really ``.svm.gz``, say).
+_MAGIC = {
+    b"\x1f\x8b": "gzip data (name it .gz)",
+    b"BZh": "bzip2 data (name it .bz2)",
+    b"PK\x03\x04": "a zip archive (an .npz file? a saved model?)",
+    b"\x28\xb5\x2f\xfd": "zstd data",
+    b"\x93NUMPY": "a NumPy .npy file",
+}
 
 
-def _reword_read_error(path: str, exc: BaseException) -> Exception:
+def _open_bytes(path: str):
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if lower.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _not_text(path: str, kind: str) -> str | None:
+    """``"PATH: line N: ... does not look like a text KIND file"`` at the first line that is not UTF-8 text.
+
+    None when every line decodes (reads the file in blocks; a NUL byte counts as binary too).
+    """
+    try:
+        with _open_bytes(path) as fh:
+            head = fh.read(8)
+            fh.seek(0)
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            line = 1
+            while block := fh.read(_SCAN_BLOCK):
+                nul = block.find(b"\0")
+                try:
+                    decoder.decode(block if nul < 0 else block[:nul])
+                    bad = nul
+                    what = "a NUL byte" if nul >= 0 else ""
+                except UnicodeDecodeError as exc:
+                    bad = max(0, exc.start - len(decoder.getstate()[0]))
+                    what = f"byte 0x{block[bad]:02x}, not UTF-8 text"
+                if bad >= 0:
+                    line += block.count(b"\n", 0, bad)
+                    break
+                line += block.count(b"\n")
+            else:
+                return None
+    except (EOFError, OSError):
+        return None
+    magic = next((name for m, name in _MAGIC.items() if head.startswith(m)), None)
+    hint = f" (it starts like {magic})" if magic else " (binary or compressed data?)"
+    return f"{path}: line {line} holds {what}: this does not look like a text {kind} file{hint}"
+
+
+def _reword_read_error(path: str, exc: BaseException, kind: str = "data") -> Exception:
     if isinstance(exc, UnicodeDecodeError):
+        located = _not_text(path, kind)
+        if located is not None:
+            return ValueError(located)
         return ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})")
     if isinstance(exc, (EOFError, gzip.BadGzipFile)) or "compressed" in str(exc).lower():
         return ValueError(f"{path}: damaged or truncated compressed file ({exc})")
@@ -176,7 +232,7 @@ def _looks_like_svmlight(path: str) -> bool:
                 tokens = text.split()
                 return ":" in text or (len(tokens) == 1 and _is_number(tokens[0]))
     except _READ_ERRORS as exc:
-        raise _reword_read_error(path, exc) from None
+        raise _reword_read_error(path, exc, "svmlight or CSV") from None
     return True
 
 
@@ -245,9 +301,10 @@ def _load_svmlight(path: str, n_features, zero_based):
                 f"{path}: the file uses {found} features but {n_features} are expected "
                 "(the model was trained on fewer features)"
             ) from None
-        raise ValueError(f"{path}: {_locate_svmlight_error(path) or text}") from None
+        located = _locate_svmlight_error(path)
+        raise ValueError(located if located is not None else f"{path}: {text}") from None
     except _READ_ERRORS as exc:
-        raise _reword_read_error(path, exc) from None
+        raise _reword_read_error(path, exc, "svmlight") from None
     X = sp.csr_matrix(X)
     i = _first_non_finite(X.data)
     if i >= 0:
@@ -275,25 +332,35 @@ def _svmlight_row_line(path: str, row: int) -> str:
 
 
 def _locate_svmlight_error(path: str) -> str | None:
-    """The first malformed line of an svmlight file, described (error path only: slow)."""
+    """``"PATH: line N: ..."``, the first malformed line of an svmlight file described (error path only: slow)."""
+    located = _not_text(path, "svmlight")
+    if located is not None:  # binary data (a model, a compressed file without its ending): say so, not what it holds
+        return located
     try:
         with _open_text(path) as fh:
             for number, text in _data_lines(fh):
                 tokens = text.split("#", 1)[0].split()
-                if not _is_number(tokens[0]):
-                    return f"line {number}: label {tokens[0]!r} is not a number"
-                for tok in tokens[1:]:
-                    key, sep, value = tok.partition(":")
-                    if not sep:
-                        return f"line {number}: {tok!r} is not an 'index:value' pair (is this an svmlight file?)"
-                    if key == "qid":
-                        continue
-                    if not key.isdigit():
-                        return f"line {number}: feature index {key!r} is not a non-negative integer"
-                    if not _is_number(value):
-                        return f"line {number}: value {value!r} of feature {key} is not a number"
+                problem = _svmlight_line_problem(tokens)
+                if problem is not None:
+                    return f"{path}: line {number}: {problem}"
     except (UnicodeDecodeError, EOFError, OSError):
         return None
+    return None
+
+
+def _svmlight_line_problem(tokens) -> str | None:
+    if not _is_number(tokens[0]):
+        return f"label {tokens[0]!r} is not a number (is this a text svmlight file?)"
+    for tok in tokens[1:]:
+        key, sep, value = tok.partition(":")
+        if not sep:
+            return f"{tok!r} is not an 'index:value' pair (is this an svmlight file?)"
+        if key == "qid":
+            continue
+        if not key.isdigit():
+            return f"feature index {key!r} is not a non-negative integer"
+        if not _is_number(value):
+            return f"value {value!r} of feature {key} is not a number"
     return None
 
 
@@ -316,9 +383,9 @@ def _load_delimited(path: str, delimiter, n_features, labels):
                 rows.append(cells)
                 lines.append(number)
     except csv.Error as exc:
-        raise ValueError(f"{path}: malformed CSV ({exc})") from None
+        raise ValueError(_not_text(path, "CSV") or f"{path}: malformed CSV ({exc})") from None
     except _READ_ERRORS as exc:
-        raise _reword_read_error(path, exc) from None
+        raise _reword_read_error(path, exc, "CSV") from None
     if not rows:
         raise ValueError(f"{path}: the file holds no data rows")
     # A header: no feature cell of the first row is a number (a mix is a data row with a typo).

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.version import __version__
+from mwumkl_dist.io.atomic import atomic_file
 from mwumkl_dist.kernels.specs import BankKernelNames, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
@@ -145,6 +146,12 @@ def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta:
         under identifier names; :func:`load_model_with_extra` returns them.
     extra_meta : dict, optional
         The caller's own JSON-serialisable metadata.
+
+    Raises
+    ------
+    mwumkl_dist.io.atomic.WriteError
+        The file could not be written (an ``OSError`` naming ``path``); a file
+        already at ``path`` is left as it was.
     """
     meta = _model_meta(estimator)
     arrays = _model_arrays(estimator, meta)
@@ -158,15 +165,19 @@ def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta:
         meta_arr = np.array(json.dumps(meta))
     except TypeError as exc:
         raise TypeError(f"extra_meta must be JSON-serialisable ({exc})") from None
-    with open(os.fspath(path), "wb") as fh:
+    # Atomic: a failed write (full disk, file size limit, Ctrl-C) leaves the previous model file intact.
+    with atomic_file(path, "model file") as fh:
         np.savez_compressed(fh, __meta__=meta_arr, **arrays, **extras)
 
 
-def _read_meta(path: str, data) -> dict:
-    if "__meta__" not in data.files:
+def _read_meta(path: str, data: dict) -> dict:
+    if "__meta__" not in data:
         raise ValueError(f"{path}: not a mwumkl_dist model file (no metadata)")
-    meta = json.loads(str(data["__meta__"]))
-    if meta.get("format") != FORMAT:
+    try:
+        meta = json.loads(str(data["__meta__"]))
+    except ValueError as exc:
+        raise _damaged(path, f"its metadata is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{path}: not a mwumkl_dist model file")
     if meta.get("format_version", 0) > FORMAT_VERSION:
         raise ValueError(
@@ -174,6 +185,32 @@ def _read_meta(path: str, data) -> dict:
             f"package supports ({FORMAT_VERSION}); upgrade mwumkl_dist"
         )
     return meta
+
+
+def _damaged(path: str, reason: str) -> ValueError:
+    """The one message of a model file that is an archive but cannot be read in full."""
+    return ValueError(
+        f"{path}: damaged or incomplete mwumkl_dist model file ({reason}); it was probably cut short "
+        "while being written: fit and save the model again"
+    )
+
+
+def _read_members(path: str) -> dict:
+    """Every array of the ``.npz`` archive at ``path``, read now (np.load reads lazily)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as exc:  # zip/format errors
+        raise ValueError(
+            f"{path}: not a mwumkl_dist model file, or a truncated or damaged one ({type(exc).__name__}: {exc})"
+        ) from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not a mwumkl_dist model file (a .npy array, not an .npz archive)")
+    with data:
+        try:
+            # A damaged member (bad CRC: zipfile.BadZipFile; bad deflate data: zlib.error) fails only when read.
+            return {name: data[name] for name in data.files}
+        except Exception as exc:  # BadZipFile, zlib.error, EOFError, OSError, ValueError, ...
+            raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
 
 
 def _kernel_names(meta: dict):
@@ -204,7 +241,7 @@ def _estimator_from(cls, meta: dict, data):
     for name in MODEL_ARRAYS:
         setattr(est, name, data[name])
     for name in OPTIONAL_ARRAYS:
-        if name in data.files:
+        if name in data:
             setattr(est, name, data[name])
     est.kernel_names_ = _kernel_names(meta)
     est.n_features_in_ = meta["n_features_in"]
@@ -255,14 +292,13 @@ def load_model_with_extra(path, estimator_class):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
+    data = _read_members(path)
+    meta = _read_meta(path, data)
     try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:  # zip/format errors
-        raise ValueError(f"{path}: not a mwumkl_dist model file ({exc})") from None
-    with data:
-        meta = _read_meta(path, data)
         est = _estimator_from(estimator_class, meta, data)
         extra_arrays = {name: data[_EXTRA_PREFIX + name] for name in meta.get("extra_arrays", [])}
+    except KeyError as exc:  # an entry the metadata promises is not in the archive
+        raise _damaged(path, f"entry {exc} is missing") from None
     return est, extra_arrays, dict(meta.get("extra_meta") or {})
 
 

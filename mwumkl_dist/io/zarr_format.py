@@ -1,8 +1,11 @@
 """The Zarr store format: writing, opening, validating and reading data and kernel stores.
 
 A store is a Zarr (format 3) group in a local directory; its metadata sits in
-the group attributes under ``"mwumkl_dist"`` and is written last, so a write
-that did not finish leaves a store that :func:`open_store` rejects.
+the group attributes under ``"mwumkl_dist"``.  A store is written in a hidden
+temporary directory next to its path, its metadata last, and renamed to its
+path only when complete (:func:`mwumkl_dist.io.atomic.atomic_directory`): a
+write that fails (a full disk, Ctrl-C) leaves no store, or the older store it
+was to replace, and a store without the metadata is rejected by :func:`open_store`.
 
 **Data store** (``mwumkl-dist store data``, :func:`write_data_store`)::
 
@@ -32,17 +35,37 @@ that every chunk file exists and (uncompressed kernel chunks) has the right
 size, and every read checks what it got.  Each problem raises
 :class:`StoreError` (a ``ValueError``) naming the store and the problem.
 
+.. _chunk-identity:
+
+Chunk identity (store format 2): a checksum only says a chunk is intact, not
+that it is the chunk of its place.  Each store gets a random id (``store_id``
+in the metadata) and each array a table ``ARRAY/chunk_digests.npy`` of one
+64-bit record per chunk: a BLAKE2b hash keyed by the store id over the chunk's
+key (array name and chunk position) and its CRC-32C (its content).  The
+metadata holds each table's SHA-256 (``chunk_digests``), checked on open.
+Every chunk read is checked against the record of its position, so a chunk
+file moved, swapped with another or copied from another store (even of the
+same shape) raises a :class:`StoreError` naming the array, the chunk and the
+store; :meth:`DataStore.verify_chunks` (``mwumkl-dist store info``) checks
+every chunk.  Stores of format 1 (written before) are still read, without
+these checks (a warning says so; re-create them to have the checks).
+
 The problems that fit from a store live in :mod:`mwumkl_dist.data.store_problems`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import hashlib
 import json
 import math
 import os
-import shutil
+import threading
 import time
+import uuid
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,6 +73,7 @@ import scipy.sparse as sp
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
+from mwumkl_dist.io.atomic import atomic_directory
 from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelSet
 
@@ -71,8 +95,13 @@ __all__ = [
 
 DATA_FORMAT = "mwumkl_dist-data"
 KERNEL_FORMAT = "mwumkl_dist-kernels"
-#: Store layout version this package writes and reads.
-STORE_VERSION = 1
+#: Store layout version this package writes.  Version 2 added the store id and the per-chunk
+#: identity records (:ref:`chunk identity <chunk-identity>` in the module docstring).
+STORE_VERSION = 2
+#: Versions this package reads: a version 1 store is read without the chunk identity checks.
+READABLE_VERSIONS = (1, 2)
+#: Each array's chunk identity records: ``ARRAY/chunk_digests.npy`` in the store.
+_DIGESTS_FILE = "chunk_digests.npy"
 _ATTR = "mwumkl_dist"
 _KINDS = {DATA_FORMAT: "a data store", KERNEL_FORMAT: "a kernel store"}
 #: Default column cache of a kernel-store shard.
@@ -163,17 +192,19 @@ def _create(group, name, shape, chunks, dtype, *, compress: bool, attributes=Non
         filters=None,
         chunk_key_encoding={"name": "default", "separator": "/"},
         attributes={"compressed": bool(compress), **(attributes or {})},
+        # Every chunk written, even one equal to the fill value: each gets its identity record.
+        config={"write_empty_chunks": True},
     )
 
 
 def _prepare_output(path: str, overwrite: bool) -> None:
-    if os.path.exists(path):
+    """Check that a store may be written at ``path`` (an older store there is replaced once the new one is done)."""
+    if os.path.lexists(path):
         if not overwrite:
             raise StoreError(f"{path}: already exists; choose another path, or overwrite=True (--overwrite)")
-        if os.path.isdir(path):
+        if os.path.isdir(path) and not os.path.islink(path):
             if not os.path.exists(os.path.join(path, "zarr.json")) and os.listdir(path):
                 raise StoreError(f"{path}: exists and is not a Zarr store; refusing to overwrite it")
-            shutil.rmtree(path)
         else:
             raise StoreError(f"{path}: exists and is not a directory; refusing to overwrite it")
     parent = os.path.dirname(os.path.abspath(path))
@@ -219,6 +250,173 @@ def _product(ranges):
     for i in ranges[0]:
         for rest in _product(ranges[1:]):
             yield (i, *rest)
+
+
+# ----------------------------------------------------------------------------- chunk identity
+
+
+def _chunk_position(key: str) -> tuple[str, tuple[int, ...]] | None:
+    """``("K", (0, 17, 2))`` for the chunk key ``"K/c/0/17/2"``; None for any other key (metadata)."""
+    name, sep, rest = key.partition("/c/")
+    if not sep or "/" in name:
+        return None
+    parts = rest.split("/")
+    if not all(p.isdigit() for p in parts):
+        return None
+    return name, tuple(int(p) for p in parts)
+
+
+def _chunk_key(name: str, position) -> str:
+    return f"{name}/c/" + "/".join(map(str, position))
+
+
+def _chunk_digest(store_id: bytes, key: str, tail: bytes) -> int:
+    """A chunk's identity: its content checksum (the CRC-32C its last 4 bytes hold) bound to its key and store.
+
+    Keyed by the store id, over the key (array name and chunk position) and the
+    checksum: a chunk moved to another position, swapped with another or copied
+    from another store does not match the record of its new place.  The content
+    itself is covered by the CRC-32C, which Zarr checks against the chunk's bytes
+    when it decodes it.
+    """
+    h = hashlib.blake2b(key.encode() + b"\0" + bytes(tail), digest_size=8, key=store_id)
+    return int.from_bytes(h.digest(), "little")
+
+
+@functools.cache
+def _wrapper_stores():
+    """The Zarr store wrappers that record (writing) and check (reading) chunk identities."""
+    from zarr.storage import WrapperStore
+
+    class ChunkRecorder(WrapperStore):
+        """Passes every write through; keeps each chunk's last 4 bytes (its CRC-32C) by key.
+
+        :meth:`close` refuses further writes and waits for those under way: when
+        one chunk write fails, Zarr raises at once but its other concurrent
+        writes go on, and they must not recreate files in a folder being deleted.
+        """
+
+        def __init__(self, store, shared=None):
+            super().__init__(store)
+            self.shared = shared if shared is not None else {"tails": {}, "active": 0, "closed": False}
+            self.shared.setdefault("cond", threading.Condition())
+            self.tails = self.shared["tails"]
+
+        def _with_store(self, store):
+            return type(self)(store, self.shared)
+
+        async def set(self, key, value) -> None:
+            shared = self.shared
+            with shared["cond"]:
+                if shared["closed"]:
+                    raise OSError(errno.ECANCELED, "the store write was abandoned")
+                shared["active"] += 1
+            try:
+                if _chunk_position(key) is not None:
+                    self.tails[key] = value.as_numpy_array()[-4:].tobytes()
+                await self._store.set(key, value)
+            finally:
+                with shared["cond"]:
+                    shared["active"] -= 1
+                    shared["cond"].notify_all()
+
+        def close(self, timeout: float = 60.0) -> None:
+            shared = self.shared
+            with shared["cond"]:
+                shared["closed"] = True
+                shared["cond"].wait_for(lambda: shared["active"] == 0, timeout)
+
+    class ChunkVerifier(WrapperStore):
+        """Passes every read through; a whole chunk read is checked by ``check(key, buffer)`` first."""
+
+        def __init__(self, store, check):
+            super().__init__(store)
+            self.check = check
+
+        def _with_store(self, store):
+            return type(self)(store, self.check)
+
+        async def get(self, key, prototype=None, byte_range=None):
+            buf = await self._store.get(key, prototype, byte_range)
+            if buf is not None and byte_range is None:
+                self.check(key, buf)
+            return buf
+
+    return ChunkRecorder, ChunkVerifier
+
+
+def _local_store(path: str, *, read_only: bool):
+    from zarr.storage import LocalStore
+
+    return LocalStore(path, read_only=read_only)
+
+
+@functools.cache
+def _crc32c_function():
+    """``crc(bytes) -> int`` (CRC-32C, as Zarr's codec computes it), or None without a CRC-32C library."""
+    try:
+        import google_crc32c  # what Zarr's crc32c codec uses
+
+        return google_crc32c.value
+    except ImportError:
+        pass
+    try:
+        import crc32c  # newer Zarr releases
+
+        return crc32c.crc32c
+    except ImportError:
+        return None
+
+
+class _StoreWriter:
+    """A new store being written in the folder ``folder`` (a temporary directory, see :func:`_writing`).
+
+    Chunks go through a recording wrapper; :meth:`finish` writes each array's
+    identity records, then the metadata, last: a store without the metadata is
+    incomplete and :func:`open_store` rejects it.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.store_id = uuid.uuid4()
+        recorder_class, _ = _wrapper_stores()
+        self.recorder = recorder_class(_local_store(folder, read_only=False))
+        self.group = _zarr().open_group(self.recorder, mode="w", zarr_format=3)
+
+    def finish(self, meta: dict) -> None:
+        digests = {}
+        for name in sorted(self.group.array_keys()):
+            arr = self.group[name]
+            grid = _chunk_grid(arr.shape, arr.chunks)
+            table = np.empty(grid, dtype="<u8")
+            for position in np.ndindex(*grid):
+                key = _chunk_key(name, position)
+                tail = self.recorder.tails.get(key)
+                if tail is None:  # pragma: no cover - every chunk is written (write_empty_chunks)
+                    raise RuntimeError(f"chunk {key} was not written")
+                table[position] = _chunk_digest(self.store_id.bytes, key, tail)
+            file = os.path.join(self.folder, name, _DIGESTS_FILE)
+            np.save(file, table, allow_pickle=False)
+            digests[name] = _sha256_file(file)
+        meta = {**meta, "store_id": self.store_id.hex, "chunk_digests": digests}
+        self.group.attrs[_ATTR] = meta  # last: a store without it is incomplete
+
+
+@contextlib.contextmanager
+def _writing(path: str, overwrite: bool, what: str):
+    """A :class:`_StoreWriter` on a temporary directory next to ``path``, moved to ``path`` when complete.
+
+    A write that fails leaves no store at ``path`` (or the older one, with
+    ``overwrite``) and no temporary directory; an ``OSError`` (a full disk) is
+    raised as a :class:`~mwumkl_dist.io.atomic.WriteError` naming ``path``.
+    """
+    _prepare_output(path, overwrite)
+    with atomic_directory(path, what, replace=overwrite) as folder:
+        writer = _StoreWriter(folder)
+        try:
+            yield writer
+        finally:
+            writer.recorder.close()  # no chunk write under way when the folder is moved or deleted
 
 
 def _meta_value(key: str, doc: str) -> property:
@@ -272,9 +470,19 @@ class _StoreBase:
         self.meta = self._open_meta()
         self._group = None
         self._arrays: dict = {}
+        self._tables: dict = {}
+        self._misplaced_chunks: list[tuple] = []  # (array, position, message) of _check_chunk, raised by _read
         self._y_codes = None
         if verify:
             self._validate()
+            if self._store_id is None:
+                warnings.warn(
+                    f"{self.path}: store format {self.meta['format_version']} keeps no chunk identity records, "
+                    "so chunk files moved, swapped or copied from another store cannot be detected; "
+                    f"re-create the store with this mwumkl_dist ({__version__}) to have them checked",
+                    UserWarning,
+                    stacklevel=3,
+                )
 
     # -- opening -------------------------------------------------------------------------
     def _fail(self, problem: str) -> StoreError:
@@ -301,13 +509,14 @@ class _StoreBase:
             problem = f"this is {what}, not {_KINDS[self.FORMAT]}" if what else f"unknown store format {fmt!r}"
             raise StoreError(f"{path}: {problem}")
         version = meta.get("format_version")
-        if version != STORE_VERSION:
+        if version not in READABLE_VERSIONS:
             raise StoreError(
                 f"{path}: written by an incompatible version (store format {version!r}, "
                 f"mwumkl_dist {meta.get('package_version', '?')}); this mwumkl_dist ({__version__}) "
-                f"reads store format {STORE_VERSION} only: rewrite the store"
+                f"reads store formats {', '.join(map(str, READABLE_VERSIONS))}: rewrite the store"
             )
-        missing = [k for k in self.REQUIRED if k not in meta]
+        required = self.REQUIRED + (("store_id", "chunk_digests") if version >= 2 else ())
+        missing = [k for k in required if k not in meta]
         if missing:
             raise StoreError(f"{path}: metadata lacks {', '.join(repr(k) for k in missing)}")
         _check_positive(meta, ("n_samples", "chunk_rows"), self._fail)
@@ -317,13 +526,185 @@ class _StoreBase:
             _decode_classes(meta["classes"], meta["label_dtype"])
         except (TypeError, ValueError) as exc:
             raise StoreError(f"{path}: metadata 'classes' cannot be read as {meta['label_dtype']!r} ({exc})") from None
+        self._store_id = None
+        if version >= 2:
+            try:
+                self._store_id = uuid.UUID(hex=str(meta["store_id"])).bytes
+            except ValueError:
+                raise StoreError(f"{path}: metadata 'store_id' is not a UUID: {meta['store_id']!r}") from None
+            if not isinstance(meta["chunk_digests"], dict):
+                raise StoreError(f"{path}: metadata 'chunk_digests' must be a mapping of array names to SHA-256")
         return meta
 
     @property
     def group(self):
         if self._group is None:
-            self._group = _zarr().open_group(self.path, mode="r")
+            if self._store_id is None:  # format 1: no identity records to check
+                self._group = _zarr().open_group(self.path, mode="r")
+            else:
+                _, verifier_class = _wrapper_stores()
+                store = verifier_class(_local_store(self.path, read_only=True), self._check_chunk)
+                self._group = _zarr().open_group(store, mode="r")
         return self._group
+
+    # -- chunk identity ----------------------------------------------------------------------
+    def _recreate_hint(self) -> str:
+        source = self.meta.get("source")
+        cmd = "store kernels" if self.FORMAT == KERNEL_FORMAT else "store data"
+        return f"re-create the store with 'mwumkl-dist {cmd}'" + (f" from {source}" if source else "")
+
+    def _digest_table(self, name: str) -> np.ndarray:
+        """Array ``name``'s identity records (memory-mapped: a worker touches only the pages it reads)."""
+        table = self._tables.get(name)
+        if table is None:
+            file = os.path.join(self.path, name, _DIGESTS_FILE)
+            try:
+                table = np.load(file, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise self._fail(
+                    f"cannot read the chunk identity records of array {name!r} ({file}: {exc}); {self._recreate_hint()}"
+                ) from None
+            self._tables[name] = table
+        return table
+
+    def _check_chunk(self, key: str, buf) -> None:
+        """Note the chunk read at ``key`` unless it is the one written there (format 2); :meth:`_read` raises.
+
+        Called in Zarr's I/O loop: raising there would abandon the read's other
+        chunk tasks mid-flight, so the problem is recorded and reported by the read.
+        """
+        where = _chunk_position(key)
+        if where is None:
+            return
+        name, position = where
+        try:
+            table = self._digest_table(name)
+        except StoreError as exc:
+            self._misplaced_chunks.append((name, position, str(exc)))
+            return
+        if len(position) != table.ndim or any(p >= g for p, g in zip(position, table.shape)):
+            return  # outside the array's grid: Zarr never asks for it
+        raw = buf.as_numpy_array()
+        tail = raw[-4:].tobytes()
+        if _chunk_digest(self._store_id, key, tail) != int(table[position]):
+            crc = _crc32c_function()
+            if crc is not None and np.uint32(crc(raw[:-4])).tobytes() != tail:
+                return  # truncated or corrupt, not misplaced: Zarr's checksum check reports it
+            self._misplaced_chunks.append((name, position, str(self._fail(self._misplaced(key, name, position)))))
+
+    def _misplaced_error(self) -> StoreError:
+        """The problem :meth:`_check_chunk` noted, the first in chunk order (Zarr reads chunks concurrently)."""
+        return StoreError(min(self._misplaced_chunks)[2])
+
+    def _misplaced(self, key: str, name: str, position) -> str:
+        return (
+            f"chunk {key} (array {name!r}, chunk position {tuple(position)}) is not the chunk written at this "
+            "position of this store: its checksum differs from the one recorded for it (chunk files moved, "
+            f"swapped, copied from another store or altered); {self._recreate_hint()}"
+        )
+
+    def _check_digest_table(self, name: str, grid: tuple) -> None:
+        """On open: array ``name``'s identity records present, the ones the metadata names, of the chunk grid."""
+        digests = self.meta["chunk_digests"]
+        if name not in digests:
+            raise self._fail(f"metadata 'chunk_digests' has no entry for array {name!r}; {self._recreate_hint()}")
+        file = os.path.join(self.path, name, _DIGESTS_FILE)
+        try:
+            sha = _sha256_file(file)
+        except OSError as exc:
+            raise self._fail(
+                f"cannot read the chunk identity records of array {name!r} ({exc.strerror or exc}: {file}); "
+                f"{self._recreate_hint()}"
+            ) from None
+        if sha != digests[name]:
+            raise self._fail(
+                f"the chunk identity records of array {name!r} ({file}) are not the ones written with this store "
+                f"(SHA-256 differs from the metadata's); {self._recreate_hint()}"
+            )
+        table = self._digest_table(name)
+        if table.dtype != np.dtype("<u8") or tuple(table.shape) != tuple(grid):
+            raise self._fail(
+                f"the chunk identity records of array {name!r} have shape {table.shape}, its chunk grid is {grid}"
+            )
+
+    def array_names(self) -> list[str]:
+        """The store's arrays (those its kind requires)."""
+        if self.FORMAT == KERNEL_FORMAT:
+            return ["K", "diag", "y"]
+        return (["indptr", "indices", "data"] if self.meta["sparse"] else ["X"]) + ["y"]
+
+    def verify_chunks(self, limit: int = 20) -> tuple[int, list[str]]:
+        """Check every chunk file of the store: present, its content checksum and (format 2) its identity.
+
+        Reads the whole store (``mwumkl-dist store info`` calls it).  Each
+        chunk's CRC-32C is checked against its content, and, for a store of
+        format 2, the chunk against the identity record of its position (a chunk
+        moved, swapped or copied from another store fails).
+
+        Parameters
+        ----------
+        limit : int, default=20
+            Problems described at most.
+
+        Returns
+        -------
+        n_checked : int
+            The number of chunks checked.
+        problems : list of str
+            One line per bad chunk (the first ``limit``), then ``"... N more"``.
+        """
+        n_checked, n_bad, problems = self._scan_chunks(limit)
+        if n_bad > len(problems):
+            problems.append(f"... {n_bad - len(problems)} more")
+        return n_checked, problems
+
+    def check_chunks(self, limit: int = 5) -> int:
+        """:meth:`verify_chunks`, raising a :class:`StoreError` listing the bad chunks; returns the number checked."""
+        n_checked, n_bad, problems = self._scan_chunks(limit)
+        if n_bad:
+            more = f"; ... {n_bad - len(problems)} more" if n_bad > len(problems) else ""
+            raise self._fail(
+                f"{n_bad} of its {n_checked} chunks are bad: {'; '.join(problems)}{more}; {self._recreate_hint()}"
+            )
+        return n_checked
+
+    def _scan_chunks(self, limit: int) -> tuple[int, int, list[str]]:
+        crc = _crc32c_function()
+        problems: list[str] = []
+        n_bad = n_checked = 0
+        for name in self.array_names():
+            arr = self._array(name)
+            grid = _chunk_grid(arr.shape, arr.chunks)
+            table = self._digest_table(name) if self._store_id is not None else None
+            for position in np.ndindex(*grid):
+                n_checked += 1
+                problem = self._chunk_problem(_chunk_key(name, position), name, position, table, crc)
+                if problem is not None:
+                    n_bad += 1
+                    if len(problems) < limit:
+                        problems.append(problem)
+        return n_checked, n_bad, problems
+
+    def _chunk_problem(self, key, name, position, table, crc) -> str | None:
+        file = os.path.join(self.path, *key.split("/"))
+        try:
+            with open(file, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return f"chunk {key}: missing (deleted or never written)"
+        except OSError as exc:
+            return f"chunk {key}: cannot be read ({exc.strerror or exc})"
+        if len(raw) < 4:
+            return f"chunk {key}: {len(raw)} bytes, too short to hold its checksum (truncated)"
+        tail = raw[-4:]
+        if crc is not None and np.uint32(crc(raw[:-4])).tobytes() != tail:
+            return f"chunk {key}: its content does not match its CRC-32C checksum (truncated or corrupt)"
+        if table is not None and _chunk_digest(self._store_id, key, tail) != int(table[position]):
+            return (
+                f"chunk {key} (array {name!r}, chunk position {tuple(position)}): not the chunk written at this "
+                "position (moved, swapped or copied from another store)"
+            )
+        return None
 
     def _array(self, name: str):
         arr = self._arrays.get(name)
@@ -360,6 +741,8 @@ class _StoreBase:
                 valid += 1
         if valid < expected:
             raise self._fail(f"array {name!r} is missing {expected - valid} of its {expected} chunk files")
+        if self._store_id is not None:
+            self._check_digest_table(name, grid)
         if not arr.attrs.get("compressed", True):
             size = int(np.prod(arr.chunks)) * arr.dtype.itemsize + 4  # raw bytes + CRC-32C
             bad = [k for k, s in files.items() if s != size]
@@ -375,10 +758,14 @@ class _StoreBase:
         try:
             out = np.asarray(arr[selection])
         except Exception as exc:  # codec / checksum / I/O errors from zarr
+            if self._misplaced_chunks:
+                raise self._misplaced_error() from None
             raise self._fail(
                 f"cannot read {what} from array {name!r} (chunk {self._keys(name, selection)}): "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+        if self._misplaced_chunks:  # a chunk that is not the one written at its position (_check_chunk)
+            raise self._misplaced_error()
         bad = np.isnan(out) if out.dtype.kind == "f" else out < 0
         if bad.any():
             raise self._fail(
@@ -443,7 +830,7 @@ class _StoreBase:
     # -- pickling: workers reopen by path, without re-validating ---------------------------------
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(_group=None, _arrays={}, _y_codes=None)
+        state.update(_group=None, _arrays={}, _tables={}, _misplaced_chunks=[], _y_codes=None)
         return state
 
     def __repr__(self):
@@ -638,14 +1025,13 @@ def write_data_store(
     else:
         sha = _sha256_arrays(Xs, codes)
 
-    zarr = _zarr()
-    group = zarr.open_group(path, mode="w", zarr_format=3)
     shape = {"n_features": d, "sparse": bool(sparse)}
     meta = _store_meta(DATA_FORMAT, n, (classes, label_dtype), chunk_rows, source, sha, shape, {})
-    meta.update(_write_features(group, Xs, sparse, chunk_rows, compress))
-    ya = _create(group, "y", (n,), (chunk_rows,), np.int32, compress=compress)
-    ya[:] = codes
-    group.attrs[_ATTR] = meta  # last: a store without it is incomplete
+    # Written in a temporary directory and moved to `path` when complete (metadata last).
+    with _writing(path, overwrite, "data store") as writer:
+        meta.update(_write_features(writer.group, Xs, sparse, chunk_rows, compress))
+        _create(writer.group, "y", (n,), (chunk_rows,), np.int32, compress=compress)[:] = codes
+        writer.finish(meta)
     return DataStore(path)
 
 
@@ -850,19 +1236,17 @@ def write_kernel_store(
     if source is not None:
         sha = _sha256_file(os.fspath(source))
     hasher = hashlib.sha256() if sha is None else None
-    group = _zarr().open_group(path, mode="w", zarr_format=3)
-    try:
+    # Written in a temporary directory and moved to `path` when complete (metadata last): a failed
+    # write leaves no half-written store behind, and an older store at `path` as it was.
+    with _writing(path, overwrite, "kernel store") as writer:
+        group = writer.group
         diag = _write_kernel_columns(group, columns, (m, n, mc, R), hasher, progress)
         _create(group, "y", (n,), (R,), np.int32, compress=True)[:] = codes
         traces = exact_to_float(exact_column_sums(diag.T)).tolist()
         shape = {"n_kernels": m, "n_features": n_features, "kernel_names": names, "traces": traces}
         chunks = {"chunk_kernels": mc, "layout": "K[i, j, r] = K_i(x_r, x_j) (column j of kernel i)"}
         sha = sha if sha is not None else hasher.hexdigest()
-        meta = _store_meta(KERNEL_FORMAT, n, (classes, label_dtype), R, source, sha, shape, chunks)
-        group.attrs[_ATTR] = meta  # last: a store without it is incomplete
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)  # never leave a half-written store behind
-        raise
+        writer.finish(_store_meta(KERNEL_FORMAT, n, (classes, label_dtype), R, source, sha, shape, chunks))
     return KernelStore(path)
 
 

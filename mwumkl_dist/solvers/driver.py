@@ -33,7 +33,15 @@ from mwumkl_dist.solvers.mwu.solver import MWUSolver
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.solver import AUTO_TWO_STAGE_POINTS, TwoStageSolver
 
-__all__ = ["SOLVERS", "check_against_majority", "fit_model", "platt_scaling", "probability_input", "resolve_solver"]
+__all__ = [
+    "SOLVERS",
+    "check_against_majority",
+    "fit_model",
+    "platt_scaling",
+    "probability_input",
+    "resolve_solver",
+    "solver_note",
+]
 
 logger = logging.getLogger("mwumkl_dist")
 
@@ -56,6 +64,29 @@ def resolve_solver(spec: FitSpec, data: TrainingInput, *, resume=None) -> str:
     if blocker is not None:
         raise ValueError(f'solver="{spec.solver}" is not available for {blocker}')
     return spec.solver
+
+
+#: Blockers of the two-stage fit that are no choice of the user's (``solver="auto"`` says nothing of them).
+_SILENT_BLOCKERS = ("precomputed kernels", "resuming an MWU checkpoint")
+
+
+def solver_note(spec: FitSpec, data: TrainingInput, *, resume=None) -> str | None:
+    """Why ``solver="auto"`` runs the MWU fit where it would pick the two-stage fit (None: nothing to say).
+
+    From :data:`~mwumkl_dist.solvers.two_stage.solver.AUTO_TWO_STAGE_POINTS` rows ``"auto"`` means the
+    two-stage fit; a setting that rules it out (a checkpoint, ``C=inf``, a GPU) makes it the MWU
+    fit on all the rows, a much longer fit: the user should hear of it.
+    """
+    if spec.solver != "auto" or data.n_samples < AUTO_TWO_STAGE_POINTS:
+        return None
+    blocker = SOLVERS["two-stage"].blocker(spec, data, resume=resume)
+    if blocker is None or blocker.startswith(_SILENT_BLOCKERS):
+        return None
+    return (
+        f'solver="auto" runs the MWU solver on all {data.n_samples} points, not the two-stage fit it picks for '
+        f"{AUTO_TWO_STAGE_POINTS} points or more, because the two-stage fit does not support {blocker}; "
+        'this fit can take much longer (pass solver="mwu" to choose it explicitly)'
+    )
 
 
 def fit_model(
@@ -81,6 +112,9 @@ def fit_model(
     """
     seed = auto.random_seed(spec.random_state) if seed is None else seed
     solver = SOLVERS[resolve_solver(spec, data, resume=resume)]
+    note = None if nested else solver_note(spec, data, resume=resume)
+    if note is not None:  # said before the (long) fit, and kept with the model
+        warnings.warn(note, UserWarning, stacklevel=3)
     nested_fit = functools.partial(fit_model, nested=True)
     task = FitTask.prepare(spec, data, sample_weight=sample_weight, seed=seed, fit=nested_fit, resume=resume)
     calibration_data = probability_input(spec, task.data, seed)
@@ -93,6 +127,8 @@ def fit_model(
         "n_features_in_": task.data.n_features_in,
         **model.attributes,
     }
+    if note is not None:
+        attrs["fit_warnings_"] = [note, *attrs.get("fit_warnings_", [])]
     if not nested:
         check_against_majority(spec, task, attrs)
     kernel_set = task.data.kernel_set

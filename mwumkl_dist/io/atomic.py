@@ -1,0 +1,158 @@
+"""Atomic writes: a file or a store directory appears complete at its path, or not at all.
+
+Every writer of the package (model files, checkpoints, Zarr stores) goes through
+:func:`atomic_file` or :func:`atomic_directory`: the content is written to a
+temporary name in the target's own folder, flushed to disk (``fsync``) and then
+renamed over the target, and the folder is ``fsync``-ed where the system
+supports it.  A write that fails (a full disk, a file size limit, Ctrl-C)
+removes its temporary file and leaves the previous file, if any, untouched; the
+error is a :class:`WriteError` naming the file, e.g.
+``could not write model file model.npz: [Errno 27] File too large``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import uuid
+
+__all__ = ["WriteError", "atomic_file", "atomic_directory", "fsync_directory"]
+
+
+class WriteError(OSError):
+    """A file or store could not be written; whatever was at its path before is unchanged.
+
+    ``str(error)`` is ``"could not write WHAT PATH: [Errno N] reason"``; ``errno``
+    and ``strerror`` are those of the underlying error.
+    """
+
+    def __init__(self, what: str, path: str, errno=None, strerror: str | None = None):
+        super().__init__(errno, strerror)
+        self.what, self.path = what, path
+
+    @classmethod
+    def wrap(cls, what: str, path: str, exc: BaseException) -> WriteError:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return cls(what, path, exc.errno, exc.strerror or str(exc))
+        return cls(what, path, None, str(exc) or type(exc).__name__)
+
+    def __str__(self) -> str:
+        reason = f"[Errno {self.errno}] {self.strerror}" if self.errno is not None else str(self.strerror)
+        return f"could not write {self.what} {self.path}: {reason}"
+
+    def __reduce__(self):
+        return type(self), (self.what, self.path, self.errno, self.strerror)
+
+
+def fsync_directory(folder: str) -> None:
+    """``fsync`` a directory, so that a rename in it survives a crash (a no-op where unsupported)."""
+    if os.name == "nt":  # Windows cannot open a directory as a file; NTFS journals renames
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems (e.g. some network mounts) refuse to fsync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temporary_name(folder: str, name: str, suffix: str) -> str:
+    # Hidden, and tied to the target's name: a crash leaves an obvious leftover, never a half file under the name.
+    return os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}{suffix}")
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def atomic_file(path, what: str = "file"):
+    """Write ``path`` atomically: yields a binary file object on a temporary file in the same folder.
+
+    On leaving the block the file is flushed, ``fsync``-ed and renamed to
+    ``path`` (replacing an older file, whose permission bits it keeps); the folder
+    is then ``fsync``-ed.  If the block or the write raises, the temporary file is
+    removed and ``path`` is left as it was; an ``OSError`` is raised as a
+    :class:`WriteError` naming ``path`` (``what`` says what it is: ``"model file"``).
+
+    A symbolic link at ``path`` is followed: the file it points to is replaced.
+    """
+    path = os.fspath(path)
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    tmp = _temporary_name(folder, name, ".tmp")
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = None  # a new file: 0o666 less the umask, as open() gives
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as exc:
+        raise WriteError.wrap(what, path, exc) from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if mode is not None:
+                with contextlib.suppress(OSError):  # not every file system keeps modes
+                    os.chmod(tmp, mode)
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        _remove_quietly(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError.wrap(what, path, exc) from exc
+        raise
+    fsync_directory(folder)
+
+
+@contextlib.contextmanager
+def atomic_directory(path, what: str = "directory", *, replace: bool = False):
+    """Create the directory ``path`` atomically: yields a temporary directory next to it to fill.
+
+    On leaving the block the temporary directory is renamed to ``path``; with
+    ``replace`` an existing ``path`` is first renamed aside and deleted only once
+    the new one is in place (a crash between the two renames leaves it under a
+    hidden ``.NAME.*.old`` name).  If the block raises, the temporary directory is
+    deleted and ``path`` is left as it was; an ``OSError`` is raised as a
+    :class:`WriteError` naming ``path``.
+
+    The files inside are not ``fsync``-ed one by one (a store has many thousand);
+    readers must check their content (the stores' chunk checksums do).
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, name = os.path.split(path)
+    tmp = _temporary_name(parent, name, ".partial")
+    try:
+        os.mkdir(tmp)
+    except OSError as exc:
+        raise WriteError.wrap(what, path, exc) from exc
+    try:
+        yield tmp
+        fsync_directory(tmp)
+        if os.path.lexists(path):
+            if not replace:
+                raise FileExistsError(17, "File exists")
+            old = _temporary_name(parent, name, ".old")
+            os.rename(path, old)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                os.rename(old, path)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError.wrap(what, path, exc) from exc
+        raise
+    fsync_directory(parent)
