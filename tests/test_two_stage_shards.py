@@ -101,7 +101,7 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     with LocalPool(
         slots, lambda r: functools.partial(two_stage.LinearShard, F[r[0] : r[1]], *r, row_block=64, spill=False)
     ) as pool:
-        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], 3.0 * c[r[0] : r[1]]))
+        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], c[r[0] : r[1]]))
         three = two_stage.solve_squared_hinge(pool, 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
