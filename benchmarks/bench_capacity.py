@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"], capture_output=True, text=True)
     meta = dict(command=" ".join([Path(sys.executable).name, *sys.argv]), started=started,
                 ended=time.strftime("%Y-%m-%d %H:%M:%S"), load_start=load_start, load_end=os.getloadavg(),
-                commit=commit.stdout.strip(), old_tree=str(trees["old"]), cpus=os.cpu_count())  # fmt: skip
+                commit=commit.stdout.strip(), old_tree=str(Path(args.old_tree).resolve()), cpus=os.cpu_count())  # fmt: skip
     (out / "capacity.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [
         f"`{meta['command']}` (commit {meta['commit'][:10]}, {started} to {meta['ended']}; load average "

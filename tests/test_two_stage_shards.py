@@ -128,6 +128,25 @@ def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, client, monkeypatch):
+    """Several rank levels (the smallest map's solve starts the full one): the same bits on Dask."""
+    from dataclasses import replace
+
+    from mwumkl_dist.solvers import driver
+    from mwumkl_dist.solvers.two_stage import nystroem
+    from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
+
+    for module in (nystroem, two_stage_solver):
+        monkeypatch.setattr(module, "N_COMPONENTS", 16)
+    monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
+    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
+    X, y = _data()
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    assert len(ref.support_) == two_stage.rank_cap(700) == 53
+    _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y))
+
+
+@pytest.mark.timeout(180)
 def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
     """A shard that stops answering mid-solve is rebuilt (its problem loaded again): the same model."""
     from mwumkl_dist.engines import dask_pool as dask_engine
