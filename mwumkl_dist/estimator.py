@@ -285,9 +285,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     weight_points_ : int
         Only after a two-stage fit: the rows the kernel weights were learnt on.
     n_components_ : int or ndarray of shape (n_problems,)
-        Only after a two-stage fit: the rank of each binary problem's Nystroem map.
+        Only after a two-stage fit: the rank of each binary problem's Nystroem map
+        (chosen from the training rows and the residual below; ``len(support_)`` landmarks).
+    nystroem_residual_ : float or ndarray of shape (n_problems,)
+        Only after a two-stage fit: the relative Nystroem residual of each binary problem's
+        combined kernel, ``sum_j (K(x_j, x_j) - |phi(x_j)|^2) / sum_j K(x_j, x_j)`` on up to 1000
+        training rows that are not landmarks (0: the features reproduce the kernel there;
+        see :func:`mwumkl_dist.solvers.two_stage.nystroem_residual`).
     features_spilled_ : bool
-        Only after a two-stage fit: whether a shard kept its Nystroem features in a
+        Only after a two-stage fit: whether a shard kept its kernel columns on the landmarks in a
         temporary file (they exceeded its memory budget; see
         :func:`mwumkl_dist.solvers.two_stage.feature_memory_budget`).
     polished_ : bool

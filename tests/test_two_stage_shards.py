@@ -101,7 +101,7 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     with LocalPool(
         slots, lambda r: functools.partial(two_stage.LinearShard, F[r[0] : r[1]], *r, row_block=64, spill=False)
     ) as pool:
-        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], 3.0 * c[r[0] : r[1]]))
+        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], c[r[0] : r[1]]))
         three = two_stage.solve_squared_hinge(pool, 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
@@ -125,6 +125,25 @@ def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
     _assert_identical(ref, on_dask)
     store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=100)
     _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=2).fit(store))
+
+
+@pytest.mark.timeout(180)
+def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, client, monkeypatch):
+    """Several rank levels (the smallest map's solve starts the full one): the same bits on Dask."""
+    from dataclasses import replace
+
+    from mwumkl_dist.solvers import driver
+    from mwumkl_dist.solvers.two_stage import nystroem
+    from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
+
+    for module in (nystroem, two_stage_solver):
+        monkeypatch.setattr(module, "N_COMPONENTS", 16)
+    monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
+    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
+    X, y = _data()
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    assert len(ref.support_) == two_stage.rank_cap(700) == 53
+    _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y))
 
 
 @pytest.mark.timeout(180)

@@ -6,6 +6,12 @@ cut into tiles of :data:`TILE_KERNELS` (:func:`kernel_tiles`), and kernel
 blocks fall on tile boundaries (:func:`chain_safe_ranges`), which never split
 a Gaussian squaring chain, so every layout evaluates each kernel with the
 same operations and sums the scores in the same order.
+
+Sums over row blocks whose parts are too large to send one per block (the
+two-stage solver's Hessians) follow one binary tree over the global block
+indices (:func:`dyadic_nodes`, :func:`tree_total`): a shard adds its blocks
+within the tree's nodes it holds whole, the driver adds the nodes, and the
+total has the same bits for any sharding.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ __all__ = [
     "ROW_BLOCK",
     "row_blocks",
     "linear_row_ranges",
+    "dyadic_nodes",
+    "tree_total",
 ]
 
 #: Kernels per tile (a tile is longer only where a Gaussian squaring chain would be cut).
@@ -135,3 +143,48 @@ def row_blocks(start: int, stop: int, row_block: int = ROW_BLOCK) -> list[tuple[
 def linear_row_ranges(n_samples: int, n_shards: int, row_block: int = ROW_BLOCK) -> list[tuple[int, int]]:
     """Row ranges of the two-stage solver's shards: on row-block boundaries (at most one shard per block)."""
     return aligned_ranges(n_samples, row_block, min(int(n_shards), -(-n_samples // row_block)))
+
+
+def dyadic_nodes(start: int, stop: int) -> list[tuple[int, int]]:
+    """The largest aligned dyadic intervals ``[k 2^j, (k + 1) 2^j)`` that cover ``[start, stop)``, left to right.
+
+    Of ``[0, n)``: the roots of the block tree (one per bit of ``n``); of a
+    shard's blocks ``[a, b)``: the tree nodes it holds whole (at most about
+    ``2 log2(b - a)``).  Every aligned interval inside ``[0, n)`` is a node of
+    the tree rooted at ``dyadic_nodes(0, n)``.
+    """
+    out, pos = [], int(start)
+    while pos < stop:
+        size = (pos & -pos) or (1 << max(int(stop - pos).bit_length() - 1, 0))
+        while pos + size > stop:
+            size >>= 1
+        out.append((pos, pos + size))
+        pos += size
+    return out
+
+
+def tree_total(nodes: dict, n_blocks: int, add=None):
+    """The sum of all ``n_blocks`` block parts from node sums ``{(lo, hi): value}`` (None: nothing there).
+
+    ``nodes`` holds, for every block, the sum of one tree node containing it
+    (each shard's :func:`dyadic_nodes` of its blocks, summed by the shard with
+    the same rule): a node missing from it is the sum of its two halves, the
+    roots are added left to right.  ``add(a, b)`` adds two values (default ``a + b``).
+    """
+    add = (lambda a, b: a + b) if add is None else add
+
+    def plus(a, b):
+        return b if a is None else a if b is None else add(a, b)
+
+    def value(lo, hi):
+        if (lo, hi) in nodes:
+            return nodes[(lo, hi)]
+        if hi - lo == 1:
+            raise ValueError(f"no sum for row block {lo}")
+        mid = lo + (hi - lo) // 2
+        return plus(value(lo, mid), value(mid, hi))
+
+    total = None
+    for lo, hi in dyadic_nodes(0, n_blocks):
+        total = plus(total, value(lo, hi))
+    return total

@@ -95,6 +95,9 @@ def _model_meta(estimator) -> dict:
         "weight_points_": getattr(estimator, "weight_points_", None),
         "n_components_": np.asarray(estimator.n_components_).tolist() if hasattr(estimator, "n_components_") else None,
         "features_spilled_": getattr(estimator, "features_spilled_", None),
+        "nystroem_residual_": (
+            np.asarray(estimator.nystroem_residual_).tolist() if hasattr(estimator, "nystroem_residual_") else None
+        ),
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
     }
 
@@ -263,6 +266,9 @@ def _estimator_from(cls, meta: dict, data):
         n_components = meta["n_components_"]
         est.n_components_ = n_components if isinstance(n_components, int) else np.asarray(n_components)
         est.features_spilled_ = bool(meta.get("features_spilled_", False))
+        residual = meta.get("nystroem_residual_")  # None in files from before the adaptive rank
+        if residual is not None:
+            est.nystroem_residual_ = float(residual) if isinstance(residual, float) else np.asarray(residual)
     if meta.get("kernel_scale_") is not None:
         est.kernel_scale_ = float(meta["kernel_scale_"])
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)

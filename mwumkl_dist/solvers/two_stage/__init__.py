@@ -10,22 +10,29 @@ two-stage fit (``solver="two-stage"``) therefore
    ``epsilon = 0.2``; ``C="auto"`` and ``selectivity="auto"`` cross-validate on
    it as usual);
 2. maps every row to Nystroem features of the learned combined kernel
-   ``K = sum_i mu_i K_i / (r_i / n)`` (unit mean diagonal) on
-   :data:`N_COMPONENTS` landmark rows ``L``: ``phi(x) = K(x, L) M`` with
-   ``M = U S^{-1/2}`` from ``K(L, L) = U S U'`` (so ``phi(x)' phi(z)`` is the
-   Nystroem approximation of ``K(x, z)``, exact when ``L`` holds all rows);
+   ``K = sum_i mu_i K_i / (r_i / n)`` (unit mean diagonal) on landmark rows
+   ``L``: ``phi(x) = K(x, L) M`` with ``M = U S^{-1/2}`` from ``K(L, L) = U S U'``
+   (so ``phi(x)' phi(z)`` is the Nystroem approximation of ``K(x, z)``, exact
+   when ``L`` holds all rows).  The rank adapts (:meth:`TwoStageSolver.choose_maps`):
+   :data:`N_COMPONENTS` landmarks from one fixed random order, doubled (the sets
+   nested) while the Nystroem residual on rows that are not landmarks
+   (:func:`nystroem_residual`) is above :data:`RESIDUAL_TOL`, up to
+   :func:`rank_cap` (``8 sqrt(n)``, at most :data:`N_COMPONENTS_MAX`);
 3. solves the same 2-norm soft-margin SVM the MWU approximates (squared hinge,
    ``C`` per point as the MWU's ridge ``1 / C``) on those features with a
-   finite Newton method (:func:`fit_squared_hinge`: on cod-rna 1e5 rows 4x
-   faster than LIBLINEAR on the same problem, with no copy of the features).
+   finite Newton method (:func:`newton_solve`) whose Hessian is updated by the
+   rows that change sides, started from the smallest map's solution.  The
+   shards keep the kernel columns ``K(x, L)`` and project them as they go.
 
 The linear model ``w' phi(x) + b`` is a kernel expansion on the landmarks,
 ``sum_l beta_l K(x, L_l) + b`` with ``beta = M w``: the fitted model has the
 estimator's usual attributes (``support_`` = the landmarks, ``dual_coef_`` =
 ``beta``, ``raw_kernel_weights_``), so prediction, persistence and inspection
 work unchanged.  Cost: ``O(m s^2)`` for the weights (``s`` fixed), ``O(m' n r)``
-for the features (``m'`` kernels with non-negligible weight, ``r`` landmarks)
-and a linear solve on ``n x r`` features: linear in ``n``."""
+for the kernel columns (``m'`` kernels with non-negligible weight, ``r``
+landmarks), ``O(n_A r^2)`` for the first Hessian (``n_A`` rows on the margin
+or inside it) and ``O(r^3)`` per Newton step: linear in ``n`` once the rank
+stops growing."""
 
 from mwumkl_dist.solvers.two_stage import newton, nystroem, shards, solver, spill
 from mwumkl_dist.solvers.two_stage.newton import *  # noqa: F403

@@ -1,4 +1,4 @@
-"""The linear stage's shards: each holds its rows' Nystroem features and answers the Newton solver's calls."""
+"""The linear stage's shards: each holds its rows' kernel columns on the landmarks and answers the Newton solver."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import logging
 import numpy as np
 
 from mwumkl_dist.core import partition
-from mwumkl_dist.core.partition import linear_row_ranges, row_blocks
-from mwumkl_dist.devices.threads import ordered_map
+from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
+from mwumkl_dist.devices.threads import current_threads, ordered_map
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
-from mwumkl_dist.solvers.two_stage.nystroem import one_blas_thread
+from mwumkl_dist.solvers.two_stage.nystroem import Basis, one_blas_thread
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
 __all__ = [
@@ -35,21 +35,30 @@ class GivenFeatures:
     def __init__(self, rank: int):
         self.rank = rank
 
-    def features(self, X) -> np.ndarray:
+    @property
+    def basis(self) -> Basis:
+        return Basis(self.rank, None)
+
+    def columns(self, X) -> np.ndarray:
         return np.asarray(X, dtype=np.float64)
 
 
 class LinearShard:
-    """Rows ``[start, stop)`` of the linear stage: their features of one binary problem's combined kernel.
+    """Rows ``[start, stop)`` of the linear stage: their kernel columns of one binary problem's combined kernel.
 
     ``rows`` are the shard's rows (an array or CSR matrix, its row 0 being row
     ``start``) or a :class:`~mwumkl_dist.stores.DataStore`, read block by block
     and never held whole.  The rows are cut into the fixed blocks of
     :func:`row_blocks` (``start`` is a multiple of ``row_block``), so every
-    sharding evaluates the same blocks with the same operations: the driver
-    sums their parts in row order and gets the same bits for any sharding.
-    Features are held in memory, or spilled to a temporary file when they
-    exceed :func:`feature_memory_budget` where the shard is built (``spill="auto"``; True/False force it).
+    sharding evaluates the same blocks with the same operations; sums over the
+    blocks follow one tree over the global block indices
+    (:func:`~mwumkl_dist.core.partition.tree_total`): the same bits for any sharding.
+    The shard stores its rows' kernel columns on the landmarks, ``K(x, L)``
+    (the map's :meth:`~mwumkl_dist.solvers.two_stage.nystroem.NystroemMap.columns`),
+    and turns them into features of a :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis`
+    (one per rank level) as the solver asks.  They are held in memory, or
+    spilled to a temporary file when they exceed :func:`feature_memory_budget`
+    where the shard is built (``spill="auto"``; True/False force it).
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
@@ -60,12 +69,14 @@ class LinearShard:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
         self.rows, self.start, self.stop = rows, int(start), int(stop)
         self.kernel_set = kernel_set
+        self.row_block = row_block
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.spill = spill
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
         self._budget, self._scratch = feature_memory_budget(), scratch_dir()
         self.features_: FeatureBlocks | None = None
+        self.bases: list[Basis] = []
         self.y = self.cw = None
 
     def _read(self, lo: int, hi: int):
@@ -81,61 +92,108 @@ class LinearShard:
         """Every kernel's trace on each block (summed by the driver in row order)."""
         return ordered_map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
 
-    def load_problem(self, feature_map, y, cw) -> bool:
-        """Compute the rows' features under ``feature_map`` (``.rank``, ``.features(X)``); labels +-1, ``C c_j``.
+    def load_problem(self, feature_map, y, cw, bases=None) -> bool:
+        """Compute the rows' kernel columns under ``feature_map`` (``.columns(X)``, ``.basis``); labels +-1, ``c_j``.
 
-        Returns whether the features were spilled to disk.
+        ``bases``: the :class:`Basis` of each rank level, the calls' ``level``
+        indexes them (default: the map's own).  Returns whether the columns were spilled to disk.
         """
         self.close()
+        self.bases = list(bases) if bases is not None else [feature_map.basis]
+        width = max(b.width for b in self.bases)
         sizes = [hi - lo for lo, hi in self.blocks]
-        nbytes = sum(sizes) * feature_map.rank * 8
+        nbytes = sum(sizes) * width * 8
         spill = self.spill is True or (self.spill == "auto" and nbytes > self._budget)
-        self.features_ = FeatureBlocks(sizes, feature_map.rank, self._scratch if spill else None)
+        self.features_ = FeatureBlocks(sizes, width, self._scratch if spill else None)
         self.y = np.asarray(y, dtype=np.float64)
         self.cw = np.asarray(cw, dtype=np.float64)
 
         def build(i):
-            self.features_.put(i, feature_map.features(self._read(*self.blocks[i])))
+            self.features_.put(i, np.ascontiguousarray(feature_map.columns(self._read(*self.blocks[i]))[:, :width]))
 
         with one_blas_thread():
             ordered_map(build, range(len(self.blocks)))
         return self.features_.spilled
 
-    def active_parts(self, active_bits) -> list:
-        """Per block, ``(Z_A' D Z_A, Z_A' D y_A)`` over its active rows (``Z = [F, 1]``, ``D = diag(C c)``), or None.
+    def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
+        """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
 
-        ``active_bits``: ``np.packbits`` of the shard's active-row mask.
+        ``Z = [F, 1]`` with ``F`` the features of ``bases[level]`` (``on_columns``:
+        its stored columns, before the projection), ``D = diag(c)``;
+        ``entering_bits`` / ``leaving_bits``: ``np.packbits`` of the shard's
+        masks.  Returns ``[((lo, hi), part)]`` for the tree nodes of the global
+        row blocks the shard holds whole (:func:`~mwumkl_dist.core.partition.dyadic_nodes`),
+        ``part`` a ``(k + 2, k + 1)`` array (the Gram matrix's rows, then the
+        vector's; ``k`` the rank or width) summed over the node's blocks in tree order, or None.
         """
-        active = np.unpackbits(active_bits, count=self.stop - self.start).astype(bool)
-        r = self.features_.rank
+        count = self.stop - self.start
+        entering = np.unpackbits(entering_bits, count=count).astype(bool)
+        leaving = np.unpackbits(leaving_bits, count=count).astype(bool)
+        basis = self.bases[level]
+        k = basis.width if on_columns else basis.rank
 
         def part(i):
-            rows = np.flatnonzero(active[self._local(i)])
-            if not len(rows):
+            local = self._local(i)
+            rows_in, rows_out = np.flatnonzero(entering[local]), np.flatnonzero(leaving[local])
+            if not len(rows_in) and not len(rows_out):
                 return None
-            F = self.features_.get(i)
-            y, cw = self.y[self._local(i)][rows], self.cw[self._local(i)][rows]
-            sw = np.sqrt(cw)
-            Z = np.empty((len(rows), r + 1))
-            Z[:, :r] = F[rows]
-            Z[:, r] = 1.0
-            Z *= sw[:, None]
-            return Z.T @ Z, Z.T @ (sw * y)
+            columns = self.features_.get(i)
+            y, c = self.y[local], self.cw[local]
+            out = np.zeros((k + 2, k + 1))
+            for rows, sign in ((rows_in, 1.0), (rows_out, -1.0)):
+                if len(rows):
+                    sw = np.sqrt(c[rows])
+                    Z = np.empty((len(rows), k + 1))
+                    Z[:, :k] = columns[rows, :k] if on_columns else basis.features(columns[rows])
+                    Z[:, k] = 1.0
+                    Z *= sw[:, None]
+                    out[: k + 1] += sign * (Z.T @ Z)
+                    out[k + 1] += sign * (Z.T @ (sw * y[rows]))
+            return out
 
         with one_blas_thread():
-            return ordered_map(part, range(len(self.blocks)))
+            return self._tree_sums(part)
 
-    def direction(self, d) -> np.ndarray:
-        """``F d[:r] + d[r]`` on the shard's rows."""
-        r = self.features_.rank
+    def direction(self, d, level: int = -1) -> np.ndarray:
+        """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
+        basis = self.bases[level]
+        beta = basis.lift(d[: basis.rank])
         with one_blas_thread():
-            parts = ordered_map(lambda i: self.features_.get(i) @ d[:r] + d[r], range(len(self.blocks)))
+            parts = ordered_map(
+                lambda i: self.features_.get(i)[:, : basis.width] @ beta + d[basis.rank], range(len(self.blocks))
+            )
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _tree_sums(self, part) -> list:
+        """``[((lo, hi), sum)]``: ``part(i)`` (an array or None) of the shard's blocks summed per tree node.
+
+        Each node's blocks are computed over the threads a few at a time and
+        added pairwise as a binary counter does (the node's tree order), so
+        at most a few parts are held at once.
+        """
+        first = self.start // self.row_block
+        batch = max(1, 2 * current_threads())
+        out = []
+        for lo, hi in dyadic_nodes(first, first + len(self.blocks)):
+            stack: list = []  # (level, sum) of completed subtrees, left to right
+            for b0 in range(lo, hi, batch):
+                for value in ordered_map(part, range(b0 - first, min(b0 + batch, hi) - first)):
+                    level = 0
+                    while stack and stack[-1][0] == level:
+                        value = _plus(stack.pop()[1], value)
+                        level += 1
+                    stack.append((level, value))
+            out.append(((lo, hi), stack[0][1]))
+        return out
 
     def close(self) -> None:
         if self.features_ is not None:
             self.features_.close()
             self.features_ = None
+
+
+def _plus(a, b):
+    return b if a is None else a if b is None else a + b
 
 
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:

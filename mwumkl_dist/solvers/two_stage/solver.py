@@ -13,15 +13,20 @@ from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.two_stage.newton import solve_squared_hinge
+from mwumkl_dist.solvers.two_stage.newton import newton_solve
 from mwumkl_dist.solvers.two_stage.nystroem import (
     N_COMPONENTS,
     PRUNE,
+    RESIDUAL_POINTS,
+    RESIDUAL_TOL,
     WEIGHT_POINTS,
-    landmark_rows,
+    landmark_order,
     nystroem_map,
+    nystroem_residual,
     one_blas_thread,
     pruned_weights,
+    rank_cap,
+    rank_levels,
     unit_weights,
 )
 from mwumkl_dist.solvers.two_stage.shards import linear_shards, sum_parts
@@ -67,14 +72,16 @@ class TwoStageSolver:
     """Kernel weights from a subsample by the MWU solver, the classifier from all rows (``solver="two-stage"``).
 
     The options are the two-stage fit's own (see the module): the weight sample
-    (None: :func:`weight_points_for`), the Nystroem rank, the pruning threshold,
-    the row block and whether shards spill their features; narrow them with
-    :func:`dataclasses.replace`.
+    (None: :func:`weight_points_for`), the Nystroem rank (None: adaptive, see
+    :meth:`choose_maps`; an int: that many landmarks), the residual at which the
+    adaptive rank stops, the pruning threshold, the row block and whether
+    shards spill their features; narrow them with :func:`dataclasses.replace`.
     """
 
     name: str = "two-stage"
     weight_points: int | None = None
-    n_components: int = N_COMPONENTS
+    n_components: int | None = None
+    residual_tol: float = RESIDUAL_TOL
     prune: float = PRUNE
     row_block: int | None = None
     spill: object = "auto"
@@ -113,8 +120,10 @@ class TwoStageSolver:
             attrs = self._full_stage(task, shards, weights, clock)
         if spec.verbose:
             stage_seconds = np.diff(clock)
-            logger.info("two-stage: weights on %d rows %.1f s CPU; per problem, features and linear solve: %s",
-                        len(rows), stage_seconds[0], " ".join(f"{t:.1f}" for t in stage_seconds[1:]))  # fmt: skip
+            logger.info("two-stage: weights on %d rows %.1f s CPU; rank %s (Nystroem residual %s) %.1f s; per "
+                        "problem, features and linear solve: %s", len(rows), stage_seconds[0], attrs["n_components_"],
+                        np.round(attrs["nystroem_residual_"], 4), stage_seconds[1],
+                        " ".join(f"{t:.1f}" for t in stage_seconds[2:]))  # fmt: skip
         C_rel = float(weights["C_"])
         attrs.update(weight_points_=len(rows), C_=C_rel if spec.scale_C else C_rel * n)
         return FittedModel(attrs, Calibration(C_rel, polished=True))  # the polish solves the same SVM exactly
@@ -136,23 +145,33 @@ class TwoStageSolver:
             traces = data.traces
         else:  # the blocks' traces, summed in row order
             traces = sum_parts((p for parts in shards.call("trace_parts") for p in parts), len(data.kernel_set))
-        landmarks = landmark_rows(n, self.n_components, task.seed)
-        L = data.support_vectors(landmarks)
         mus = np.atleast_2d(weights["kernel_weights_"]).astype(np.float64)
         kernel_weights = np.vstack([pruned_weights(mu, self.prune) for mu in mus])
+        unit = [unit_weights(mu, traces, n, self.prune) for mu in mus]
+        order = landmark_order(n, task.seed)
+        maps, residuals = self.choose_maps(data, order, unit)
+        clock.append(time.process_time())
+        landmarks = order[: maps[0][-1].n_columns]
+        C = float(weights["C_"])
         dual_coef = np.zeros((len(task.targets), len(landmarks)))
         intercept = np.zeros(len(task.targets))
         ranks, spilled = [], False
         for k, target in enumerate(task.targets):
-            # unit mean diagonal on the training rows
-            fmap = nystroem_map(data.kernel_set, L, unit_weights(mus[k], traces, n, self.prune))
+            levels = maps[k]
+            fmap = levels[-1]
             y_pm, cw = np.where(data.y == target, 1.0, -1.0), self._point_weights(task, target)
-            spilled |= _load_problem(shards, fmap, y_pm, float(weights["C_"]) * cw)
+            spilled |= _load_problem(shards, fmap, y_pm, cw, [m.basis for m in levels])
             clock.append(time.process_time())
-            coef, intercept[k] = solve_squared_hinge(shards, fmap.rank, y_pm, float(weights["C_"]), cw)
+            start = None
+            if len(levels) > 1:  # the smaller map's model on the first landmarks starts the full-rank solve
+                warm = newton_solve(shards, levels[0].basis, y_pm, C, cw, level=0)
+                start = np.append(fmap.coefficients(levels[0].expansion(warm.coef)), warm.intercept)
+            result = newton_solve(shards, fmap.basis, y_pm, C, cw, level=len(levels) - 1, start=start)
+            intercept[k] = result.intercept
             clock.append(time.process_time())
-            dual_coef[k] = n * fmap.expansion(coef)  # on the raw kernels: raw weights are mu / r = w / n
+            dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
             ranks.append(fmap.rank)
+        sort = np.argsort(landmarks, kind="stable")  # the support in row order, as the MWU models keep it
         single = len(task.targets) == 1
         attrs = {key: weights[key] for key in _FROM_WEIGHT_STAGE if key in weights}
         attrs.update(
@@ -160,16 +179,52 @@ class TwoStageSolver:
             kernel_traces_=traces,
             kernel_weights_=kernel_weights[0] if single else kernel_weights,
             raw_kernel_weights_=(kernel_weights / traces)[0] if single else kernel_weights / traces,
-            support_=landmarks,
-            support_vectors_=L,
-            dual_coef_=dual_coef,
+            support_=landmarks[sort],
+            support_vectors_=maps[0][-1].landmarks[sort],  # the landmarks' rows, read once
+            dual_coef_=dual_coef[:, sort],
             intercept_=intercept,
             polished_=False,
             solver_="two-stage",
             n_components_=ranks[0] if single else np.array(ranks),
+            nystroem_residual_=residuals[0] if single else np.array(residuals),
             features_spilled_=bool(spilled),
         )
         return attrs
+
+    def choose_maps(self, data, order: np.ndarray, unit: list) -> tuple[list, list]:
+        """Each problem's Nystroem maps on the first landmarks of ``order``: ``(maps, residuals)``.
+
+        ``unit``: each problem's raw kernel weights (:func:`unit_weights`).
+        ``maps[k]`` lists problem ``k``'s maps from the smallest rank tried to
+        the chosen one (the first starts the solve); ``residuals[k]`` is the
+        chosen map's :func:`nystroem_residual` on up to :data:`RESIDUAL_POINTS`
+        rows at the end of ``order`` (never landmarks).
+
+        With ``n_components`` an int, the map on that many landmarks (and one
+        on :data:`N_COMPONENTS` to start from when it is at least twice that).
+        Adaptive (None): :data:`N_COMPONENTS` landmarks, doubled while a
+        problem's residual is above ``residual_tol`` and the rank below
+        :func:`rank_cap` (every problem takes the same landmarks).  Deterministic: the
+        same ``order`` (seed) gives the same landmarks.
+        """
+        n = len(order)
+        if self.n_components is not None:
+            top = min(int(self.n_components), n)
+            levels = [N_COMPONENTS, top] if top >= 2 * N_COMPONENTS else [top]
+        else:
+            top = rank_cap(n)
+            levels = rank_levels(N_COMPONENTS, top)
+        L = data.support_vectors(order[:top])
+        sample = order[max(top, n - RESIDUAL_POINTS) :]
+        S = data.support_vectors(sample) if len(sample) else None
+        maps, residuals = [[] for _ in unit], [None] * len(unit)
+        for r in levels:
+            for k, weights in enumerate(unit):
+                maps[k].append(nystroem_map(data.kernel_set, L[:r], weights))
+                residuals[k] = nystroem_residual(maps[k][-1], S) if S is not None else 0.0
+            if self.n_components is None and S is not None and max(residuals) <= self.residual_tol:
+                break
+        return [[m[0], m[-1]] if len(m) > 1 else m for m in maps], [float(x) for x in residuals]
 
     @staticmethod
     def _point_weights(task: FitTask, target) -> np.ndarray:
@@ -182,10 +237,11 @@ class TwoStageSolver:
 _FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "n_iter_", "interrupted_")
 
 
-def _load_problem(shards, fmap, y_pm: np.ndarray, ccw: np.ndarray) -> bool:
-    """Every shard computes its rows' features of ``fmap`` (labels, ``C c_j``); whether one spilled them."""
+def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases) -> bool:
+    """Every shard computes its rows' kernel columns of ``fmap`` (labels, ``c_j``, the levels' bases); whether
+    one spilled them."""
 
     def load(rows):
-        return (fmap, y_pm[rows[0] : rows[1]], ccw[rows[0] : rows[1]])
+        return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases)
 
     return any(shards.call("load_problem", load, keep=True))  # kept: a rebuilt Dask shard loads it again

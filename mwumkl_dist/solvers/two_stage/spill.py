@@ -1,4 +1,4 @@
-"""Where a linear-stage shard keeps its features: in memory, or spilled to a temporary file past its budget."""
+"""Where a linear-stage shard keeps its kernel columns: in memory, or spilled to a temporary file past its budget."""
 
 from __future__ import annotations
 
