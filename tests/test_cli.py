@@ -332,6 +332,7 @@ def test_fit_summary_of_a_two_stage_fit_and_the_data_scale(tmp_path, capsys):
     assert re.search(r"^fit time         [\d.]+ s \(both stages\)$", out, re.M)
     assert "it/s" not in out
     assert f"Gaussian widths in units of the data's scale sigma_0 = {fitted.kernel_scale_:.6g}" in out
+    assert re.search(r"^threads          \d+ in this process$", out, re.M)  # how many threads the fit used
 
 
 def test_fit_says_when_a_checkpoint_rules_out_the_two_stage_fit(tmp_path, capsys):

@@ -597,6 +597,8 @@ def cmd_fit(args) -> int:
         print(f"parameters       {_describe_params(args, clf)}")
         for line in _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed):
             print(line)
+        shards = "; the shards use their workers'" if clf.get_params()["engine"] == "dask" else ""
+        print(f"threads          {clf.n_threads_} in this process{shards}")
         print(f"support vectors  {len(clf.support_)} of {n}")
         if args.probability:
             print("probabilities    Platt sigmoids fitted on cross-validated decision values (--output proba)")
