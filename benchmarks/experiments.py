@@ -356,14 +356,14 @@ def _curve_figure(ctx, key, rows, value, title, log) -> str:
 
 def e2_codrna_time(ctx: Context) -> dict:
     quick = ctx.quick
-    sizes = [200, 400] if quick else [1000, 2000, 5000, 10000, 20000, 47628]
+    sizes = [500, 1000] if quick else [1000, 2000, 5000, 10000, 20000, 47628]
     return _size_curve(
         ctx,
         "E2",
         "cod-rna",
         sizes,
         METHODS,
-        400 if quick else 20000,
+        1000 if quick else 20000,
         title="cod-rna: time vs training size (12 kernels)",
         eps=PAPER_EPS["cod-rna"],
         test_limit=500 if quick else None,
@@ -372,14 +372,14 @@ def e2_codrna_time(ctx: Context) -> dict:
 
 def e3_a9a_error(ctx: Context) -> dict:
     quick = ctx.quick
-    sizes = [200, 400] if quick else [1000, 2000, 4000, 8000, 16000, 32561]
+    sizes = [500, 1000] if quick else [1000, 2000, 4000, 8000, 16000, 32561]
     return _size_curve(
         ctx,
         "E3",
         "a9a",
         sizes,
         METHODS,
-        400 if quick else 16000,
+        1000 if quick else 16000,
         title="a9a: test error vs training size (12 kernels)",
         eps=PAPER_EPS["a9a"],
         test_limit=500 if quick else None,
@@ -401,7 +401,7 @@ def e4_kernel_scalability(ctx: Context) -> dict:
         else ("paper-per-feature")
     )
     m = 12 * n_feat
-    sizes = [200, 400] if quick else [1625, 3250, 4875, 6500]
+    sizes = [500, 1000] if quick else [1625, 3250, 4875, 6500]
     rng = np.random.default_rng(ctx.seed)
     tr, te = D.random_splits(ds.y, 1, seed=ctx.seed)[0]
     perm = rng.permutation(len(tr))
