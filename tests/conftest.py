@@ -80,3 +80,21 @@ def _idle_machine_for_the_default_threads(monkeypatch):
 
     monkeypatch.setattr(threads, "_PROC_STAT", "/nonexistent/proc/stat")
     monkeypatch.setattr(threads, "_busy_cache", [])
+
+
+def _no_worker_profiler():
+    """In-process Dask workers do not sample every thread's stack (``sys._current_frames()`` every 10 ms).
+
+    On CPython 3.11 that call holds the runtime's thread-list lock while it allocates frame objects; a
+    garbage collection there that runs a finalizer needing the same lock deadlocks the whole process
+    (python/cpython#106883), and one full-suite run hung so: a Dask worker thread stuck in
+    ``Thread.start`` for minutes.  The suite's in-process clusters therefore run without the profiler.
+    """
+    try:
+        import dask
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return
+    dask.config.set({"distributed.worker.profile.enabled": False})
+
+
+_no_worker_profiler()
