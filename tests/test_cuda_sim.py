@@ -710,6 +710,10 @@ def _main(cases) -> int:
     assert numba.config.ENABLE_CUDASIM or cases == ["ptx"], "run with NUMBA_ENABLE_CUDASIM=1"
     import time
 
+    # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
+    # the GIL in turn: with the default 5 ms switch interval the checks take about 3 times as long.
+    sys.setswitchinterval(5e-4)
+
     failed = 0
     for case in cases:
         print(f"\n=== {case}", flush=True)
