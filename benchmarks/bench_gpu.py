@@ -13,11 +13,15 @@ Cases (``--cases``, all by default):
 Each case runs the solver (:func:`mwumkl_dist.solvers.mwu.solve`) on the local engine
 with CPU shards (all cores unless ``--cpu-threads``) and with GPU shards
 (:func:`mwumkl_dist.data.cuda_shards.on_device`), end to end (shards built, data sent to
-the GPU, traces, iterations), and reports both wall times, the time per
-iteration, the GPU shards' memory (the shards' estimate and the drop in free
-GPU memory) and whether the two models agree (kernel weights and alpha; they
-should be identical).  ``--skip-cpu`` leaves out the CPU runs (the 10^6 bank
-takes minutes on a CPU).
+the GPU, traces, iterations, the final model), and reports both wall times, their
+parts (``build_s``, ``traces_s``, ``iterations_s`` up to the last superstep, ``model_s``:
+the kernel weights and the class sums), the time per iteration, the GPU shards' memory
+(the shards' estimate and the drop in free GPU memory) and whether the two models agree
+(kernel weights and alpha; they should be identical).  A random bank's traces are known
+(``n`` each) and taken as the fit driver takes them; other kernels' are the shards'.
+Before the first case a tiny bank fit on the GPU compiles the CUDA kernels a bank uses
+(``gpu_compile_s``; ``--no-warmup`` leaves that to the first case).  ``--skip-cpu`` leaves out the CPU runs (the
+10^6 bank takes minutes on a CPU).
 
 Needs an NVIDIA GPU and ``pip install 'mwumkl_dist[gpu]'``; ``--smoke`` runs
 a tiny Sonar bank (for checking the script, e.g. under numba's simulator with
@@ -74,7 +78,8 @@ def _case(name: str, standin: bool, smoke: bool):
     raise ValueError(f"unknown case {name!r} (one of {', '.join(CASES)})")
 
 
-def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float):
+def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float, traces=None):
+    """Solve ``problem`` on the local engine; ``traces`` None: the shards add them up."""
     from mwumkl_dist.data import cuda_shards as cuda
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.solvers import mwu
@@ -83,16 +88,21 @@ def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float):
     with LocalEngine(problem, 1) as engine:
         t_build = time.perf_counter() - t0
         free_after_build = cuda.device_memory()[0] if isinstance(problem, cuda.DeviceProblem) else None
-        traces = engine.traces()
+        traces = engine.traces() if traces is None else traces
+        t_traces = time.perf_counter() - t0 - t_build
         inv_trace = 1.0 / traces
         engine.configure(inv_trace, 1.0 / C)
         t1 = time.perf_counter()
-        result = mwu.solve(engine, inv_trace=inv_trace, ridge=1.0 / C, epsilon=epsilon, rho=rho, n_iter=n_iter)
-        t_iter = time.perf_counter() - t1
+        last = []  # when the last superstep returned (the callback runs then; it copies s to the host once)
+        result = mwu.solve(engine, inv_trace=inv_trace, ridge=1.0 / C, epsilon=epsilon, rho=rho, n_iter=n_iter,
+                           callback=lambda info: last.append(time.perf_counter()), callback_every=n_iter)  # fmt: skip
+        t_end = time.perf_counter()
         stats = engine.stats()
     total = time.perf_counter() - t0
-    return result, {"total_s": total, "build_s": t_build, "iterations_s": t_iter, "ms_per_iter": 1e3 * t_iter / n_iter,
-                    "stats": stats, "free_after_build": free_after_build}  # fmt: skip
+    t_iter = last[-1] - t1
+    return result, {"total_s": total, "build_s": t_build, "traces_s": t_traces, "iterations_s": t_iter,
+                    "model_s": t_end - last[-1], "ms_per_iter": 1e3 * t_iter / n_iter, "stats": stats,
+                    "free_after_build": free_after_build}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -102,26 +112,36 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-threads", type=int, default=None, help="threads of the CPU runs (default: all cores)")
     ap.add_argument("--standin", action="store_true", help="synthetic stand-ins for missing data sets")
     ap.add_argument("--smoke", action="store_true", help="one tiny Sonar bank fit (checks the script)")
+    ap.add_argument("--no-warmup", action="store_true", help="compile the CUDA kernels in the first case's fit")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     args = ap.parse_args(argv)
 
     from mwumkl_dist.data import cuda_shards as cuda
-    from mwumkl_dist.data.problems import FeatureProblem
+    from mwumkl_dist.data.problems import FeatureProblem, _bank_traces
     from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet
     from mwumkl_dist.solvers import mwu
 
     epsilon, rho, C = 0.2, 0.5, 100.0
     rows = []
+    compile_s = None
+    if not (args.smoke or args.no_warmup):
+        label, X, y, kernels, n_iter = _case("smoke", args.standin, True)
+        t0 = time.perf_counter()
+        _fit(cuda.on_device(FeatureProblem(X, np.where(y > 0, 1.0, -1.0), KernelSet(kernels, X.shape[1]))), n_iter,
+             epsilon, rho, C)  # fmt: skip
+        compile_s = time.perf_counter() - t0
     for name in ["smoke"] if args.smoke else args.cases:
         label, X, y, kernels, n_iter = _case(name, args.standin, args.smoke)
         y = np.where(np.asarray(y) > 0, 1.0, -1.0)
         n_iter = n_iter or mwu.iteration_count(epsilon, rho, len(y))
         kernel_set = KernelSet(kernels, X.shape[1])
         problem = FeatureProblem(X, y, kernel_set)
-        row = {"case": name, "data": label, "n": len(y), "d": X.shape[1], "kernels": len(kernel_set), "T": n_iter}
+        traces = _bank_traces(kernel_set, len(y))  # as the fit driver takes a bank's (FeatureInput.traces)
+        row = {"case": name, "data": label, "n": len(y), "d": X.shape[1], "kernels": len(kernel_set), "T": n_iter,
+               "gpu_compile_s": compile_s}  # fmt: skip
         free_before, total = cuda.device_memory()
-        gpu_result, gpu = _fit(cuda.on_device(problem), n_iter, epsilon, rho, C)
+        gpu_result, gpu = _fit(cuda.on_device(problem), n_iter, epsilon, rho, C, traces)
         row.update({f"gpu_{k}": v for k, v in gpu.items() if k not in ("stats", "free_after_build")})
         row["gpu_shard_bytes"] = sum(s.get("device_bytes", 0) for s in gpu["stats"])  # the shards' estimate
         row["gpu_used_bytes"] = free_before - gpu["free_after_build"]  # measured: free memory before - after
@@ -130,7 +150,7 @@ def main(argv=None) -> int:
         if not args.skip_cpu:
             threads = args.cpu_threads or _columns.get_num_threads()
             with _columns.thread_limit(threads):
-                cpu_result, cpu = _fit(problem, n_iter, epsilon, rho, C)
+                cpu_result, cpu = _fit(problem, n_iter, epsilon, rho, C, traces)
             row.update({f"cpu_{k}": v for k, v in cpu.items() if k not in ("stats", "free_after_build")})
             row["cpu_threads"] = threads
             row["speedup"] = cpu["total_s"] / gpu["total_s"]

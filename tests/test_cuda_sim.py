@@ -16,7 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "fit", "estimator", "dask", "predict", "errors"]
+CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "fit", "rules", "transfers", "estimator", "dask",
+         "predict", "errors"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -269,9 +270,12 @@ def case_precomputed():
 
 
 def case_fit():
-    """A whole fit on the local engine: kernel weights, alpha, bias and decision values identical."""
+    """Whole fits on the local engine (the rules on the GPU): kernel weights, alpha, bias and ``s`` identical.
+
+    The paper's scale on two row shards, a quashing selectivity with a per-point ridge, precomputed kernels.
+    """
     from mwumkl_dist.data import cuda_shards as cuda
-    from mwumkl_dist.data.problems import FeatureProblem
+    from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
     from mwumkl_dist.solvers import mwu
@@ -280,16 +284,228 @@ def case_fit():
     X = rng.normal(size=(24, 5))
     y = np.where(X[:, 0] + 0.3 * rng.normal(size=24) > 0, 1.0, -1.0)
     kernels = KernelSet("linear, poly:2, gaussian:1, gaussian:0.7071067811865476, gaussian:2@0-1", 5)
-    problem = FeatureProblem(X, y, kernels)
-    results = []
-    for prob, shards in ((problem, 1), (cuda.on_device(problem), 2)):
-        with LocalEngine(prob, shards) as engine:
+    Z = rng.normal(size=(3, 24, 2))
+    fits = [
+        (FeatureProblem(X, y, kernels), 2, None, 0.05),
+        (FeatureProblem(X, y, kernels), 1, 100.0, np.linspace(0.01, 0.1, 24)),
+        (PrecomputedProblem(np.einsum("kif,kjf->kij", Z, Z), y), 2, 3.0, 0.05),
+    ]
+    for problem, shards, selectivity, ridge in fits:
+        results = []
+        for prob, n in ((problem, 1), (cuda.on_device(problem), shards)):
+            with LocalEngine(prob, n) as engine:
+                inv_trace = 1.0 / engine.traces()
+                engine.configure(inv_trace, ridge)
+                results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=8,
+                                         selectivity=selectivity))  # fmt: skip
+        a, b = results
+        assert np.array_equal(a.kernel_weights, b.kernel_weights), selectivity
+        assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias and np.array_equal(a.s, b.s), selectivity
+    _check_resume(fits[0][0])
+
+
+def _check_resume(problem):
+    """A checkpoint written from the rules' GPU arrays (``s``, the candidates' ``V`` rows) resumes to the same model."""
+    import os
+    import tempfile
+
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.io.checkpoint import Checkpointer, load_checkpoint
+    from mwumkl_dist.solvers import mwu
+    from mwumkl_dist.solvers.mwu.one_vs_rest import resume_state
+
+    settings = dict(ridge=0.05, epsilon=0.3, rho=0.5, n_iter=7, selectivity=100.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "fit.ckpt.npz")
+        with LocalEngine(cuda.on_device(problem), 2) as engine:
             inv_trace = 1.0 / engine.traces()
             engine.configure(inv_trace, 0.05)
-            results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=8))
-    a, b = results
-    assert np.array_equal(a.kernel_weights, b.kernel_weights)
-    assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias and np.array_equal(a.s, b.s)
+            whole = mwu.solve(engine, inv_trace=inv_trace, on_state=Checkpointer(path, 4, "fp", 0, []), **settings)
+        saved = load_checkpoint(path, "fp")
+        assert saved["iteration"] == 4
+        with LocalEngine(cuda.on_device(problem), 2) as engine:
+            engine.configure(inv_trace, 0.05)
+            state = resume_state(saved, problem, engine)
+            resumed = mwu.solve(engine, inv_trace=inv_trace, state=state, **settings)
+    assert np.array_equal(whole.alpha, resumed.alpha) and np.array_equal(whole.s, resumed.s)
+    assert np.array_equal(whole.kernel_weights, resumed.kernel_weights) and whole.bias == resumed.bias
+
+
+def _rules_pair(problem, s, ridge, selectivity):
+    """The host rules and :class:`DeviceRules` for ``problem`` from ``s`` (eps 0.3, rho 0.5)."""
+    from mwumkl_dist.core.mwu_rules import HostRules, eps_prime
+    from mwumkl_dist.data import cuda_shards as cuda
+
+    settings = dict(inv_trace=1.0 / np.arange(1.0, problem.n_kernels + 1), ridge=ridge, eps_p=eps_prime(0.3, 0.5),
+                    rho=0.5, selectivity=selectivity)  # fmt: skip
+    host = HostRules(s, lambda pos, neg: problem.kernel_block(pos.point, neg.point), **settings)
+    return host, cuda.on_device(problem).device_rules(s, **settings)
+
+
+def case_rules():
+    """The rules on the GPU (``DeviceRules``) against the host's, step by step: the same ``s`` and ``coef``.
+
+    Every regime of Exponentiate-M (the paper's scale, selectivity 0, a relative scale, the quashed
+    one), kernels with ``s = 0``, a per-point ridge, precomputed kernels (the kernel block sent from
+    the host); a non-finite ``coef`` raises the same error.
+    """
+    import warnings
+
+    from mwumkl_dist.core.mwu_rules import Candidate
+    from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+    from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(10, 4))
+    y = _labels(10, rng)
+    Z = rng.normal(size=(5, 10, 2))
+    problems = [FeatureProblem(X, y, KernelSet(RandomGaussianBank(21, subset_size=2, seed=3), 4)),
+                PrecomputedProblem(np.einsum("kif,kjf->kij", Z, Z), y)]  # fmt: skip
+    for problem in problems:
+        m = problem.n_kernels
+        for selectivity, ridge in ((None, 0.05), (0.0, 0.05), (3.0, np.linspace(0.01, 0.1, 10)), (200.0, 0.02)):
+            s = rng.random(m) * 4.0
+            s[::5] = 0.0  # kernels without a margin yet: coef 0
+            host, device = _rules_pair(problem, s, ridge, selectivity)
+            for it in range(1, 4):
+                ip, iq = int(np.flatnonzero(y > 0)[it]), int(np.flatnonzero(y < 0)[it])
+                v_p, v_q = rng.normal(size=m), rng.normal(size=m)
+                pos, neg = Candidate(ip, 0.0, v_p, problem.point(ip)), Candidate(iq, 0.0, v_q, problem.point(iq))
+                want = host.step(pos, neg, it)
+                got = device.step(pos, neg, it).values.copy_to_host()
+                assert np.array_equal(want, got), (selectivity, it, want - got)
+                host.commit(it)
+                device.commit(it)
+                assert np.array_equal(host.host_s(), device.host_s()), (selectivity, it)
+    # an overflow: the same FloatingPointError, raised by commit on the GPU (no shard took the coef here)
+    problem = problems[0]
+    host, device = _rules_pair(problem, np.full(problem.n_kernels, 1e308), 0.05, None)
+    pos, neg = (Candidate(j, 0.0, np.full(problem.n_kernels, 1e308), problem.point(j)) for j in (0, 1))
+    with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the simulator's threads: errstate is per thread
+        try:
+            host.step(pos, neg, 7)
+        except FloatingPointError as exc:
+            want = str(exc)
+        else:
+            raise AssertionError("the host rules did not raise")
+        device.step(pos, neg, 7)
+        try:
+            device.commit(7)
+        except FloatingPointError as exc:
+            assert str(exc) == want, (str(exc), want)
+        else:
+            raise AssertionError("the device rules did not raise")
+
+
+class _Transfers:
+    """Bytes and copies between host and GPU under the simulator: what a GPU would move over PCIe.
+
+    Counts explicit copies (``to_device``, ``copy_to_device``, ``copy_to_host``), a scalar read from a
+    device array on the host, and host arrays handed to a kernel (a GPU would copy them both ways).
+    """
+
+    def __init__(self):
+        import threading
+
+        from numba import cuda
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        from numba.cuda.simulator.kernel import BlockThread
+
+        from mwumkl_dist.devices import cuda_kernels as K
+
+        self.h2d = self.d2h = self.d2h_copies = 0
+        count = self
+
+        def on_host():
+            return not isinstance(threading.current_thread(), BlockThread)
+
+        def counted(method, attribute):
+            def wrapper(self_, *args, **kwargs):
+                out = method(self_, *args, **kwargs)
+                if on_host():
+                    nbytes = np.asarray(out if attribute == "d2h" else args[0]).nbytes
+                    setattr(count, attribute, getattr(count, attribute) + nbytes)
+                    count.d2h_copies += attribute == "d2h"
+                return out
+
+            return wrapper
+
+        def getitem(self_, key, _get=FakeCUDAArray.__getitem__):
+            out = _get(self_, key)
+            if on_host() and not isinstance(out, FakeCUDAArray):
+                count.d2h += np.asarray(out).nbytes
+                count.d2h_copies += 1
+            return out
+
+        def to_device(ary, *args, _to=cuda.to_device, **kwargs):
+            if isinstance(ary, np.ndarray):
+                count.h2d += ary.nbytes
+            return _to(ary, *args, **kwargs)
+
+        def launch(self_, config, _launch=K._Serialized.__getitem__):
+            run = _launch(self_, config)
+
+            def checked(*args):
+                for a in args:
+                    if isinstance(a, np.ndarray):  # an implicit copy in and out on a GPU
+                        count.h2d += a.nbytes
+                        count.d2h += a.nbytes
+                return run(*args)
+
+            return checked
+
+        FakeCUDAArray.copy_to_host = counted(FakeCUDAArray.copy_to_host, "d2h")
+        FakeCUDAArray.copy_to_device = counted(FakeCUDAArray.copy_to_device, "h2d")
+        FakeCUDAArray.__getitem__ = getitem
+        cuda.to_device = to_device
+        K._Serialized.__getitem__ = launch
+
+    def snapshot(self):
+        return self.h2d, self.d2h, self.d2h_copies
+
+
+def _traffic(transfers, n_kernels, host_rules=False, n_iter=6):
+    """Per iteration ``(h2d bytes, d2h bytes, d2h copies)`` of a local GPU fit of a random bank of ``n_kernels``."""
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import FeatureProblem
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.engines.mwu_engine import MWUEngine
+    from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
+    from mwumkl_dist.solvers import mwu
+
+    rng = np.random.default_rng(12)
+    X = rng.uniform(0.5, 1.5, size=(12, 3))  # no zero entries: every picked point has 3 non-zeros
+    problem = FeatureProblem(X, _labels(12, rng), KernelSet(RandomGaussianBank(n_kernels, subset_size=2, seed=4), 3))
+    marks = []
+    with LocalEngine(cuda.on_device(problem), 1) as engine:
+        if host_rules:  # the rules on the host, as before they moved to the GPU
+            engine.rules = lambda s, **settings: MWUEngine.rules(engine, s, **settings)
+        inv_trace = 1.0 / engine.traces()
+        engine.configure(inv_trace, 0.05)
+        mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=n_iter, selectivity=50.0,
+                  on_state=lambda state: marks.append(transfers.snapshot()))  # fmt: skip
+    return [tuple(b - a for a, b in zip(first, second)) for first, second in zip(marks, marks[1:])]
+
+
+def case_transfers():
+    """Host <-> GPU traffic per iteration is O(1) in the kernel count: one 40-byte message back, and out the
+    picked points' non-zeros.
+
+    With the rules on the host the same fit moves O(m) bytes (``coef`` out, the ``V`` rows back): the
+    counter sees that, so it would see a regression.
+    """
+    transfers = _Transfers()
+    for n_kernels in (8, 64):
+        per_iteration = _traffic(transfers, n_kernels)
+        # out: the two picked points' 3 non-zeros (indices and values), to the kernel block and to the shard
+        assert set(per_iteration) == {(2 * 2 * (3 + 3) * 8, 40, 1)}, (n_kernels, per_iteration)
+        print(f"m = {n_kernels}: per iteration {per_iteration[0][0]} B to the GPU, {per_iteration[0][1]} B back "
+              f"in {per_iteration[0][2]} copy")  # fmt: skip
+    small, large = (_traffic(transfers, n_kernels, host_rules=True) for n_kernels in (8, 64))
+    print(f"rules on the host: {small[-1][:2]} B at m = 8, {large[-1][:2]} B at m = 64")
+    assert all(b[0] - a[0] >= 8 * 56 and b[1] - a[1] >= 16 * 56 for a, b in zip(small, large))
 
 
 def case_estimator():
@@ -437,6 +653,9 @@ def case_ptx():
         compute_capability = (9, 0)
 
     dispatcher.get_current_device = lambda: _H100()
+    import types
+
+    from mwumkl_dist.core import mwu_rules
     from mwumkl_dist.devices import cuda_kernels as K
 
     assert not K.SIMULATED
@@ -456,11 +675,23 @@ def case_ptx():
         "superstep_columns": (A2, A2, A3, i8, i8, A1, f8, f8, A1, A1, I1, *step),
         "point_kernels": (A1, A1, I1, I1, I1, A1, A1, I1, I1, I1, A2),
         "scores_argmax": (A2, A1, A1, I2, A2),
+        "pick_candidates": (I2, A2, A1, A1, I1),
         "gather_rows": (A2, I1, A2),
+        "load_points": (A1, A1, A1, i8, i8, A1, i8, i8),
+        "rules_margins": (A2, A1, f8, f8, *(A1,) * 7),
+        "rules_coef": (A1, A1, f8, f8, f8, A1, A1),
+        "rules_coef (paper's scale)": (A1, A1, f8, f8, T.none, A1, A1),
         "weighted_kernel_sums": (A2, A2, A2, A2, A2, A2, *plan, I1, I1, A2),
     }
+    # rules_coef calls CUDA's sinh and exp, whose own code uses FMA (their bits are CUDA's in any case): its
+    # arithmetic around them is checked with both replaced by the identity.
+    identity = cuda.jit(device=True)(lambda x: x)
+    weights = K.device_rule(mwu_rules.exponent_weights, sinh=identity, exp=identity)
+    coef_kernel = K.rules_coef.py_func
+    coef_kernel = types.FunctionType(coef_kernel.__code__, {**coef_kernel.__globals__, "_exponent_weights": weights})
     for name, sig in sigs.items():
-        ptx, _ = cuda.compile_ptx(getattr(K, name).py_func, sig, cc=(9, 0))
+        kernel = coef_kernel if name.startswith("rules_coef") else getattr(K, name).py_func
+        ptx, _ = cuda.compile_ptx(kernel, sig, cc=(9, 0))
         assert not re.search(r"\bfma\.rn\.f64", ptx), name
     assert "mul.rn.f64" in cuda.compile_ptx(K.exp_values.py_func, sigs["exp_values"], cc=(9, 0))[0]
 
@@ -478,6 +709,10 @@ def _main(cases) -> int:
 
     assert numba.config.ENABLE_CUDASIM or cases == ["ptx"], "run with NUMBA_ENABLE_CUDASIM=1"
     import time
+
+    # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
+    # the GIL in turn: with the default 5 ms switch interval the checks take about 3 times as long.
+    sys.setswitchinterval(5e-4)
 
     failed = 0
     for case in cases:

@@ -13,6 +13,14 @@ One iteration, as :func:`mwumkl_dist.solvers.mwu.iterate.solve` runs it::
     s += V[iP] + V[iN] + (G[iP,iP] + G[iN,iN] + 2 G[iP,iN]) / 4   # update_s
     V += (G[:, iP] + G[:, iN]) / 2             # engine.superstep (with the next g)
     p12, coef = exponentiate(s)                # Exponentiate-M; g = V @ coef
+
+The rules on ``m``-vectors are written once, elementwise (:func:`gram_block`,
+:func:`update_s`, :func:`margins`, :func:`exponent_weights`, and on scalars
+:func:`exponents`), with the operations named in :data:`ELEMENTWISE`.  Here
+those are numpy's and the rules act on whole arrays (:class:`HostRules`);
+:mod:`mwumkl_dist.devices.cuda_kernels` compiles the same functions for a GPU,
+with device functions of those names, one kernel per thread, so that the rules
+run where ``V`` lives (``mwumkl_dist.data.cuda_shards.DeviceRules``).
 """
 
 from __future__ import annotations
@@ -40,10 +48,15 @@ __all__ = [
     "ridge_at",
     "ridge_rows",
     "update_s",
+    "margins",
     "Exponentiated",
     "exact_selectivity",
+    "exponents",
     "exponent_scale",
+    "exponent_weights",
     "exponentiate",
+    "non_finite_scores",
+    "HostRules",
     "kernel_weights",
     "reduce_candidates",
     "bias_and_scale",
@@ -57,6 +70,19 @@ __all__ = [
 
 #: Above this largest exponent the paper switches to the quashed form.
 QUASH_THRESHOLD = 20.0
+
+# The elementwise operations of the m-vector rules: numpy's, so that the rules act on whole arrays here.
+# The GPU's forms of the rules bind device functions of these names instead (ELEMENTWISE lists them).
+#: ``a * b``.  The rules write with it every product that feeds a sum: the GPU's ``product`` is a multiply
+#: that is never fused with the sum (FMA), so both forms round every operation as numpy does.
+product = np.multiply
+sqrt = np.sqrt
+maximum = np.maximum  # a NaN wins, as in np.max
+exp = np.exp
+sinh = np.sinh
+where = np.where
+#: The names the rules' device forms rebind (see the module docstring).
+ELEMENTWISE = ("product", "sqrt", "maximum", "exp", "sinh", "where")
 
 
 class FitInterrupted(RuntimeError):
@@ -110,7 +136,7 @@ def gram_block(k_pp, k_nn, k_pn, inv_trace, ridge, ridge_neg=None):
     (the same as at ``P`` when None: one ridge for every point).
     """
     ridge_neg = ridge if ridge_neg is None else ridge_neg
-    return k_pp * inv_trace + ridge, k_nn * inv_trace + ridge_neg, -k_pn * inv_trace
+    return product(k_pp, inv_trace) + ridge, product(k_nn, inv_trace) + ridge_neg, -k_pn * inv_trace
 
 
 def check_ridge(ridge, n_samples: int):
@@ -145,7 +171,12 @@ def ridge_rows(ridge, start: int, stop: int):
 
 def update_s(s, v_pos, v_neg, g_pp, g_nn, g_pn):
     """Step 2: ``s_i += V_i[P] + V_i[N] + (G_i[P,P] + G_i[N,N] + 2 G_i[P,N]) / 4`` (V before step 3)."""
-    return s + (v_pos + v_neg) + (g_pp + g_nn + 2.0 * g_pn) / 4.0
+    return s + (v_pos + v_neg) + product(g_pp + g_nn + product(2.0, g_pn), 0.25)  # x * 0.25 rounds as x / 4
+
+
+def margins(s):
+    """``u_i = sqrt(s_i)``, a ``s_i`` below 0 (rounding) taken as 0."""
+    return sqrt(maximum(s, 0.0))
 
 
 @dataclass
@@ -182,35 +213,113 @@ def exponent_scale(u: np.ndarray, eps_p: float, rho: float, selectivity: float |
     solver's own estimate of the optimum).  ``beta = 0`` gives uniform weights; large ``beta`` the
     sparse weights of the exact MKL optimum (see :func:`exact_selectivity`).
     """
+    return exponents(_largest(u), eps_p, rho, selectivity)[0]
+
+
+def _largest(u: np.ndarray) -> float:
+    return float(u.max()) if u.size else 0.0  # a NaN wins
+
+
+def exponents(top, eps_p, rho, selectivity):
+    """``(c, q, quashed)`` from the largest margin ``top = max_i u_i``.
+
+    ``c`` as :func:`exponent_scale` says; ``q = c top`` is the largest exponent ``max_i c u_i``, as
+    rounding is monotone and ``c >= 0`` (an infinite ``c``, from a selectivity near the largest
+    double, gives a non-finite ``coef`` either way); ``quashed``: ``q >= 20``.
+    """
     if selectivity is None:
-        return eps_p / (2.0 * rho)
-    top = float(u.max()) if u.size else 0.0
-    return float(selectivity) / top if top > 0.0 else 0.0
+        c = eps_p / (2.0 * rho)
+    else:
+        c = float(selectivity) / top if top > 0.0 else 0.0
+    q = product(c, top)
+    return c, q, q >= QUASH_THRESHOLD
+
+
+def exponent_weights(u, c, q, quashed):
+    """``(p12_i, coef_i)`` from the margin ``u_i`` and :func:`exponents`' ``(c, q, quashed)``.
+
+    ``p12_i = -sinh(c u_i)``, or ``-exp(c u_i - q)`` when quashed; ``coef_i = 2 p12_i / u_i``, and 0
+    where ``u_i = 0``: such a kernel has ``V_i = G_i alpha = 0`` (``G_i`` is PSD) and adds nothing to ``g``.
+    """
+    if c == 0.0:  # selectivity 0: sinh(c u) / c -> u, the uniform weights' direction (sinh(0) = 0 would stall)
+        p12 = -u
+    elif quashed:
+        p12 = -exp(product(c, u) - q)
+    else:
+        p12 = -sinh(product(c, u))
+    positive = u > 0.0
+    return p12, where(positive, 2.0 * p12 / where(positive, u, 1.0), 0.0)
 
 
 def exponentiate(s, eps_p: float, rho: float, selectivity: float | None = None) -> Exponentiated:
     """Exponentiate-M (paper, Algorithm 2) without the normaliser ``S``.
 
     ``x_i = c sqrt(s_i)`` with ``c`` from :func:`exponent_scale`; ``p12_i = -sinh(x_i)``, or
-    ``-exp(x_i - max x)`` once ``max x >= 20`` (quashing).  ``S`` scales
+    ``-exp(x_i - max x)`` once ``max x >= 20`` (quashing): :func:`exponent_weights`.  ``S`` scales
     ``g`` and the weights uniformly, so argmax and ratios do not need it.
-    A kernel with ``s_i = 0`` has ``V_i = G_i alpha = 0`` (``G_i`` is PSD) and
-    contributes nothing to ``g``.
     """
-    s = np.asarray(s, dtype=np.float64)
-    u = np.sqrt(np.maximum(s, 0.0))
-    c = exponent_scale(u, eps_p, rho, selectivity)
-    x = c * u
-    q = float(x.max()) if x.size else 0.0
-    quashed = q >= QUASH_THRESHOLD
-    if c == 0.0:  # selectivity 0: sinh(c u) / c -> u, the uniform weights' direction (sinh(0) = 0 would stall)
-        p12 = -u
-    else:
-        p12 = -np.exp(x - q) if quashed else -np.sinh(x)
-    coef = np.zeros_like(u)
-    pos = u > 0.0
-    coef[pos] = 2.0 * p12[pos] / u[pos]
-    return Exponentiated(p12, u, coef, quashed, c)
+    u = margins(np.asarray(s, dtype=np.float64))
+    c, q, quashed = exponents(_largest(u), eps_p, rho, selectivity)
+    p12, coef = exponent_weights(u, c, q, quashed)
+    return Exponentiated(p12, u, coef, bool(quashed), c)
+
+
+def non_finite_scores(iteration: int, s) -> FloatingPointError:
+    """The error of an iteration whose ``coef`` is not finite (``s`` the values that gave it)."""
+    return FloatingPointError(f"non-finite scores at iteration {iteration}: the kernels overflow (s = {s})")
+
+
+class HostRules:
+    """The rules' ``m``-vectors in host memory (numpy): ``s``, and one iteration's ``s`` update and ``coef``.
+
+    What :func:`mwumkl_dist.solvers.mwu.iterate.solve` drives, through :meth:`Engine.rules
+    <mwumkl_dist.engines.base.Engine.rules>`; ``mwumkl_dist.data.cuda_shards.DeviceRules`` is the same
+    on a GPU.
+
+    Parameters
+    ----------
+    s : ndarray of shape (m,)
+        ``alpha' G_i alpha`` (in counts) so far.
+    kernel_block : callable
+        ``kernel_block(pos, neg) -> (K(p, p), K(q, q), K(p, q))``, raw, one value per kernel (the engine's).
+    inv_trace : ndarray of shape (m,)
+        ``1 / r_i``.
+    ridge : float or ndarray of shape (n,)
+        ``1 / C``, or one per point (:func:`check_ridge`).
+    eps_p, rho : float
+        ``eps'`` (:func:`eps_prime`) and the width.
+    selectivity : float or None
+        The exponents' scale (:func:`exponent_scale`); None: the paper's.
+    """
+
+    def __init__(self, s, kernel_block, *, inv_trace, ridge, eps_p: float, rho: float, selectivity=None):
+        self.s = np.array(s, dtype=np.float64)
+        self._kernel_block = kernel_block
+        self.inv_trace, self.ridge = inv_trace, ridge
+        self.eps_p, self.rho, self.selectivity = eps_p, rho, selectivity
+        self._next = self.s
+
+    def step(self, pos: Candidate, neg: Candidate, iteration: int) -> np.ndarray:
+        """``coef`` of the iteration that picks ``pos`` and ``neg`` (``s`` updated by :meth:`commit`).
+
+        Raises :func:`non_finite_scores` when ``coef`` is not finite.
+        """
+        k_pp, k_nn, k_pn = self._kernel_block(pos, neg)
+        block = gram_block(k_pp, k_nn, k_pn, self.inv_trace, ridge_at(self.ridge, pos.index),
+                           ridge_at(self.ridge, neg.index))  # fmt: skip
+        self._next = update_s(self.s, pos.v_row, neg.v_row, *block)
+        coef = exponentiate(self._next, self.eps_p, self.rho, self.selectivity).coef
+        if not np.all(np.isfinite(coef)):
+            raise non_finite_scores(iteration, self._next)
+        return coef
+
+    def commit(self, iteration: int) -> None:
+        """After the iteration's superstep: its ``s`` becomes the current one."""
+        self.s = self._next
+
+    def host_s(self) -> np.ndarray:
+        """``s`` as a host array."""
+        return self.s
 
 
 def kernel_weights(ex: Exponentiated) -> np.ndarray:
@@ -362,7 +471,12 @@ class MWUResult:
 
 @dataclass
 class SolverState:
-    """Everything the driver needs to continue a fit (the engine can rebuild V from alpha)."""
+    """Everything the driver needs to continue a fit (the engine can rebuild V from alpha).
+
+    ``s`` and the candidates' ``v_row`` are where the rules keep them (:meth:`Engine.rules
+    <mwumkl_dist.engines.base.Engine.rules>`): host arrays, or with the rules on a GPU that GPU's
+    arrays, which ``np.asarray`` copies to the host and which later iterations overwrite.
+    """
 
     iteration: int
     s: np.ndarray

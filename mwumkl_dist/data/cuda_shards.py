@@ -3,10 +3,9 @@
 A GPU shard is a :class:`~mwumkl_dist.data.shards.ShardBase` whose ``V`` block,
 data and kernel plan live in GPU memory; every engine runs it unchanged (the
 local engine in this process, the Dask engine on GPU workers: one worker per
-GPU, as dask-cuda starts them, each seeing its GPU as device 0).  The MWU
-rules stay in :mod:`mwumkl_dist.solvers.mwu`; per superstep the driver sends the two
-picked points and ``coef`` (``m`` values) and gets back the best row of each
-class with its ``V`` row.
+GPU, as dask-cuda starts them, each seeing its GPU as device 0).  Per
+superstep a shard gets the two picked points (their non-zeros) and ``coef``,
+and sends back one message: the best row of each class.
 
 * :class:`CudaFeatureShard`: feature rows (dense, or CSR when sparse), any
   kernel plan (linear / polynomial / Gaussian kernels on feature groups,
@@ -14,6 +13,9 @@ class with its ``V`` row.
 * :class:`CudaPrecomputedShard`: rows of precomputed kernels;
 * :func:`on_device`: a problem whose shards are GPU shards (the hook for
   ``device="cuda"``);
+* :class:`DeviceRules`: the MWU rules on ``m``-vectors on the GPU, beside
+  ``V`` (the local engine's; :class:`DeviceCoef` is the ``coef`` they hand
+  the shards);
 * :func:`weighted_kernel_sums`: decision values on the GPU (same signature
   as :func:`mwumkl_dist.devices.cpu.weighted_kernel_sums`).
 
@@ -22,18 +24,30 @@ engine's floating-point operations in the same order (no FMA contraction, the
 CPU's ``exp``), so supersteps, kernel weights and decision values equal the
 CPU engine's bit for bit on the same problem; the picks then agree too, ties
 included (equal scores go to the lowest row on both).  Only a difference in
-a GPU's double arithmetic from IEEE 754 (none is known on NVIDIA GPUs) could
-make a pick differ, and only between rows whose scores tie to the last bit.
+a GPU's double arithmetic from IEEE 754 (none is known on NVIDIA GPUs), or
+the rules' ``sinh`` and ``exp`` on the GPU (below), could make a pick differ,
+and only between rows whose scores agree to the last bits.
 
 Traces (``diagonal``) and the final margins (``support_margins``) use the
-CPU code on a host copy of the rows and on ``V`` rows copied back.  The
-picked points' kernel block (``m`` values, each iteration, on the driver) is
-computed on the driver's GPU (:class:`DevicePlan`); the MWU rules
-(:mod:`mwumkl_dist.solvers.mwu`) still run on the driver's CPU, on ``m``-vectors.
+CPU code on a host copy of the rows and on ``V`` rows copied back.
 
-Per superstep the host sends ``p``, ``q`` and ``coef`` and gets back
-``2 x n_blocks`` candidates and the two picked ``V`` rows; everything else
-stays on the GPU.  GPU memory: :func:`feature_shard_bytes` /
+The MWU rules where ``V`` lives: with the local engine (the shards in this
+process) the rules' ``m``-vectors stay on the GPU too (:class:`DeviceRules`,
+the functions of :mod:`mwumkl_dist.core.mwu_rules` compiled for it): the
+picked points' kernel block (:class:`DevicePlan`), ``s``, ``coef`` and the
+candidates' ``V`` rows never leave it.  An iteration sends the two picked
+points' non-zeros (to the kernel block and to each shard) and brings back one
+message per shard, its two candidates and whether ``coef`` was finite (40
+bytes): nothing of size ``m``.  ``s`` comes to the host for a callback and at
+the end, where the kernel weights are computed (numpy's sum).  The Dask
+engine keeps the rules on the driver (its shards send their ``V`` rows
+there).  The rules' ``sinh`` and ``exp`` are CUDA's on a GPU (within an ulp
+or two of numpy's), so ``coef`` and the scores may differ from the CPU's in
+the last bits and a pick may differ where two rows' scores agree to that
+precision; ``s`` and the kernel weights follow from the picks alone.  Under
+the simulator they are numpy's, and every number equals the CPU's.
+
+GPU memory: :func:`feature_shard_bytes` /
 :func:`precomputed_shard_bytes` (a shard's ``stats()["device_bytes"]``); a
 shard that does not fit raises :class:`DeviceMemoryError` before allocating.
 
@@ -50,11 +64,11 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.core.mwu_rules import Candidate, non_finite_scores, ridge_at
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.devices import cpu as _columns
-from mwumkl_dist.kernels.evaluation import as_csr, plan_args, row_group_sqnorms
+from mwumkl_dist.kernels.evaluation import as_csr, plan_args, point_entries, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
@@ -67,6 +81,8 @@ __all__ = [
     "on_device",
     "DeviceProblem",
     "DevicePlan",
+    "DeviceRules",
+    "DeviceCoef",
     "feature_shard_bytes",
     "precomputed_shard_bytes",
     "weighted_kernel_sums",
@@ -250,6 +266,33 @@ def precomputed_shard_bytes(n_rows: int, n_kernels: int, n_samples: int) -> int:
 # ----------------------------------------------------------------------------- shards
 
 
+class _DevicePoints:
+    """Two feature vectors ``p`` and ``q``, dense on the GPU, set from their non-zeros.
+
+    :meth:`load` sends one message of ``2 (nnz(p) + nnz(q))`` values (not ``2 n_features``): the
+    indices and values of both, which a kernel writes after zeroing the previous points' entries.
+    """
+
+    def __init__(self, cuda, kernels, n_features: int):
+        self._cuda, self._k = cuda, kernels
+        self.p = cuda.to_device(np.zeros(n_features))
+        self.q = cuda.to_device(np.zeros(n_features))
+        self._messages = [cuda.device_array(16, np.float64), cuda.device_array(16, np.float64)]
+        self._counts = (0, 0)  # the entries of p and q in _messages[0] (the points now loaded)
+
+    def load(self, p, q) -> None:
+        (ip, vp), (iq, vq) = point_entries(p), point_entries(q)
+        message = np.concatenate([ip, iq, vp, vq]).astype(np.float64)  # indices exact as doubles below 2**53
+        old, new = self._messages
+        if new.shape[0] < len(message):
+            new = self._messages[1] = self._cuda.device_array(max(len(message), 2 * new.shape[0]), np.float64)
+        if len(message):
+            new[: len(message)].copy_to_device(message)
+        self._k.load_points[1, self._k.REDUCE_TPB](self.p, self.q, old, *self._counts, new, len(ip), len(iq))
+        self._messages.reverse()
+        self._counts = (len(ip), len(iq))
+
+
 class _DeviceV:
     """``shard.V`` of a GPU shard: rows are copied from the GPU when indexed (``V[j]``, ``V[rows]``)."""
 
@@ -307,8 +350,10 @@ class _CudaShard(ShardBase):
         n_blocks = max(1, -(-self.n_rows // self._k.TPB))
         self._best_idx = cuda.device_array((n_blocks, 2), np.int64)
         self._best_g = cuda.device_array((n_blocks, 2), np.float64)
-        # Per-superstep buffers, allocated once: coef in, the two candidates' V rows out.
+        # Per-superstep buffers, allocated once: coef in (a host coef), the message out, the candidates' V rows.
         self._d_coef = cuda.device_array(self.n_kernels, np.float64)
+        self._no_bad = cuda.to_device(np.zeros(1))  # a host coef's finite check (the host rules made it)
+        self._record = cuda.device_array(5, np.float64)
         self._d_pick = cuda.device_array(2, np.int64)
         self._d_pick_rows = cuda.device_array((2, self.n_kernels), np.float64)
         self._inv_host = None
@@ -334,13 +379,25 @@ class _CudaShard(ShardBase):
         k.gather_rows[k.launch(out.size)](self._VT, self._cuda.to_device(rows), out)
         return out.copy_to_host()
 
-    def superstep(self, ip: int, iq: int, p, q, coef: np.ndarray):
-        """:meth:`ShardBase.superstep`, with both candidates' ``V`` rows copied back in one transfer."""
+    def superstep(self, ip: int, iq: int, p, q, coef):
+        """:meth:`ShardBase.superstep`; its message to the host is the two candidates (one transfer).
+
+        ``coef`` is a host array (the candidates' ``V`` rows then follow, in a second transfer), or a
+        :class:`DeviceCoef` from :class:`DeviceRules` on this GPU: the ``V`` rows stay here (views that
+        the next superstep overwrites; the rules read them before) and the message also brings back
+        whether ``coef`` was finite (``coef.finite``).
+        """
         if self.inv_trace is None:
             raise RuntimeError("shard not configured: call configure(inv_trace, ridge) first")
         self._add_alpha(ip, iq)
-        bp, gp, bn, gn = self._step(ip, iq, p, q, np.ascontiguousarray(coef, dtype=np.float64))
-        rows = self._pick_rows(bp, bn)
+        bp, gp, bn, gn, finite = self._step(ip, iq, p, q, coef)
+        if isinstance(coef, DeviceCoef):
+            coef.finite = finite
+            if not finite:  # the scores mean nothing: any candidates do (the rules raise on seeing it)
+                return self.initial_candidates()
+            rows = (self._d_pick_rows[0], self._d_pick_rows[1])
+        else:
+            rows = self._d_pick_rows.copy_to_host() if self.n_kernels else np.zeros((2, 0))
         out = []
         for local, g, row in ((bp, gp, rows[0]), (bn, gn, rows[1])):
             if local < 0:
@@ -348,14 +405,6 @@ class _CudaShard(ShardBase):
             else:
                 out.append(Candidate(self.row_offset + local, float(g), row, self.point(local)))
         return out[0], out[1]
-
-    def _pick_rows(self, bp: int, bn: int) -> np.ndarray:
-        k = self._k
-        if self.n_kernels == 0:
-            return np.zeros((2, 0))
-        self._d_pick.copy_to_device(np.asarray([max(bp, 0), max(bn, 0)], dtype=np.int64))
-        k.gather_rows[k.launch(self._d_pick_rows.size)](self._VT, self._d_pick, self._d_pick_rows)
-        return self._d_pick_rows.copy_to_host()
 
     def _device_inv_trace(self):
         if self._inv_host is not self.inv_trace:
@@ -366,22 +415,21 @@ class _CudaShard(ShardBase):
     def _tile_partials(self) -> np.ndarray:
         return self._partial.copy_to_host()[: self._n_tiles]
 
-    def _argmax(self) -> tuple[int, float, int, float]:
-        """The best row of each class from the tile partials (ties: lowest row), as the CPU's pass."""
+    def _argmax(self, bad) -> tuple[int, float, int, float, bool]:
+        """The best row of each class from the tile partials (ties: lowest row), as the CPU's pass.
+
+        Reduced on the GPU, the two rows' ``V`` gathered there (for :meth:`superstep`), then one
+        transfer: ``(row +1, g, row -1, g, whether coef was finite)``, rows local (-1: none);
+        ``bad`` is :class:`DeviceCoef`'s (or zeros: a host ``coef`` was checked on the host).
+        """
         k = self._k
         n_blocks = self._best_idx.shape[0]
         k.scores_argmax[n_blocks, k.TPB](self._partial, self._d_y, self._gsum, self._best_idx, self._best_g)
-        idx = self._best_idx.copy_to_host()
-        gs = self._best_g.copy_to_host()
-        out = []
-        for c in range(2):  # the highest g, equal maxima to the lowest row (blocks hold finite or +inf g only)
-            valid = idx[:, c] >= 0
-            if not valid.any():
-                out += [-1, -np.inf]
-                continue
-            g_best = gs[valid, c].max()
-            out += [int(idx[valid & (gs[:, c] == g_best), c].min()), float(g_best)]
-        return out[0], out[1], out[2], out[3]
+        k.pick_candidates[1, k.REDUCE_TPB](self._best_idx, self._best_g, bad, self._record, self._d_pick)
+        if self.n_kernels:
+            k.gather_rows[k.launch(self._d_pick_rows.size)](self._VT, self._d_pick, self._d_pick_rows)
+        rec = self._record.copy_to_host()
+        return int(rec[0]), float(rec[1]), int(rec[2]), float(rec[3]), bool(rec[4] == 1.0)
 
     def scores(self) -> np.ndarray:
         """The last superstep's ``g`` of this block's rows (for tests and inspection)."""
@@ -390,8 +438,12 @@ class _CudaShard(ShardBase):
     def _launch_step(self, ip, iq, coef):
         ridge_p, ridge_q = self.picked_ridge(ip, iq)
         lp, lq = int(ip) - self.row_offset, int(iq) - self.row_offset
-        self._d_coef.copy_to_device(coef)
-        return lp, lq, 0.5 * ridge_p, 0.5 * ridge_q, self._d_coef, self._device_inv_trace()
+        if isinstance(coef, DeviceCoef):  # already here
+            d_coef, status = coef.values, coef.bad
+        else:
+            self._d_coef.copy_to_device(np.ascontiguousarray(coef, dtype=np.float64))
+            d_coef, status = self._d_coef, self._no_bad
+        return lp, lq, 0.5 * ridge_p, 0.5 * ridge_q, d_coef, self._device_inv_trace(), status
 
     def stats(self) -> dict:
         return {"device_bytes": self.device_bytes}
@@ -433,24 +485,22 @@ class CudaFeatureShard(_CudaShard):
             self._dq = cuda.device_array((G, n), np.float64)
         self._ppp = cuda.device_array(G, np.float64)
         self._ppq = cuda.device_array(G, np.float64)
-        self._d_p = cuda.device_array(X.shape[1], np.float64)
-        self._d_q = cuda.device_array(X.shape[1], np.float64)
+        self._points = _DevicePoints(cuda, self._k, X.shape[1])
 
     def _step(self, ip, iq, p, q, coef):
         k, P = self._k, self._plan_dev
-        d_p, d_q = self._d_p, self._d_q
-        d_p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
-        d_q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
+        self._points.load(p, q)
+        d_p, d_q = self._points.p, self._points.q
         G = self._ppp.shape[0]
         k.point_sqnorms[k.launch(G)](d_p, d_q, P["gptr"], P["gfeat"], self._ppp, self._ppq)
-        lp, lq, diag_p, diag_q, d_coef, d_inv = self._launch_step(ip, iq, coef)
+        lp, lq, diag_p, diag_q, d_coef, d_inv, status = self._launch_step(ip, iq, coef)
         if self._inline:
             k.superstep_features_inline[k.launch(self.n_rows * self._n_tiles)](
                 self._VT, self._partial, self._Xt, d_p, d_q, P["gptr"], P["gfeat"], self._ppp, self._ppq, self._d_y,
                 1.0, -1.0, d_inv, d_coef, P["kind"], P["pa"], P["pb"], P["grp"], P["square_of"], P["root"],
                 P["depth"], self._d_tile_ptr, lp, lq, diag_p, diag_q,
             )  # fmt: skip
-            return self._argmax()
+            return self._argmax(status)
         if self._dense:
             k.group_dots_dense[k.launch(self._dp.size)](self._Xt, d_p, d_q, P["gptr"], P["gfeat"], self._dp, self._dq)
         else:
@@ -463,7 +513,7 @@ class CudaFeatureShard(_CudaShard):
             d_inv, d_coef, P["kind"], P["pa"], P["pb"], P["grp"], P["square_of"], P["root"], P["depth"],
             self._d_tile_ptr, lp, lq, diag_p, diag_q,
         )  # fmt: skip
-        return self._argmax()
+        return self._argmax(status)
 
 
 class CudaPrecomputedShard(_CudaShard):
@@ -485,12 +535,12 @@ class CudaPrecomputedShard(_CudaShard):
 
     def _step(self, ip, iq, p, q, coef):
         k = self._k
-        lp, lq, diag_p, diag_q, d_coef, d_inv = self._launch_step(ip, iq, coef)
+        lp, lq, diag_p, diag_q, d_coef, d_inv, status = self._launch_step(ip, iq, coef)
         k.superstep_columns[k.launch(self.n_rows * self._n_tiles)](
             self._VT, self._partial, self._Kt, int(p), int(q), self._d_y, 1.0, -1.0, d_inv, d_coef,
             self._d_tile_ptr, lp, lq, diag_p, diag_q,
         )  # fmt: skip
-        return self._argmax()
+        return self._argmax(status)
 
 
 # ----------------------------------------------------------------------------- problems
@@ -530,22 +580,103 @@ class DevicePlan:
         cuda = check_device()
         self.plan = plan
         self.arrays = {key: cuda.to_device(a) for key, a in _plan_host(plan).items()}
-        self._p = cuda.device_array(int(plan.n_features), np.float64)
-        self._q = cuda.device_array(int(plan.n_features), np.float64)
+        self._points = _DevicePoints(cuda, self._k, int(plan.n_features))
         self._out = cuda.device_array((3, int(plan.n_kernels)), np.float64)
+
+    def point_kernels_device(self, p, q):
+        """:meth:`point_kernels` left on the GPU: a ``(3, m)`` device array (the next call overwrites it)."""
+        k, P = self._k, self.arrays
+        self._points.load(p, q)
+        if self.plan.n_kernels:
+            k.point_kernels[k.launch(self.plan.n_kernels)](
+                self._points.p, self._points.q, P["gptr"], P["gfeat"], P["kind"], P["pa"], P["pb"], P["grp"],
+                P["root"], P["depth"], self._out,
+            )  # fmt: skip
+        return self._out
 
     def point_kernels(self, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`mwumkl_dist.kernels.evaluation.point_kernel_block` on the GPU (the same bits)."""
-        k, P = self._k, self.arrays
-        self._p.copy_to_device(np.ascontiguousarray(p, dtype=np.float64))
-        self._q.copy_to_device(np.ascontiguousarray(q, dtype=np.float64))
-        if self.plan.n_kernels:
-            k.point_kernels[k.launch(self.plan.n_kernels)](
-                self._p, self._q, P["gptr"], P["gfeat"], P["kind"], P["pa"], P["pb"], P["grp"], P["root"],
-                P["depth"], self._out,
-            )  # fmt: skip
-        out = self._out.copy_to_host()
+        out = self.point_kernels_device(p, q).copy_to_host()
         return out[0], out[1], out[2]
+
+
+class DeviceCoef:
+    """``coef`` on the GPU, as :class:`DeviceRules` hands it to the shards' supersteps.
+
+    ``bad`` (on the GPU, one value, set by the rules) is 0.0 when every value is finite; a shard's
+    superstep message brings it back and sets ``finite`` (None until one did).
+    """
+
+    def __init__(self, values, bad):
+        self.values, self.bad = values, bad
+        self.finite: bool | None = None
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+
+class DeviceRules:
+    """:class:`~mwumkl_dist.core.mwu_rules.HostRules` on the GPU, beside ``V``: the same rules, the same steps.
+
+    ``s`` (two buffers, swapped by :meth:`commit`), the picked points' kernel block, the margins and
+    ``coef`` stay on the GPU: :meth:`step` runs the ``rules_*`` kernels of
+    :mod:`mwumkl_dist.devices.cuda_kernels` (the functions of :mod:`mwumkl_dist.core.mwu_rules`
+    compiled there) and returns a :class:`DeviceCoef` that the shards use where it is.  Nothing of
+    size ``m`` moves per iteration, except a precomputed problem's kernel block (``3 m`` values read
+    from ``K`` on the host; such a problem holds ``m n^2`` of them).
+
+    Built by :meth:`DeviceProblem.device_rules` (the local engine's ``rules``); the arguments are
+    :class:`~mwumkl_dist.core.mwu_rules.HostRules`' with ``problem`` for ``kernel_block``.
+    """
+
+    def __init__(self, problem, s, *, inv_trace, ridge, eps_p: float, rho: float, selectivity=None):
+        self._k = _kernels()
+        cuda = self._cuda = check_device()
+        self._problem = problem
+        m = int(problem.n_kernels)
+        self.ridge, self.eps_p, self.rho = ridge, float(eps_p), float(rho)
+        self.selectivity = None if selectivity is None else float(selectivity)
+        self.s = cuda.to_device(np.array(s, dtype=np.float64))
+        self._next = cuda.device_array(m, np.float64)
+        self._u = cuda.device_array(m, np.float64)
+        self._inv = cuda.to_device(np.ascontiguousarray(inv_trace, dtype=np.float64))
+        self._grid = self._k.rule_launch(m)
+        self._top = cuda.device_array(self._grid[0], np.float64)  # the largest u of each block
+        self.coef = DeviceCoef(cuda.device_array(m, np.float64), cuda.to_device(np.zeros(1)))
+
+    def _on_device(self, v_row):
+        """A candidate's ``V`` row on the GPU: a shard's device view as it is; a host row (the first
+        iteration's candidates, a checkpoint's) is sent, once per fit."""
+        if isinstance(v_row, np.ndarray):
+            return self._cuda.to_device(np.ascontiguousarray(v_row, dtype=np.float64))
+        return v_row
+
+    def step(self, pos: Candidate, neg: Candidate, iteration: int) -> DeviceCoef:
+        """:meth:`HostRules.step <mwumkl_dist.core.mwu_rules.HostRules.step>` on the GPU; a non-finite
+        ``coef`` is reported by :meth:`commit`."""
+        k, grid = self._k, self._grid
+        kb = self._problem.device_kernel_block(pos.point, neg.point)
+        ridge_p, ridge_n = ridge_at(self.ridge, pos.index), ridge_at(self.ridge, neg.index)
+        v_pos, v_neg = self._on_device(pos.v_row), self._on_device(neg.v_row)
+        k.rules_margins[grid](kb, self._inv, ridge_p, ridge_n, self.s, v_pos, v_neg, self._next, self._u, self._top,
+                              self.coef.bad)  # fmt: skip
+        k.rules_coef[grid](self._u, self._top, self.eps_p, self.rho, self.selectivity, self.coef.values, self.coef.bad)
+        self.coef.finite = None
+        return self.coef
+
+    def commit(self, iteration: int) -> None:
+        """After the superstep: the iteration's ``s`` becomes the current one, or :func:`non_finite_scores`
+        is raised when ``coef`` was not finite (the shards' messages say so)."""
+        finite = self.coef.finite
+        if finite is None:  # no shard took this coef (not the local engine's GPU shards): ask
+            finite = bool(self.coef.bad.copy_to_host()[0] == 0.0)
+        if not finite:
+            raise non_finite_scores(iteration, self._next.copy_to_host())
+        self.s, self._next = self._next, self.s
+
+    def host_s(self) -> np.ndarray:
+        """``s`` copied to the host."""
+        return self.s.copy_to_host()
 
 
 class DeviceProblem:
@@ -580,18 +711,29 @@ class DeviceProblem:
     #: Kernel blocks on the GPU from this many kernels (fewer: the CPU is quicker than a round trip; same bits).
     kernel_block_min_kernels = 4096
 
-    def kernel_block(self, p, q):
+    def _plan(self) -> DevicePlan | None:
+        """The kernel set's :class:`DevicePlan` (made on first use), or None (precomputed kernels)."""
         kernel_set = getattr(self.problem, "kernel_set", None)
-        if (
-            self._driver_gpu
-            and kernel_set is not None
-            and np.ndim(p) == 1
-            and len(kernel_set) >= self.kernel_block_min_kernels
-        ):
-            if self._device_plan is None:
-                self._device_plan = DevicePlan(kernel_set.plan)
+        if kernel_set is not None and self._device_plan is None:
+            self._device_plan = DevicePlan(kernel_set.plan)
+        return self._device_plan
+
+    def kernel_block(self, p, q):
+        """The picked points' raw kernel values on the host (for host rules; see :meth:`device_kernel_block`)."""
+        if self._driver_gpu and self.problem.n_kernels >= self.kernel_block_min_kernels and self._plan() is not None:
             return self._device_plan.point_kernels(p, q)
         return self.problem.kernel_block(p, q)
+
+    def device_kernel_block(self, p, q):
+        """The same as one ``(3, m)`` GPU array, for :class:`DeviceRules`: computed there for a kernel set."""
+        plan = self._plan()
+        if plan is not None:
+            return plan.point_kernels_device(p, q)
+        return check_device().to_device(np.stack(self.problem.kernel_block(p, q)))  # precomputed: read from K
+
+    def device_rules(self, s, **settings) -> DeviceRules:
+        """:class:`DeviceRules` for this problem: the local engine's rules (its GPU shards are in this process)."""
+        return DeviceRules(self, s, **settings)
 
     def shard_factory(self, start: int, stop: int, kernels: tuple[int, int] | None = None):
         return _gpu_factory(self.problem.shard_factory(start, stop, kernels))

@@ -19,6 +19,14 @@ engine's bit for bit:
 * scores are summed per kernel tile (``cpu.kernel_tiles``), then over
   the tiles in order; the argmax takes the lowest row among equal maxima.
 
+The MWU rules on ``m``-vectors (``rules_*``) are the functions of
+:mod:`mwumkl_dist.core.mwu_rules` themselves, compiled here with their
+elementwise operations bound to device functions (:func:`device_rule`):
+``product`` is ``__dmul_rn``, ``maximum`` lets a NaN win as numpy's does,
+``sqrt`` is correctly rounded on both; ``sinh`` and ``exp`` are CUDA's, which
+may differ from numpy's in the last bit (under the simulator they are numpy's
+own, so there the rules' numbers are the host's bit for bit).
+
 Layouts: ``V`` is stored transposed, ``(m, n_rows)`` C-order, as are the
 per-group arrays ``(n_groups, n_rows)``, so the threads of a warp (consecutive
 rows) read consecutive addresses.  Grids are flattened and walked with
@@ -29,14 +37,17 @@ from __future__ import annotations
 
 import math
 import os
+import types
 import warnings
 
 import numba
+import numpy as np
 from numba import cuda
 
+from mwumkl_dist.core import mwu_rules as _rules
 from mwumkl_dist.devices.cpu import EXP_CONSTANTS
 
-__all__ = ["SIMULATED", "TPB", "launch"]
+__all__ = ["SIMULATED", "TPB", "launch", "rule_launch", "device_rule"]
 
 #: True under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
 SIMULATED = bool(numba.config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -63,6 +74,15 @@ if SIMULATED:
     def _pow2(k):
         return math.ldexp(1.0, int(k))
 
+    # The host rules' sinh and exp (numpy's, on one value: the same bits as on a whole array).
+    @cuda.jit(device=True)
+    def _sinh(x):
+        return np.sinh(x)
+
+    @cuda.jit(device=True)
+    def _rule_exp(x):
+        return np.exp(x)
+
 else:  # pragma: no cover - needs a GPU
     from numba.cuda import libdevice
 
@@ -76,6 +96,14 @@ else:  # pragma: no cover - needs a GPU
         # 2**k for a normal exponent, built from its bits as _exp_into does.
         return libdevice.longlong_as_double((k + 1023) << 52)
 
+    @cuda.jit(device=True)
+    def _sinh(x):
+        return math.sinh(x)
+
+    @cuda.jit(device=True)
+    def _rule_exp(x):
+        return math.exp(x)
+
 
 def launch(n_work: int) -> tuple[int, int]:
     """``(blocks, threads)`` for ``n_work`` items of a grid-stride kernel."""
@@ -83,6 +111,19 @@ def launch(n_work: int) -> tuple[int, int]:
     if SIMULATED:  # every simulated thread is a Python thread: few of them, grid-stride loops do the rest
         blocks = max(1, min(blocks, 2))
     return blocks, TPB
+
+
+#: At most this many blocks run a rules pass: every block of the next pass reads all their partial results.
+RULE_BLOCKS = 1024
+
+#: Threads per block of the one-block kernels and the rules' (their barriers are what the simulator is
+#: slowest at: it polls every thread).
+REDUCE_TPB = 4 if SIMULATED else TPB
+
+
+def rule_launch(m: int) -> tuple[int, int]:
+    """``(blocks, threads)`` of the ``rules_*`` kernels over ``m`` kernels (their partial arrays have ``blocks``)."""
+    return min(launch(m)[0], RULE_BLOCKS), REDUCE_TPB
 
 
 @cuda.jit(device=True)
@@ -380,6 +421,32 @@ def point_kernels(p, q, gptr, gfeat, kind, pa, pb, grp, root, depth, out):
         out[2, i] = _chain_value(kd, pa[r], pb[r], d01, (s0 + s1) - _mul(2.0, d01), depth[i])
 
 
+@cuda.jit(device=True)
+def _take_better(si, sg, c, slot, i2, g2):
+    """Candidate ``(i2, g2)`` replaces the one of class ``c`` in ``slot`` if better: higher ``g``, equal ``g`` to the
+    lower row (``i2 = -1``: none)."""
+    if i2 >= 0:
+        i1 = si[c, slot]
+        g1 = sg[c, slot]
+        if i1 < 0 or g2 > g1 or (g2 == g1 and i2 < i1):
+            sg[c, slot] = g2
+            si[c, slot] = i2
+
+
+@cuda.jit(device=True)
+def _reduce_best(si, sg):
+    """Each class's best candidate of the block's slots into slot 0 (shared ``(2, TPB)`` arrays)."""
+    tid = cuda.threadIdx.x
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            for c in range(2):
+                _take_better(si, sg, c, tid, si[c, tid + s], sg[c, tid + s])
+        cuda.syncthreads()
+        s //= 2
+
+
 @cuda.jit
 def scores_argmax(partial, y, gsum, best_idx, best_g):
     """``g`` = the tile partials added in tile order; per block, the best row of each class.
@@ -407,26 +474,37 @@ def scores_argmax(partial, y, gsum, best_idx, best_g):
             c = 0 if y[j] > 0 else 1
             sg[c, tid] = g
             si[c, tid] = j
-    cuda.syncthreads()
-    s = cuda.blockDim.x // 2
-    while s > 0:
-        if tid < s:
-            for c in range(2):
-                i2 = si[c, tid + s]
-                if i2 >= 0:
-                    g2 = sg[c, tid + s]
-                    i1 = si[c, tid]
-                    g1 = sg[c, tid]
-                    if i1 < 0 or g2 > g1 or (g2 == g1 and i2 < i1):
-                        sg[c, tid] = g2
-                        si[c, tid] = i2
-        cuda.syncthreads()
-        s //= 2
+    _reduce_best(si, sg)
     if tid == 0:
         b = cuda.blockIdx.x
         for c in range(2):
             best_idx[b, c] = si[c, 0]
             best_g[b, c] = sg[c, 0]
+
+
+@cuda.jit
+def pick_candidates(best_idx, best_g, bad, record, pick):
+    """One block: the shard's best row of each class over :func:`scores_argmax`'s blocks, as its message.
+
+    ``record`` = ``[row +1, g +1, row -1, g -1, finite]`` (rows local, ``-1``: none; as float64,
+    exact below 2**53), ``finite`` 1.0 unless :func:`rules_coef` set ``bad[0]``; ``pick`` = both
+    rows (0 for none), for :func:`gather_rows`.
+    """
+    sg = cuda.shared.array((2, TPB), numba.float64)
+    si = cuda.shared.array((2, TPB), numba.int64)
+    tid = cuda.threadIdx.x
+    for c in range(2):
+        sg[c, tid] = -_INF
+        si[c, tid] = -1
+        for b in range(tid, best_idx.shape[0], cuda.blockDim.x):
+            _take_better(si, sg, c, tid, best_idx[b, c], best_g[b, c])
+    _reduce_best(si, sg)
+    if tid == 0:
+        for c in range(2):
+            record[2 * c] = si[c, 0]
+            record[2 * c + 1] = sg[c, 0]
+            pick[c] = si[c, 0] if si[c, 0] >= 0 else 0
+        record[4] = 1.0 - bad[0]
 
 
 @cuda.jit
@@ -498,6 +576,135 @@ def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, s
         out[t, o] = s
 
 
+# ----------------------------------------------------------------------------- the MWU rules on m-vectors
+
+
+@cuda.jit(device=True)
+def _maximum(a, b):
+    """``np.maximum`` of two values: the larger, and a NaN wins (so a reduction with it is ``np.max``)."""
+    return a if (a >= b or a != a) else b
+
+
+@cuda.jit(device=True)
+def _sqrt(x):
+    return math.sqrt(x)
+
+
+@cuda.jit(device=True)
+def _where(cond, a, b):
+    return a if cond else b
+
+
+#: The device functions the rules' elementwise operations (``mwu_rules.ELEMENTWISE``) are bound to.
+_ELEMENTWISE = {"product": _mul, "sqrt": _sqrt, "maximum": _maximum, "exp": _rule_exp, "sinh": _sinh,
+                "where": _where}  # fmt: skip
+assert set(_ELEMENTWISE) == set(_rules.ELEMENTWISE)
+
+
+def device_rule(rule, **bind):
+    """A rule of :mod:`mwumkl_dist.core.mwu_rules` as a device function: its own code, on one value per thread.
+
+    The function is rebuilt with the rules' elementwise operations (``product``, ``sqrt``, ...) bound
+    to :data:`_ELEMENTWISE` instead of numpy's (or to ``bind``'s device functions, by name), and
+    compiled for the GPU.
+    """
+    scope = {**rule.__globals__, **_ELEMENTWISE, **bind}
+    body = types.FunctionType(rule.__code__, scope, rule.__name__, rule.__defaults__, rule.__closure__)
+    return cuda.jit(device=True)(body)
+
+
+_gram_block = device_rule(_rules.gram_block)
+_update_s = device_rule(_rules.update_s)
+_margins = device_rule(_rules.margins)
+_exponents = device_rule(_rules.exponents)
+_exponent_weights = device_rule(_rules.exponent_weights)
+
+
+@cuda.jit(device=True)
+def _block_max(shared, value):
+    """The maximum of every thread's ``value`` in the block (a NaN wins), returned to every thread.
+
+    ``shared`` is a ``(TPB,)`` float64 shared array; the block size is a power of 2.
+    """
+    tid = cuda.threadIdx.x
+    shared[tid] = value
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            shared[tid] = _maximum(shared[tid], shared[tid + s])
+        cuda.syncthreads()
+        s //= 2
+    out = shared[0]
+    cuda.syncthreads()  # every thread has read it before the array is used again
+    return out
+
+
+@cuda.jit(device=True)
+def _parts_max(shared, parts):
+    """The maximum of the previous pass's per-block results (every block computes it: no grid-wide sync)."""
+    v = -_INF
+    for b in range(cuda.threadIdx.x, parts.shape[0], cuda.blockDim.x):
+        v = _maximum(v, parts[b])
+    return _block_max(shared, v)
+
+
+@cuda.jit
+def rules_margins(kb, inv_trace, ridge_p, ridge_n, s, v_pos, v_neg, s_next, u, top_parts, bad):
+    """Per kernel the Gram block (``gram_block``), ``s`` updated (``update_s``) and ``u`` (``margins``); per block
+    the largest ``u`` (``top_parts``).  ``kb`` is ``(3, m)``: ``K(p, p)``, ``K(q, q)``, ``K(p, q)``.  Clears
+    :func:`rules_coef`'s flag ``bad[0]``."""
+    shared = cuda.shared.array(TPB, numba.float64)
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    if start == 0:
+        bad[0] = 0.0
+    top = -_INF
+    for i in range(start, s.shape[0], stride):
+        g_pp, g_nn, g_pn = _gram_block(kb[0, i], kb[1, i], kb[2, i], inv_trace[i], ridge_p, ridge_n)
+        si = _update_s(s[i], v_pos[i], v_neg[i], g_pp, g_nn, g_pn)
+        s_next[i] = si
+        ui = _margins(si)
+        u[i] = ui
+        top = _maximum(top, ui)
+    top = _block_max(shared, top)
+    if cuda.threadIdx.x == 0:
+        top_parts[cuda.blockIdx.x] = top
+
+
+@cuda.jit
+def rules_coef(u, top_parts, eps_p, rho, selectivity, coef, bad):
+    """``(c, q, quashed)`` from the largest ``u`` (``exponents``), then per kernel ``coef`` (``exponent_weights``);
+    ``bad[0] = 1.0`` if a value is not finite (every thread that finds one stores the same value)."""
+    shared = cuda.shared.array(TPB, numba.float64)
+    c, q, quashed = _exponents(_parts_max(shared, top_parts), eps_p, rho, selectivity)
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, u.shape[0], stride):
+        _, ci = _exponent_weights(u[i], c, q, quashed)
+        coef[i] = ci
+        if not math.isfinite(ci):
+            bad[0] = 1.0
+
+
+@cuda.jit
+def load_points(p, q, old, n_old_p, n_old_q, new, n_p, n_q):
+    """Two dense points from their non-zeros: ``p``/``q`` zeroed where the previous ones were, then set.
+
+    One block.  ``new`` is ``[indices of p, indices of q, values of p, values of q]`` (indices as
+    float64, exact below 2**53), ``old`` the previous message (``n_old_*`` entries each).
+    """
+    tid, step = cuda.threadIdx.x, cuda.blockDim.x
+    for k in range(tid, n_old_p, step):
+        p[int(old[k])] = 0.0
+    for k in range(tid, n_old_q, step):
+        q[int(old[n_old_p + k])] = 0.0
+    cuda.syncthreads()
+    n = n_p + n_q
+    for k in range(tid, n_p, step):
+        p[int(new[k])] = new[n + k]
+    for k in range(tid, n_q, step):
+        q[int(new[n_p + k])] = new[n + n_p + k]
+
+
 if SIMULATED:
     import threading
 
@@ -521,5 +728,6 @@ if SIMULATED:
 
     for _name in ("exp_values", "fill_zero", "point_sqnorms", "group_dots_dense", "group_dots_csr",
                   "superstep_features", "superstep_features_inline", "superstep_columns", "scores_argmax",
-                  "point_kernels", "gather_rows", "weighted_kernel_sums"):  # fmt: skip
+                  "pick_candidates", "point_kernels", "gather_rows", "weighted_kernel_sums", "rules_margins",
+                  "rules_coef", "load_points"):  # fmt: skip
         globals()[_name] = _Serialized(globals()[_name])

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mwumkl_dist.core.mwu_rules import Candidate
+from mwumkl_dist.core.mwu_rules import Candidate, HostRules
 
 __all__ = ["Engine"]
 
@@ -34,8 +34,19 @@ class Engine(Protocol):
     def kernel_block(self, pos: Candidate, neg: Candidate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` of the two picked points."""
 
-    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
-        """Add the picked columns to ``V``, score with ``g = V @ coef``, return the best row of each class."""
+    def rules(self, s: np.ndarray, *, inv_trace, ridge, eps_p: float, rho: float, selectivity) -> HostRules:
+        """The rules' ``m``-vectors from ``s`` on, where this engine keeps them (see :class:`HostRules`).
+
+        On the host (:class:`HostRules`, with :meth:`kernel_block`), or on the GPU that holds ``V``
+        (``mwumkl_dist.data.cuda_shards.DeviceRules``: the same steps, ``coef`` stays there and
+        :meth:`superstep` takes it as it is).
+        """
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef) -> tuple[Candidate, Candidate]:
+        """Add the picked columns to ``V``, score with ``g = V @ coef``, return the best row of each class.
+
+        ``coef`` is what :meth:`rules`' ``step`` returned.
+        """
 
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
         """``(P, N)``: the sums of ``alpha_j h_j`` per class (see :func:`class_totals`)."""

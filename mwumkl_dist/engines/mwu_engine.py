@@ -25,7 +25,14 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.exact import exact_to_float
-from mwumkl_dist.core.mwu_rules import Candidate, check_ridge, class_totals, reduce_candidates, ridge_rows
+from mwumkl_dist.core.mwu_rules import (
+    Candidate,
+    HostRules,
+    check_ridge,
+    class_totals,
+    reduce_candidates,
+    ridge_rows,
+)
 from mwumkl_dist.data.shards import sum_tile_partials
 
 __all__ = ["MWUEngine", "Block", "fetch_row"]
@@ -97,8 +104,11 @@ class MWUEngine:
         return calls
 
     @staticmethod
-    def _kernel_slice(block: Block, per_kernel: np.ndarray) -> np.ndarray:
-        return per_kernel[block.kernels[0] : block.kernels[1]]
+    def _kernel_slice(block: Block, per_kernel):
+        k0, k1 = block.kernels
+        if k0 == 0 and k1 == len(per_kernel):
+            return per_kernel  # a block of all kernels takes the vector itself (rules on a GPU hand over theirs)
+        return per_kernel[k0:k1]
 
     @staticmethod
     def _by_kernels(block: Block):
@@ -149,7 +159,11 @@ class MWUEngine:
     def kernel_block(self, pos: Candidate, neg: Candidate):
         return self.problem.kernel_block(pos.point, neg.point)
 
-    def superstep(self, pos: Candidate, neg: Candidate, coef: np.ndarray) -> tuple[Candidate, Candidate]:
+    def rules(self, s, **settings) -> HostRules:
+        """The rules on the driver's host (the shards' candidates bring their ``V`` rows there)."""
+        return HostRules(s, self.kernel_block, **settings)
+
+    def superstep(self, pos: Candidate, neg: Candidate, coef) -> tuple[Candidate, Candidate]:
         if self._log:  # the pick log lets a lost block be rebuilt bit for bit (replay before this superstep)
             self._picks.append((pos.index, neg.index))
             self._points.setdefault(pos.index, pos.point)

@@ -23,10 +23,7 @@ from mwumkl_dist.core.mwu_rules import (
     check_ridge,
     eps_prime,
     exponentiate,
-    gram_block,
     kernel_weights,
-    ridge_at,
-    update_s,
 )
 from mwumkl_dist.engines.base import Engine
 
@@ -89,30 +86,31 @@ def solve(
     for every point, or an ``(n_samples,)`` array of per-point values (the
     engine's shards must be configured with the same).  ``selectivity`` sets the exponents'
     scale (:func:`exponent_scale`): ``None`` is the paper's rule.
+
+    The rules' ``m``-vectors live where the engine keeps them (:meth:`Engine.rules`): with GPU shards
+    in this process on that GPU, so an iteration moves no ``m``-vector to the host; ``s`` is copied
+    there for a callback and at the end.
     """
     eps_p = eps_prime(epsilon, rho)
     ridge = check_ridge(ridge, engine.n_samples)
     if state is None:
         pos, neg = engine.initial_candidates()
         state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
-    s, pos, neg, t, picks = state.s.copy(), state.pos, state.neg, state.iteration, list(state.picks)
+    pos, neg, t, picks = state.pos, state.neg, state.iteration, list(state.picks)
+    rules = engine.rules(state.s, inv_trace=inv_trace, ridge=ridge, eps_p=eps_p, rho=rho, selectivity=selectivity)
     start = time.perf_counter()
     interrupted = False
     with _sigint_requests_stop() as stop:
         while t < n_iter:
-            k_pp, k_nn, k_pn = engine.kernel_block(pos, neg)
-            block = gram_block(k_pp, k_nn, k_pn, inv_trace, ridge_at(ridge, pos.index), ridge_at(ridge, neg.index))
-            s_next = update_s(s, pos.v_row, neg.v_row, *block)
-            coef = exponentiate(s_next, eps_p, rho, selectivity).coef
-            if not np.all(np.isfinite(coef)):
-                raise FloatingPointError(f"non-finite scores at iteration {t + 1}: the kernels overflow (s = {s_next})")
+            coef = rules.step(pos, neg, t + 1)
             picks.append((pos.index, neg.index))
             pos, neg = engine.superstep(pos, neg, coef)
-            s, t = s_next, t + 1
+            rules.commit(t + 1)
+            t += 1
             if on_state is not None:
-                on_state(SolverState(t, s, pos, neg, picks))
+                on_state(SolverState(t, rules.s, pos, neg, picks))
             if callback is not None and (t % callback_every == 0 or t == n_iter):
-                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, s)) is True:
+                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, rules.host_s())) is True:
                     interrupted = t < n_iter
                     break
             if stop.requested:
@@ -123,7 +121,8 @@ def solve(
                 break
     if t == 0:
         raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
-    mu = kernel_weights(exponentiate(s, eps_p, rho, selectivity))
+    s = rules.host_s()
+    mu = kernel_weights(exponentiate(s, eps_p, rho, selectivity))  # once, on the host (numpy's sum)
     counts = engine.alpha_counts()
     pos_sum, neg_sum = engine.class_sums(mu)
     # alpha = counts / t, V = G counts: P (with alpha/t and V/t) = pos_sum / t^2.
