@@ -8,6 +8,7 @@ that gives far too few iterations for an unpolished fit, and ``random_state``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
@@ -18,7 +19,7 @@ import numpy as np
 from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.solvers.base import Fitter, fold_decisions, predicted_labels
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -357,19 +358,26 @@ class _FoldScorer:
 
     def error(self, C, selectivity) -> float:
         """The cross-validated (weighted) error of ``C`` (size-relative) with ``selectivity``."""
+        parts = fold_map(functools.partial(self._fold_error, C, selectivity), range(len(self.folds)),
+                         doing="choosing C by cross-validation")  # fmt: skip
         error = 0.0
-        for (a, b), kept in zip(self.folds, self.fold_kernels):
-            train, test = self.rows[a], self.rows[b]
-            fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
-                             n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
-            attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
-                                              doing="choosing C by cross-validation")  # fmt: skip
-            predicted = predicted_labels(attrs["classes_"], decisions)
-            test_weights = None if self.scoring is None else self.scoring[test]
-            error += weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
+        for part in parts:  # in fold order: the same sum for any thread count
+            error += part
         if self.spec.verbose:
             logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
         return error
+
+    def _fold_error(self, C, selectivity, k: int) -> float:
+        """Fold ``k``'s share of the cross-validated error."""
+        (a, b), kept = self.folds[k], self.fold_kernels[k]
+        train, test = self.rows[a], self.rows[b]
+        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+        attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
+                                          doing="choosing C by cross-validation")  # fmt: skip
+        predicted = predicted_labels(attrs["classes_"], decisions)
+        test_weights = None if self.scoring is None else self.scoring[test]
+        return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):
