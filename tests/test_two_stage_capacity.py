@@ -33,6 +33,7 @@ def small_ranks(monkeypatch):
     monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
     monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
     monkeypatch.setattr(partition, "ROW_BLOCK", 64)
+    monkeypatch.setattr(nystroem, "PRODUCT_ROWS", 8)  # the driver's products in several blocks too
 
 
 def test_rank_cap_and_levels():

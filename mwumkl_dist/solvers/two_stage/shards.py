@@ -10,12 +10,12 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
-from mwumkl_dist.devices.threads import current_threads, ordered_map
+from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
-from mwumkl_dist.solvers.two_stage.nystroem import Basis, one_blas_thread
+from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
 __all__ = [

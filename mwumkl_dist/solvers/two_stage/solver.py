@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mwumkl_dist.data.weights import problem_weights
+from mwumkl_dist.devices.threads import one_blas_thread
 from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
@@ -23,7 +24,6 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
     landmark_order,
     nystroem_map,
     nystroem_residual,
-    one_blas_thread,
     pruned_weights,
     rank_cap,
     rank_levels,
@@ -103,7 +103,8 @@ class TwoStageSolver:
             raise ValueError("the weight subsample misses a class; the two-stage solver needs every class in it")
         clock.append(time.process_time())
         # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
-        # the model must not; the kernel evaluations use this thread's numba threads (same bits for any count).
+        # the model must not.  The threads work on fixed blocks instead (the shards' row blocks, the driver's
+        # blocked_product) and in the kernel evaluations (numba): the same bits for any count.
         with (
             linear_shards(
                 data,
