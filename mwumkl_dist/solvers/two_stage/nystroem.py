@@ -174,11 +174,14 @@ class NystroemMap:
         return Basis(self.n_columns, self.projection)
 
     def columns(self, X) -> np.ndarray:
-        """``K(X, L)`` of one block of rows, on this thread."""
-        return combined_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False)
+        """``K(X, L)`` of one block of rows, on this thread's threads (in a region of blocks: its share of them).
+
+        Entries are independent: the same bits for any thread count.
+        """
+        return combined_kernel(self.kernel_set, X, self.landmarks, self.weights)
 
     def features(self, X) -> np.ndarray:
-        """``phi(X)`` of one block of rows, on this thread."""
+        """``phi(X)`` of one block of rows (the product on this thread)."""
         return self.columns(X) @ self.projection
 
     def transform(self, X) -> np.ndarray:

@@ -91,6 +91,13 @@ class TwoStageSolver:
 
     def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         """Stage 1 by a nested fit (the MWU solver on a stratified subsample), stages 2 and 3 on shards."""
+        # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), the
+        # model must not, and n_jobs holds for BLAS too.  The threads work on fixed blocks instead (the folds,
+        # the shards' row blocks, the driver's blocked_product) and in the kernel evaluations (numba).
+        with one_blas_thread():
+            return self._fit(spec, task)
+
+    def _fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
         n = data.n_samples
         clock = [time.process_time()]
@@ -102,22 +109,16 @@ class TwoStageSolver:
         if not np.array_equal(weights["classes_"], task.classes):
             raise ValueError("the weight subsample misses a class; the two-stage solver needs every class in it")
         clock.append(time.process_time())
-        # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
-        # the model must not.  The threads work on fixed blocks instead (the shards' row blocks, the driver's
-        # blocked_product) and in the kernel evaluations (numba): the same bits for any count.
-        with (
-            linear_shards(
-                data,
-                engine=spec.engine,
-                n_shards=spec.n_shards,
-                client=task.client,
-                timeout=spec.worker_timeout,
-                call_timeout=spec.superstep_timeout,
-                row_block=self.row_block,
-                spill=self.spill,
-            ) as shards,  # fmt: skip
-            one_blas_thread(),
-        ):
+        with linear_shards(
+            data,
+            engine=spec.engine,
+            n_shards=spec.n_shards,
+            client=task.client,
+            timeout=spec.worker_timeout,
+            call_timeout=spec.superstep_timeout,
+            row_block=self.row_block,
+            spill=self.spill,
+        ) as shards:
             attrs = self._full_stage(task, shards, weights, clock)
         if spec.verbose:
             stage_seconds = np.diff(clock)
