@@ -242,8 +242,7 @@ def nystroem_residual(fmap: NystroemMap, X) -> float:
     if X.shape[0] == 0:
         return 0.0
     diagonal = kernel_diagonal(as_csr(X), fmap.kernel_set.plan) @ fmap.weights
-    # The map's features, over this thread's threads (entries and product blocks: the same bits for any count).
-    F = blocked_product(combined_kernel(fmap.kernel_set, X, fmap.landmarks, fmap.weights), fmap.projection)
+    F = blocked_product(fmap.columns(X), fmap.projection)  # the features over the threads (same bits for any count)
     total = float(np.sum(diagonal))
     return max(0.0, float(np.sum(diagonal - np.einsum("ij,ij->i", F, F))) / total) if total > 0 else 0.0
 
