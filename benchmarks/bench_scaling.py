@@ -225,14 +225,18 @@ def timed_solver(record: list, spec: Spec):
         setattr(owner, name, original)
 
 
-def fit_once(X, y, spec: Spec, *, max_iter: int, **params) -> tuple[object, float, float]:
-    """``(estimator, fit seconds, solver seconds)`` of one fit."""
+def make_estimator(spec: Spec, *, max_iter: int, **params):
+    """The estimator a problem is fitted with (``params``: ``n_jobs``, the engine's)."""
     from mwumkl_dist import MWUMKLClassifier
 
     if spec.defaults:
-        clf = MWUMKLClassifier(random_state=0, **dict(spec.params), **params)
-    else:
-        clf = MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, solver="mwu", **params)
+        return MWUMKLClassifier(random_state=0, **dict(spec.params), **params)
+    return MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, solver="mwu", **params)
+
+
+def fit_once(X, y, spec: Spec, *, max_iter: int, **params) -> tuple[object, float, float]:
+    """``(estimator, fit seconds, solver seconds)`` of one fit."""
+    clf = make_estimator(spec, max_iter=max_iter, **params)
     record: list = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FewIterationsWarning / ConvergenceWarning: max_iter is fixed on purpose
