@@ -313,9 +313,17 @@ def _omp_env_threads() -> int | None:
     return n if n >= 1 else None
 
 
-# threadpoolctl's controller takes a few ms to build (it scans the loaded libraries),
-# querying its OpenMP libraries takes microseconds: keep one, rebuilt when modules were imported.
-_tp_cache: dict[str, object] = {"key": None, "libs": ()}
+# threadpoolctl's controller takes a few ms to build (it scans the loaded libraries), querying or setting its
+# libraries microseconds: keep one, rebuilt when modules were imported.
+_tp_cache: dict[str, object] = {"key": None, "controller": None}
+
+
+def _threadpool_controller(tp):
+    """threadpoolctl's (module ``tp``) controller of the loaded libraries, kept while no module is imported."""
+    key = len(sys.modules)
+    if _tp_cache["key"] != key:
+        _tp_cache["controller"], _tp_cache["key"] = tp.ThreadpoolController(), key
+    return _tp_cache["controller"]
 
 
 def _openmp_limit() -> int | None:
@@ -327,13 +335,9 @@ def _openmp_limit() -> int | None:
     tp = sys.modules.get("threadpoolctl")
     if tp is None:
         return None
-    key = len(sys.modules)
     try:
-        if _tp_cache["key"] != key:
-            controller = tp.ThreadpoolController()
-            _tp_cache["libs"] = tuple(lib for lib in controller.lib_controllers if lib.user_api == "openmp")
-            _tp_cache["key"] = key
-        limits = [lib.get_num_threads() for lib in _tp_cache["libs"]]
+        libs = _threadpool_controller(tp).lib_controllers
+        limits = [lib.get_num_threads() for lib in libs if lib.user_api == "openmp"]
     except Exception:
         return None
     limits = [int(n) for n in limits if isinstance(n, Integral) and n >= 1]
@@ -685,7 +689,7 @@ def sigint_requests_stop():
 
 # ----------------------------------------------------------------------------- BLAS
 
-_blas: dict = {"users": 0, "limiter": None, "key": None, "controller": None}
+_blas: dict = {"users": 0, "limiter": None}
 _blas_lock = threading.Lock()
 
 
@@ -699,15 +703,12 @@ def one_blas_thread():
     fixed block and gets its threads from the blocks (:func:`ordered_map`).
     The count is one setting per process (OpenBLAS, MKL), so the blocks of
     all threads share it: the first sets it to 1, the last restores it.
-    threadpoolctl's controller (a few ms to build) is kept while no module is imported.
     """
     with _blas_lock:
         if _blas["users"] == 0:
-            from threadpoolctl import ThreadpoolController
+            import threadpoolctl
 
-            if _blas["key"] != len(sys.modules):
-                _blas["controller"], _blas["key"] = ThreadpoolController(), len(sys.modules)
-            _blas["limiter"] = _blas["controller"].limit(limits=1, user_api="blas")
+            _blas["limiter"] = _threadpool_controller(threadpoolctl).limit(limits=1, user_api="blas")
         _blas["users"] += 1
     try:
         yield
