@@ -242,8 +242,16 @@ def test_a_region_runs_at_most_its_threads_and_hands_a_leaving_workers_threads_o
     with threads.limit_threads(3):
         shares = threads.ordered_map(item, range(12))
     assert peak[0] <= 3 and max(shares) <= 3 and min(shares) >= 1
+    three = threading.Barrier(3, timeout=30)
+
+    def side_by_side(i):
+        three.wait()
+        share = threads.current_threads()
+        three.wait()  # none has left before all have read their share
+        return share
+
     with threads.limit_threads(6):  # 6 threads, 3 items: each item's own parallel work gets 2
-        assert threads.ordered_map(lambda i: threads.current_threads(), range(3)) == [2, 2, 2]
+        assert threads.ordered_map(side_by_side, range(3)) == [2, 2, 2]
     # Two items side by side get one thread each; the one still running gets both once the other is done.
     both = threading.Barrier(2, timeout=30)
 
@@ -259,9 +267,14 @@ def test_a_region_runs_at_most_its_threads_and_hands_a_leaving_workers_threads_o
     with threads.limit_threads(2):
         assert threads.ordered_map(pair, range(2)) == [(1, 2), (1, 1)]
         assert threads.current_threads() == 2  # the caller's own limit is back
-        # A nested map inside an item of share 1 runs on that item's thread.
-        inner = threads.ordered_map(lambda i: threads.ordered_map(lambda j: threading.get_ident(), range(4)), range(2))
-    assert all(len(set(ids)) == 1 for ids in inner)
+
+        def nested(i):  # a nested map inside an item of share 1 runs on that item's thread
+            both.wait()
+            ids = threads.ordered_map(lambda j: threading.get_ident(), range(4))
+            both.wait()
+            return ids
+
+        assert all(len(set(ids)) == 1 for ids in threads.ordered_map(nested, range(2)))
 
 
 def test_a_region_raises_the_first_items_error_and_starts_no_item_after_it(monkeypatch):
