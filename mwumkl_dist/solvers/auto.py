@@ -18,7 +18,7 @@ import numpy as np
 from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.solvers.base import Fitter, fold_decisions, predicted_labels
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -266,8 +266,8 @@ def choose_C(
     training points from winning the margin, so each is judged with the other
     near its final value.  Ties go to the smaller ``C``; the selectivity is the least selective
     within one standard error of the best (a selective combination must be measurably better).
-    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`)
-    on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
+    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
+    folds run side by side) on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
 
     Parameters
@@ -306,13 +306,14 @@ def choose_C(
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
-    if C is None:
-        C_path = {c: scorer.error(c, start) for c in AUTO_C_GRID}
+    if C is None:  # each grid's candidates in one batch: their folds side by side
+        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
         C = _first_best(C_path)
     selectivity, selectivity_path = start, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
-        for s in AUTO_SELECTIVITY_GRID:
-            selectivity_path[s] = C_path[C] if (s == start and C in C_path) else scorer.error(C, s)
+        todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
+        found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
+        selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
     return float(C), selectivity, C_path, selectivity_path
 
@@ -355,21 +356,36 @@ class _FoldScorer:
         fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
         return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point)
 
-    def error(self, C, selectivity) -> float:
-        """The cross-validated (weighted) error of ``C`` (size-relative) with ``selectivity``."""
-        error = 0.0
-        for (a, b), kept in zip(self.folds, self.fold_kernels):
-            train, test = self.rows[a], self.rows[b]
-            fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
-                             n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
-            attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
-                                              doing="choosing C by cross-validation")  # fmt: skip
-            predicted = predicted_labels(attrs["classes_"], decisions)
-            test_weights = None if self.scoring is None else self.scoring[test]
-            error += weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
-        if self.spec.verbose:
-            logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
-        return error
+    def errors(self, candidates) -> list[float]:
+        """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
+
+        All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
+        candidate's error adds its folds' shares in fold order: the same for any thread count.
+        """
+        k = len(self.folds)
+        jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
+        parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
+        out = []
+        for i, (C, selectivity) in enumerate(candidates):
+            error = 0.0
+            for part in parts[i * k : (i + 1) * k]:
+                error += part
+            if self.spec.verbose:
+                logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
+            out.append(error)
+        return out
+
+    def _fold_error(self, C, selectivity, k: int) -> float:
+        """Fold ``k``'s share of the cross-validated error."""
+        (a, b), kept = self.folds[k], self.fold_kernels[k]
+        train, test = self.rows[a], self.rows[b]
+        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+        attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
+                                          doing="choosing C by cross-validation")  # fmt: skip
+        predicted = predicted_labels(attrs["classes_"], decisions)
+        test_weights = None if self.scoring is None else self.scoring[test]
+        return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):
