@@ -255,3 +255,45 @@ def test_engine_counts_recoveries_and_closes(threaded_client):
         assert engine.recoveries == 0
         assert len(engine.blocks) == 2
     assert all(b.conn is None for b in engine.blocks)
+
+
+def _pickles_objects_of(obj, kinds) -> bool:
+    """Whether ``obj`` (a message as the channel encodes it) holds an instance of ``kinds`` anywhere inside."""
+    if isinstance(obj, kinds):
+        return True
+    if isinstance(obj, (tuple, list)):
+        return any(_pickles_objects_of(o, kinds) for o in obj)
+    return False
+
+
+@pytest.mark.parametrize("layout", [(2, 1), (1, 2), (2, 2)])
+def test_a_superstep_pickles_no_candidate_or_point_and_takes_at_most_two_calls(threaded_client, monkeypatch, layout):
+    # The threaded client's shards live in this process: the spy sees the driver's and the shards' frames.
+    from mwumkl_dist.core.mwu_rules import Candidate
+    from mwumkl_dist.engines import channel
+    from mwumkl_dist.kernels.evaluation import SparsePoint
+    from mwumkl_dist.solvers.mwu.iterate import solve
+
+    X, y = _data(d=8)  # 96 kernels: two kernel tiles, so (1, 2) makes two kernel blocks
+    problem = FeatureProblem(X, np.where(y == "yes", 1.0, -1.0), KernelSet("paper-per-feature", X.shape[1]))
+    with DaskEngine(problem, threaded_client, n_shards=layout[0], n_kernel_shards=layout[1]) as engine:
+        inv_trace = 1.0 / engine.traces()
+        engine.configure(inv_trace, 0.01)
+        encoded, calls = [], []
+        encode, call = channel.encode, engine.pool.call
+
+        def spy_call(method, *args, **kwargs):  # records what the supersteps' frames hold (not the first candidates)
+            calls.append(getattr(method, "__name__", method))
+            if method != "initial_candidates":
+                monkeypatch.setattr(channel, "encode", lambda obj: encoded.append(obj) or encode(obj))
+            try:
+                return call(method, *args, **kwargs)
+            finally:
+                monkeypatch.setattr(channel, "encode", encode)
+
+        monkeypatch.setattr(engine.pool, "call", spy_call)
+        solve(engine, inv_trace=inv_trace, ridge=0.01, epsilon=0.3, rho=0.5, n_iter=20)
+    # One call per superstep for row shards; kernel blocks add one fetch of both picked rows.
+    assert calls.count("superstep" if layout[1] == 1 else "superstep_scores") == 20
+    assert calls.count("fetch_rows") == (0 if layout[1] == 1 else 21)  # + solve's initial_candidates
+    assert len(encoded) >= 40 and not [m for m in encoded if _pickles_objects_of(m, (Candidate, SparsePoint))]

@@ -399,6 +399,7 @@ class DaskPool:
     """
 
     rebuilds = True
+    remote = True
     #: Workers whose shards were lost because they stopped answering (still listed by the scheduler):
     #: never chosen again, not even when no other worker is left (a placement there would hang).
     _hung: frozenset = frozenset()
