@@ -35,12 +35,12 @@ def security():
     return distributed.security.Security.temporary()  # self-signed CA + cert, require_encryption=True
 
 
-def _accept_in_thread(listener, timeout=20.0):
+def _accept_in_thread(listener, timeout=20.0, alive=None):
     box = {}
 
     def run():
         try:
-            box["chan"] = listener.accept(timeout)
+            box["chan"] = listener.accept(timeout, alive)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             box["error"] = exc
 
@@ -222,6 +222,30 @@ def test_a_trickling_stranger_gets_the_handshake_timeout_from_its_arrival():
     assert closed and time.monotonic() - start < 3
     listener.close()
     slow.close()
+
+
+@pytest.mark.timeout(30, method="thread")
+def test_a_listener_runs_in_its_accepting_thread_and_stops_once_its_owner_is_gone():
+    # No thread of its own (a shard server starts none); ``alive`` false ends the wait, no finalizer needed.
+    before = threading.active_count()
+    listener = _channel.Listener("127.0.0.1", _channel.new_secret())
+    assert threading.active_count() == before
+    owner = {"alive": True}
+    thread, box = _accept_in_thread(listener, alive=lambda: owner["alive"])
+    stranger = _silent(listener.address)
+    assert stranger.recv(100).startswith(b"MWUMKL")  # the accepting thread runs the handshakes
+    owner["alive"] = False
+    start = time.monotonic()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - start < 2
+    assert isinstance(box.get("error"), EOFError) and listener.closed
+    stranger.settimeout(5)
+    assert stranger.recv(100) == b""  # the waiting peer is closed with it ...
+    with pytest.raises(OSError):  # ... and nobody listens there any more
+        socket.create_connection(listener.address, timeout=2).recv(1)
+    with pytest.raises(EOFError):
+        listener.accept(1)
+    stranger.close()
 
 
 #: 600 strangers at a shard in a process allowed 128 descriptors (a worker under ``ulimit -n``).

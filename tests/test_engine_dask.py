@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 
 import numpy as np
@@ -297,3 +298,24 @@ def test_a_superstep_pickles_no_candidate_or_point_and_takes_at_most_two_calls(t
     assert calls.count("superstep" if layout[1] == 1 else "superstep_scores") == 20
     assert calls.count("fetch_rows") == (0 if layout[1] == 1 else 21)  # + solve's initial_candidates
     assert len(encoded) >= 40 and not [m for m in encoded if _pickles_objects_of(m, (Candidate, SparsePoint))]
+
+
+def _serve_threads(state: str) -> int:
+    return sum(t.name == f"mwumkl-shard{state}" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_later_fit_reuses_the_shard_threads_and_starts_none(threaded_client, monkeypatch):
+    # Starting a thread can hang a worker whose profiler is in sys._current_frames during a GC finalizer
+    # (CPython 3.11): a worker starts serve threads only while it holds more shards than ever before.
+    X, y = _data(n=80)
+    fit = MWUMKLClassifier(**literal(epsilon=0.4), engine="dask", client=threaded_client, n_shards=3).fit
+    fit(X, y)
+    deadline = time.monotonic() + 10
+    while _serve_threads("") or _serve_threads("-idle") < 3:  # the first fit's serve threads go idle
+        assert time.monotonic() < deadline, (_serve_threads(""), _serve_threads("-idle"))
+        time.sleep(0.05)
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name) or start(self))
+    fit(X, y)
+    assert not [name for name in started if name.startswith(("mwumkl-shard", "mwumkl-channel"))], started
