@@ -20,6 +20,9 @@ from mwumkl_dist.data.problems import FeatureProblem, chain_safe_ranges  # noqa:
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
+
 
 def _data(n=160, d=4, seed=0):
     rng = np.random.default_rng(seed)
