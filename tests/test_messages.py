@@ -27,10 +27,10 @@ def _same_point(a, b) -> None:
     if isinstance(a, SparsePoint):
         assert isinstance(b, SparsePoint) and a.n_features == b.n_features
         for x, y in zip(a.entries(), b.entries()):
-            assert x.dtype == y.dtype and y.flags.writeable and y.flags.c_contiguous
+            assert x.dtype == y.dtype and y.flags.writeable and y.flags.c_contiguous and y.flags.aligned
             np.testing.assert_array_equal(x, y)
     elif isinstance(a, np.ndarray):
-        assert b.dtype == a.dtype and b.flags.writeable
+        assert b.dtype == a.dtype and b.flags.writeable and b.flags.aligned
         np.testing.assert_array_equal(a, b)
     else:
         assert b == a and type(b) is (int if isinstance(a, (int, np.integer)) else type(a))
@@ -43,7 +43,7 @@ def test_a_step_message_round_trips_exactly(p):
     assert (ip, iq) == (3, 2**40)
     _same_point(p, p2)
     _same_point(POINTS[3], q2)
-    assert coef2.dtype == np.float64 and coef2.flags.writeable  # numba sees the array kind it compiled for
+    assert coef2.dtype == np.float64 and coef2.flags.writeable and coef2.flags.aligned  # numba's usual array kind
     np.testing.assert_array_equal(coef2, coef)
     assert np.signbit(coef2[1])  # bits, not values: -0.0 stays -0.0
 

@@ -17,14 +17,16 @@ A message is encoded once for all the shards that take it (a pool sends the same
 winners only, so the driver's work per shard does not grow with the number of kernels.  A point is
 ``tag`` and then: nothing (none), the row index (precomputed kernels), ``n_features, nnz,
 indices[nnz], values[nnz]`` (:class:`~mwumkl_dist.kernels.evaluation.SparsePoint`), ``n, values[n]``
-(a dense float64 vector), or, for any other kind, ``length, pickle``.  Decoded arrays are writable
-copies (numba compiles one specialisation per array kind: a read-only view would compile another).
+(a dense float64 vector), or, for any other kind, ``length, pickle`` (zero-padded to 8 bytes).  Decoded arrays are
+writable, aligned views of one copy of the bytes (numba compiles one specialisation per array kind: a
+read-only array would compile another).
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
+import sys
 
 import numpy as np
 
@@ -49,6 +51,7 @@ _THREE = struct.Struct("<qqq")
 _HEAD = struct.Struct("<qdqdq")  # an answer's header: index+, g+, index-, g-, offset of the second body
 _F8 = np.dtype("<f8")
 _I8 = np.dtype("<i8")
+_NATIVE = sys.byteorder == "little"  # the layouts' byte order: decoded arrays are views
 
 
 def _point_parts(point) -> list:
@@ -66,7 +69,7 @@ def _point_parts(point) -> list:
     if isinstance(point, np.ndarray) and point.ndim == 1 and point.dtype == np.float64:
         return [_TWO.pack(_DENSE, len(point)), point.astype(_F8, copy=False)]
     body = pickle.dumps(point, protocol=5)
-    return [_TWO.pack(_PICKLED, len(body)), body]
+    return [_TWO.pack(_PICKLED, len(body)), body, bytes(-len(body) % 8)]  # padded: the next field stays aligned
 
 
 def _array_parts(values) -> list:
@@ -78,8 +81,10 @@ def _join(parts) -> bytes:
     return b"".join(p.tobytes() if isinstance(p, np.ndarray) else p for p in parts)
 
 
-def _floats(buf, pos: int, n: int) -> np.ndarray:
-    return np.frombuffer(buf, _F8, n, pos).astype(np.float64)  # a writable, native copy
+def _view(buf: bytearray, dtype, n: int, pos: int) -> np.ndarray:
+    """``n`` values at byte ``pos`` of a writable buffer: a view (every field starts 8-aligned), or native copies."""
+    out = np.frombuffer(buf, dtype, n, pos)
+    return out if _NATIVE else out.astype(dtype.newbyteorder("="))
 
 
 def _point(buf, pos: int):
@@ -91,23 +96,22 @@ def _point(buf, pos: int):
     if tag == _SPARSE:
         n_features, nnz = _TWO.unpack_from(buf, pos)
         pos += 16
-        idx = np.frombuffer(buf, _I8, nnz, pos).astype(np.int64)
-        val = _floats(buf, pos + 8 * nnz, nnz)
+        idx, val = _view(buf, _I8, nnz, pos), _view(buf, _F8, nnz, pos + 8 * nnz)
         return SparsePoint(idx, val, n_features), pos + 16 * nnz
     (n,) = _ONE.unpack_from(buf, pos)
     pos += 8
     if tag == _INDEX:
         return n, pos
     if tag == _DENSE:
-        return _floats(buf, pos, n), pos + 8 * n
+        return _view(buf, _F8, n, pos), pos + 8 * n
     if tag == _PICKLED:
-        return pickle.loads(buf[pos : pos + n]), pos + n
+        return pickle.loads(bytes(buf[pos : pos + n])), pos + n + -n % 8
     raise ValueError(f"unknown point tag {tag} in a superstep message")
 
 
 def _array(buf, pos: int):
     (n,) = _ONE.unpack_from(buf, pos)
-    return _floats(buf, pos + 8, n), pos + 8 + 8 * n
+    return _view(buf, _F8, n, pos + 8), pos + 8 + 8 * n
 
 
 def pack_step(ip: int, iq: int, p, q, coef: np.ndarray) -> bytes:
@@ -117,10 +121,11 @@ def pack_step(ip: int, iq: int, p, q, coef: np.ndarray) -> bytes:
 
 def unpack_step(message: bytes) -> tuple:
     """``(ip, iq, p, q, coef)``: the arguments of a shard's ``superstep``."""
-    ip, iq = _TWO.unpack_from(message, 0)
-    p, pos = _point(message, 16)
-    q, pos = _point(message, pos)
-    coef, _ = _array(message, pos)
+    buf = bytearray(message)
+    ip, iq = _TWO.unpack_from(buf, 0)
+    p, pos = _point(buf, 16)
+    q, pos = _point(buf, pos)
+    coef, _ = _array(buf, pos)
     return ip, iq, p, q, coef
 
 
@@ -135,8 +140,9 @@ def pack_candidates(pos: Candidate, neg: Candidate) -> bytes:
 
 
 def _candidate(answer: bytes, index: int, g: float, pos: int) -> Candidate:
-    v_row, pos = _array(answer, pos)
-    point, _ = _point(answer, pos)
+    buf = bytearray(answer)
+    v_row, pos = _array(buf, pos)
+    point, _ = _point(buf, pos)
     return Candidate(index, g, v_row, point)
 
 
@@ -175,14 +181,15 @@ def fetch_rows(shard, rows) -> bytes:
 
 def unpack_rows(answer: bytes, n_rows: int) -> list:
     """:func:`fetch_rows`'s answer: ``(V row, point)`` per row asked, None for a row the shard does not hold."""
+    buf = bytearray(answer)
     out, pos = [], 0
     for _ in range(n_rows):
-        (held,) = _ONE.unpack_from(answer, pos)
+        (held,) = _ONE.unpack_from(buf, pos)
         pos += 8
         if not held:
             out.append(None)
             continue
-        v_row, pos = _array(answer, pos)
-        point, pos = _point(answer, pos)
+        v_row, pos = _array(buf, pos)
+        point, pos = _point(buf, pos)
         out.append((v_row, point))
     return out
