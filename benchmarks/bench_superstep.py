@@ -46,9 +46,13 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-# Run as a script: the benchmarks package importable, after PYTHONPATH (each round's package, see _round;
-# the Dask workers, which import this file again, too).
-sys.path.append(str(HERE.parent))
+# Run as a script: this checkout's benchmarks package (the data), then mwumkl_dist from PYTHONPATH first
+# (each round's package, see _round; the Dask workers, which import this file again, too).
+sys.path.insert(0, str(HERE.parent))
+from benchmarks.bench_scaling import PROBLEMS as SCALING  # noqa: E402
+from benchmarks.bench_scaling import load_problem  # noqa: E402
+
+sys.path[:] = [p for p in sys.path if p != str(HERE.parent)] + [str(HERE.parent)]  # bench_scaling adds it too
 
 PROBLEMS = ("empty", "a9a", "mushrooms")
 METRICS = ("local_cpu_ms", "driver_cpu_ms", "workers_cpu_ms", "overhead_cpu_ms", "wall_ms", "step_p50_ms")
@@ -64,9 +68,6 @@ def _problem(name: str, datasets_dir):
         rng = np.random.default_rng(0)
         X = rng.random((64, 4))
         return FeatureProblem(X, np.where(X[:, 0] > 0.5, 1.0, -1.0), KernelSet("paper", 4))
-    from benchmarks.bench_scaling import PROBLEMS as SCALING
-    from benchmarks.bench_scaling import load_problem
-
     spec = SCALING[name]
     X, y, _ = load_problem(spec, datasets_dir, False)
     return FeatureProblem(X, y, KernelSet(spec.kernels, X.shape[1]))
