@@ -21,6 +21,9 @@ from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
 from mwumkl_dist.engines.dask_pool import DaskPool  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
+
 
 def _data(n=120, d=4, seed=3):
     rng = np.random.default_rng(seed)
@@ -35,12 +38,12 @@ def security():
     return distributed.security.Security.temporary()  # self-signed CA + cert, require_encryption=True
 
 
-def _accept_in_thread(listener, timeout=20.0):
+def _accept_in_thread(listener, timeout=20.0, alive=None):
     box = {}
 
     def run():
         try:
-            box["chan"] = listener.accept(timeout)
+            box["chan"] = listener.accept(timeout, alive)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             box["error"] = exc
 
@@ -70,7 +73,7 @@ def _closed_after_challenge(sock) -> bool:
 
 
 # ---------------------------------------------------------------------- the channel alone
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_round_trip_of_arrays_and_objects():
     secret = _channel.new_secret()
     listener = _channel.Listener("127.0.0.1", secret)
@@ -96,7 +99,7 @@ def test_round_trip_of_arrays_and_objects():
     assert not driver.tls
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_wrong_secret_silent_and_garbage_peers_are_closed_and_the_driver_still_gets_in():
     secret = _channel.new_secret()
     listener = _channel.Listener("127.0.0.1", secret, handshake_timeout=1.0)
@@ -123,7 +126,7 @@ def test_wrong_secret_silent_and_garbage_peers_are_closed_and_the_driver_still_g
     garbage.close()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_tls_channel_rejects_plaintext_and_foreign_certificates(security):
     secret = _channel.new_secret()
     server_ctx = security.get_listen_args("worker")["ssl_context"]
@@ -157,7 +160,7 @@ def _crowd(address, n, garbage_bytes=512) -> list:
     return socks
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 @pytest.mark.parametrize("tls", [False, True])
 def test_a_crowd_of_strangers_never_keeps_the_driver_out(tls, request):
     # Issue 21: the listener closed every connection beyond 64 handshakes in flight, the driver's too.
@@ -183,7 +186,7 @@ def test_a_crowd_of_strangers_never_keeps_the_driver_out(tls, request):
     assert listener.rejected >= 300  # the garbage ones at once, the silent ones when the driver got in
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 def test_the_oldest_waiting_stranger_makes_room_for_a_newcomer():
     secret = _channel.new_secret()
     listener = _channel.Listener("127.0.0.1", secret, max_pending=8)
@@ -200,7 +203,7 @@ def test_the_oldest_waiting_stranger_makes_room_for_a_newcomer():
             s.close()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_a_trickling_stranger_gets_the_handshake_timeout_from_its_arrival():
     # One byte every 0.2 s: each read succeeds, but the deadline counts from the arrival.
     secret = _channel.new_secret()
@@ -224,9 +227,34 @@ def test_a_trickling_stranger_gets_the_handshake_timeout_from_its_arrival():
     slow.close()
 
 
+@pytest.mark.timeout(30, method="thread")
+def test_a_listener_runs_in_its_accepting_thread_and_stops_once_its_owner_is_gone():
+    # No thread of its own (a shard server starts none); ``alive`` false ends the wait, no finalizer needed.
+    before = threading.active_count()
+    listener = _channel.Listener("127.0.0.1", _channel.new_secret())
+    assert threading.active_count() == before
+    owner = {"alive": True}
+    thread, box = _accept_in_thread(listener, alive=lambda: owner["alive"])
+    stranger = _silent(listener.address)
+    assert stranger.recv(100).startswith(b"MWUMKL")  # the accepting thread runs the handshakes
+    owner["alive"] = False
+    start = time.monotonic()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - start < 2
+    assert isinstance(box.get("error"), EOFError) and listener.closed
+    stranger.settimeout(5)
+    assert stranger.recv(100) == b""  # the waiting peer is closed with it ...
+    with pytest.raises(OSError):  # ... and nobody listens there any more
+        socket.create_connection(listener.address, timeout=2).recv(1)
+    with pytest.raises(EOFError):
+        listener.accept(1)
+    stranger.close()
+
+
 #: 600 strangers at a shard in a process allowed 128 descriptors (a worker under ``ulimit -n``).
 FD_LIMIT_SCRIPT = r"""
 import importlib.util, resource, subprocess, sys, threading
+
 spec = importlib.util.spec_from_file_location("channel", sys.argv[1])  # stdlib only: no package import
 channel = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(channel)
@@ -250,7 +278,7 @@ print("evicted", listener.evicted)
 """
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 @pytest.mark.skipif(os.name != "posix", reason="RLIMIT_NOFILE")
 def test_600_strangers_at_a_shard_allowed_128_descriptors():
     import resource
@@ -267,7 +295,7 @@ def test_600_strangers_at_a_shard_allowed_128_descriptors():
 
 
 # ---------------------------------------------------------------------- on a Dask cluster
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_tls_cluster_fit_is_tls_and_bit_identical(security):
     X, y = _data()
     params = dict(kernels="paper", **literal(epsilon=0.3))
@@ -300,7 +328,7 @@ def threaded_client():
         yield client
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 @pytest.mark.parametrize("intruder", [_silent, _garbage])
 def test_intruder_during_setup_neither_hangs_nor_breaks_the_fit(threaded_client, monkeypatch, intruder):
     X, y = _data()
@@ -324,7 +352,7 @@ def test_intruder_during_setup_neither_hangs_nor_breaks_the_fit(threaded_client,
         s.close()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_tls_cluster_fit_with_a_crowd_at_every_shard_port(security, monkeypatch):
     # Issue 21: 100 strangers at each new port ended a TLS fit with "[Errno 104] Connection reset by peer".
     X, y = _data()
@@ -358,7 +386,7 @@ def _nap(shard, seconds):  # a shard call that takes a while
     return seconds
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 def test_a_slow_shard_is_reported_after_a_few_seconds(threaded_client, monkeypatch, caplog):
     import logging
 
@@ -384,7 +412,7 @@ def test_a_slow_shard_is_reported_after_a_few_seconds(threaded_client, monkeypat
 
 
 # ---------------------------------------------------------------------- hybrid layouts
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 @pytest.mark.parametrize("n_shards, expected", [(1, 2), (2, 1), (3, 1)])
 def test_a_shard_runs_with_its_share_of_its_workers_threads(n_shards, expected):
     X, y = _data()

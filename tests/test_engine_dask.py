@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 
 import numpy as np
@@ -18,6 +19,9 @@ from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.data.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
+
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
 
 
 def _data(n=160, d=4, seed=0):
@@ -255,3 +259,66 @@ def test_engine_counts_recoveries_and_closes(threaded_client):
         assert engine.recoveries == 0
         assert len(engine.blocks) == 2
     assert all(b.conn is None for b in engine.blocks)
+
+
+def _pickles_objects_of(obj, kinds) -> bool:
+    """Whether ``obj`` (a message as the channel encodes it) holds an instance of ``kinds`` anywhere inside."""
+    if isinstance(obj, kinds):
+        return True
+    if isinstance(obj, (tuple, list)):
+        return any(_pickles_objects_of(o, kinds) for o in obj)
+    return False
+
+
+@pytest.mark.parametrize("layout", [(2, 1), (1, 2), (2, 2)])
+def test_a_superstep_pickles_no_candidate_or_point_and_takes_at_most_two_calls(threaded_client, monkeypatch, layout):
+    # The threaded client's shards live in this process: the spy sees the driver's and the shards' frames.
+    from mwumkl_dist.core.mwu_rules import Candidate
+    from mwumkl_dist.engines import channel
+    from mwumkl_dist.kernels.evaluation import SparsePoint
+    from mwumkl_dist.solvers.mwu.iterate import solve
+
+    X, y = _data(d=8)  # 96 kernels: two kernel tiles, so (1, 2) makes two kernel blocks
+    problem = FeatureProblem(X, np.where(y == "yes", 1.0, -1.0), KernelSet("paper-per-feature", X.shape[1]))
+    with DaskEngine(problem, threaded_client, n_shards=layout[0], n_kernel_shards=layout[1]) as engine:
+        inv_trace = 1.0 / engine.traces()
+        engine.configure(inv_trace, 0.01)
+        encoded, calls = [], []
+        encode, call = channel.encode, engine.pool.call
+
+        def spy_call(method, *args, **kwargs):  # records what the supersteps' frames hold (not the first candidates)
+            calls.append(getattr(method, "__name__", method))
+            if method != "initial_candidates":
+                monkeypatch.setattr(channel, "encode", lambda obj: encoded.append(obj) or encode(obj))
+            try:
+                return call(method, *args, **kwargs)
+            finally:
+                monkeypatch.setattr(channel, "encode", encode)
+
+        monkeypatch.setattr(engine.pool, "call", spy_call)
+        solve(engine, inv_trace=inv_trace, ridge=0.01, epsilon=0.3, rho=0.5, n_iter=20)
+    # One call per superstep for row shards; kernel blocks add one fetch of both picked rows.
+    assert calls.count("superstep" if layout[1] == 1 else "superstep_scores") == 20
+    assert calls.count("fetch_rows") == (0 if layout[1] == 1 else 21)  # + solve's initial_candidates
+    assert len(encoded) >= 40 and not [m for m in encoded if _pickles_objects_of(m, (Candidate, SparsePoint))]
+
+
+def _serve_threads(state: str) -> int:
+    return sum(t.name == f"mwumkl-shard{state}" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_later_fit_reuses_the_shard_threads_and_starts_none(threaded_client, monkeypatch):
+    # Starting a thread can hang a worker whose profiler is in sys._current_frames during a GC finalizer
+    # (CPython 3.11): a worker starts serve threads only while it holds more shards than ever before.
+    X, y = _data(n=80)
+    fit = MWUMKLClassifier(**literal(epsilon=0.4), engine="dask", client=threaded_client, n_shards=3).fit
+    fit(X, y)
+    deadline = time.monotonic() + 10
+    while _serve_threads("") or _serve_threads("-idle") < 3:  # the first fit's serve threads go idle
+        assert time.monotonic() < deadline, (_serve_threads(""), _serve_threads("-idle"))
+        time.sleep(0.05)
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name) or start(self))
+    fit(X, y)
+    assert not [name for name in started if name.startswith(("mwumkl-shard", "mwumkl-channel"))], started

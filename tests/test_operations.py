@@ -25,6 +25,9 @@ from mwumkl_dist.io.checkpoint import load_checkpoint
 from mwumkl_dist.solvers.mwu.one_vs_rest import MIN_ROWS_PER_SHARD, check_shard_count
 from mwumkl_dist.stores import DataStore, write_data_store
 
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -115,7 +118,7 @@ def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
     assert time.monotonic() - start < 0.2
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_waiting_for_workers_says_so_and_how_long(monkeypatch, caplog):
     import mwumkl_dist.engines.dask_pool as dask_engine
 
@@ -135,7 +138,7 @@ def test_waiting_for_workers_says_so_and_how_long(monkeypatch, caplog):
         engine._workers()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")
 def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
     # A real (threaded) scheduler with no worker; the default report times; the fit's worker_timeout.
     distributed = pytest.importorskip("distributed")
@@ -164,7 +167,7 @@ def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
     assert args.worker_timeout == 5
 
 
-@pytest.mark.timeout(300)  # a cold numba cache compiles first
+@pytest.mark.timeout(300, method="thread")  # a cold numba cache compiles first
 def test_a_worker_joining_during_the_wait_is_used(caplog, monkeypatch):
     distributed = pytest.importorskip("distributed")
     import mwumkl_dist.engines.dask_pool as dask_engine
@@ -190,7 +193,7 @@ def test_a_worker_joining_during_the_wait_is_used(caplog, monkeypatch):
 # ----------------------------------------------------------------------------- a lost scheduler
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300, method="thread")
 def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, monkeypatch):
     distributed = pytest.importorskip("distributed")
     from mwumkl_dist.engines.dask import DaskEngine, SchedulerLostError
@@ -406,7 +409,7 @@ class _FakeClient:
         self.closed = True
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(30, method="thread")
 def test_the_deploy_driver_says_while_it_waits_for_workers(driver, monkeypatch):
     import io
 

@@ -39,9 +39,13 @@ from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
 from mwumkl_dist.engines.dask_pool import DaskPool  # noqa: E402
 from mwumkl_dist.engines.mwu_engine import MWUEngine  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    os.name != "posix" or shutil.which("timeout") is None, reason="signals to worker processes, coreutils timeout"
-)
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = [
+    pytest.mark.timeout(300, method="thread"),
+    pytest.mark.skipif(
+        os.name != "posix" or shutil.which("timeout") is None, reason="signals to worker processes, coreutils timeout"
+    ),
+]
 
 REPO = Path(__file__).resolve().parent.parent
 #: Seconds after which every process of the cluster stops by itself (a watchdog for killed test runs).
@@ -203,7 +207,7 @@ def _messages(caplog) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- strangers at the shard ports
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_a_crowd_of_silent_and_garbage_strangers_at_every_shard_port_only_delays_the_fit(cluster, monkeypatch):
     cluster.ready()
     strangers: list[socket.socket] = []
@@ -233,7 +237,7 @@ def test_a_crowd_of_silent_and_garbage_strangers_at_every_shard_port_only_delays
     assert time.monotonic() - start < 60
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_the_driver_retries_a_failed_connection_to_a_shard(cluster, monkeypatch, caplog):
     # A stranger (or the network) makes the driver's first attempts fail: it tries again.
     cluster.ready()
@@ -255,7 +259,7 @@ def test_the_driver_retries_a_failed_connection_to_a_shard(cluster, monkeypatch,
 
 
 # ----------------------------------------------------------------------------- killed workers
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_worker_killed_while_the_shards_are_placed_is_named_and_the_fit_goes_on(cluster, monkeypatch, caplog, when):
     # "before": the worker dies just before the driver sends it the shard; "during": while the
@@ -303,7 +307,7 @@ class _KillAll:
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 def test_both_workers_killed_mid_fit_says_both_left_and_gives_the_same_model(cluster, caplog):
     cluster.ready()
     kill = _KillAll(cluster, 20)
@@ -319,7 +323,7 @@ def test_both_workers_killed_mid_fit_says_both_left_and_gives_the_same_model(clu
 
 
 # ----------------------------------------------------------------------------- a hung worker
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 def test_a_hung_worker_is_reported_then_replaced_after_superstep_timeout(cluster, monkeypatch, caplog):
     cluster.ready()
     monkeypatch.setattr(dask_pool, "SLOW_REPORT", 1.0)
@@ -363,7 +367,7 @@ def test_a_hung_worker_is_reported_then_replaced_after_superstep_timeout(cluster
 
 
 # ----------------------------------------------------------------------------- no shard outlives its fit
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_the_shards_of_a_failed_start_up_stop_at_once(cluster, monkeypatch):
     cluster.ready()
     connect = _channel.connect
@@ -403,7 +407,7 @@ MWUMKLClassifier(**PARAMS, engine="dask", client={address!r}, n_shards=2, worker
 """
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_shards_of_a_driver_killed_during_its_start_up_are_released(cluster, tmp_path):
     cluster.ready()
     marker = tmp_path / "second-shard-built"
@@ -430,7 +434,7 @@ def test_shards_of_a_driver_killed_during_its_start_up_are_released(cluster, tmp
     assert cluster.shard_keys() == []
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_a_fits_shard_actors_are_released_when_it_ends_without_the_garbage_collector(cluster):
     # The cause of test_recovery's "an earlier fit's shard actors were never released": the
     # driver's actor handles lived in reference cycles until a full garbage collection.
@@ -530,7 +534,7 @@ def test_dasks_own_lines_about_what_the_pool_reports_are_dropped_while_it_runs()
     ]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_a_lost_scheduler_is_said_once_in_our_words():
     # Issue 21 item 9: Dask's "Failed to reconnect to scheduler" line printed beside our error.
     from mwumkl_dist.engines.dask import SchedulerLostError

@@ -25,7 +25,11 @@ distributed = pytest.importorskip("distributed")
 from mwumkl_dist import MWUMKLClassifier  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL of a worker process")
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = [
+    pytest.mark.timeout(300, method="thread"),
+    pytest.mark.skipif(os.name != "posix", reason="SIGKILL of a worker process"),
+]
 
 #: The fit's callback kills the worker once this iteration is done (the fits run ~130).
 KILL_AT = 20
@@ -124,7 +128,7 @@ def _fit_with_a_killed_worker(client, caplog, d=5, **layout):
     return kill, rebuilt
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(240, method="thread")
 def test_a_killed_row_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
     process_client, engine_recoveries, caplog
 ):
@@ -139,7 +143,7 @@ def test_a_killed_row_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
     assert [workers.count(w) for w in live] == [2, 2]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(240, method="thread")
 def test_a_killed_kernel_shard_worker_is_rebuilt_counted_and_gives_the_same_model(
     process_client, engine_recoveries, caplog
 ):

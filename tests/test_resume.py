@@ -19,6 +19,9 @@ zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist.stores import write_data_store, write_kernel_store  # noqa: E402
 
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
+
 KERNELS = "linear,poly:2,gaussian:1,gaussian:2"
 BANK = "random:40:size=2:seed=1"
 #: The callback stops the fit at iteration 40; the last checkpoint before it is at 30, so a resume
@@ -90,7 +93,7 @@ class _Iterations:
         return self.stop_at is not None and info.iteration >= self.stop_at
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize(
     ("kind", "engine"),
     [
@@ -131,7 +134,7 @@ def test_resume_after_a_stop_gives_the_uninterrupted_model(tmp_path, request, ki
     np.testing.assert_array_equal(resumed.decision_function(X_predict), ref.decision_function(X_predict))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("kind", ["data-store", "kernel-store", "bank", "precomputed"])
 def test_resume_after_a_crash_in_a_one_vs_rest_fit(tmp_path, kind):
     """Three classes: the checkpoint also carries the finished one-vs-rest problems."""

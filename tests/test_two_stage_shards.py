@@ -14,6 +14,9 @@ from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
 
+# A hang (a deadlock in C, where no signal handler runs) fails with every thread's stack, not a stalled run.
+pytestmark = pytest.mark.timeout(300, method="thread")
+
 ATTRS = ("kernel_weights_", "kernel_traces_", "support_", "support_vectors_", "dual_coef_", "intercept_", "C_")
 
 
@@ -47,7 +50,7 @@ def test_linear_row_ranges_follow_row_blocks():
         two_stage.LinearShard(np.zeros((10, 2)), 5, 15, row_block=64)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_local_shards_store_and_spill_give_the_same_bits(small_blocks, tmp_path, monkeypatch):
     X, y = _data()
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
@@ -65,7 +68,7 @@ def test_local_shards_store_and_spill_give_the_same_bits(small_blocks, tmp_path,
     assert not list(tmp_path.glob("mwumkl-features-*"))  # unlinked: nothing left behind
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_sparse_rows_and_multiclass(small_blocks):
     X, y = _data(n=500, classes=("a", "b", "c"))
     Xs = sp.csr_matrix(np.where(X > 0.3, X, 0.0))
@@ -116,7 +119,7 @@ def client():
         yield c
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
     X, y = _data()
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
@@ -127,7 +130,7 @@ def test_dask_engine_gives_the_local_model(small_blocks, client, tmp_path):
     _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=2).fit(store))
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, client, monkeypatch):
     """Several rank levels (the smallest map's solve starts the full one): the same bits on Dask."""
     from dataclasses import replace
@@ -146,7 +149,7 @@ def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, cli
     _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y))
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180, method="thread")
 def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
     """A shard that stops answering mid-solve is rebuilt (its problem loaded again): the same model."""
     from mwumkl_dist.engines import dask_pool as dask_engine

@@ -58,6 +58,7 @@ __all__ = [
     "non_finite_scores",
     "HostRules",
     "kernel_weights",
+    "best_of",
     "reduce_candidates",
     "bias_and_scale",
     "training_errors",
@@ -340,17 +341,26 @@ def kernel_weights(ex: Exponentiated) -> np.ndarray:
     return w / total
 
 
-def reduce_candidates(candidates: Sequence[Candidate]) -> Candidate:
-    """The global argmax of ``g`` over shard candidates: highest ``g``, ties to the lowest index."""
+def best_of(candidates: Sequence[Candidate]) -> int:
+    """The position of the global argmax of ``g`` among shard candidates: highest ``g``, ties to the lowest index.
+
+    Candidates of index ``-1`` (a shard without a row of the class) are skipped; ``ValueError``
+    when all are.
+    """
     best = None
-    for c in candidates:
+    for k, c in enumerate(candidates):
         if c.index < 0:
             continue
-        if best is None or c.g > best.g or (c.g == best.g and c.index < best.index):
-            best = c
+        if best is None or c.g > candidates[best].g or (c.g == candidates[best].g and c.index < candidates[best].index):
+            best = k
     if best is None:
         raise ValueError("no shard holds a training point of one of the classes")
     return best
+
+
+def reduce_candidates(candidates: Sequence[Candidate]) -> Candidate:
+    """The global argmax of ``g`` over shard candidates (see :func:`best_of`)."""
+    return candidates[best_of(candidates)]
 
 
 def bias_and_scale(pos_sum: float, neg_sum: float) -> tuple[float, float]:

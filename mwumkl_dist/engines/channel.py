@@ -11,7 +11,8 @@ driver talks to each shard over a socket of its own. That socket honours the clu
   and a mutual HMAC-SHA256 challenge/response, each side proving it knows the secret without
   sending it, bound to its role and to both nonces, within :data:`HANDSHAKE_TIMEOUT` seconds.
 * **Strangers can neither hang nor break a fit**: the shard listens only on its worker's host;
-  one thread accepts and runs every handshake without ever waiting on a peer (a selector), gives
+  the thread waiting for the driver (:meth:`Listener.accept`) accepts and runs every handshake
+  without ever waiting on a peer (a selector), gives
   each connection :data:`HANDSHAKE_TIMEOUT` seconds from its arrival, closes it at its first wrong
   byte, and makes room for newcomers by closing the oldest waiting stranger (never by refusing
   the newcomer), and runs the steps of handshakes under way before those of fresh connections,
@@ -30,7 +31,6 @@ import errno
 import hashlib
 import hmac
 import pickle
-import queue
 import secrets
 import selectors
 import socket
@@ -48,6 +48,7 @@ HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING = 4096
 _BACKLOG = 1024  # the kernel's queue of connections not yet accepted (capped by somaxconn)
 _BATCH = 32  # fresh peers given a handshake step per round of the listener's loop (and 4x that accepted)
+_ALIVE_EVERY = 0.25  # seconds between two looks at accept's ``alive``
 
 _MAGIC = b"MWUMKL1\n"
 _NONCE = 32
@@ -206,16 +207,17 @@ class _Peer:
 class Listener:
     """A shard's listening socket: hands out the first peer that authenticates, ignores the rest.
 
-    ``ssl_context``: a server-side context (TLS), or None (plaintext). One thread accepts and
-    runs every handshake, non-blocking (a selector), so no peer can block it: each connection
-    has ``handshake_timeout`` seconds from its arrival to authenticate (whatever it sends or
-    withholds) and is closed at the first byte that is wrong. At most ``max_pending``
-    connections wait at once (default: from the process's file-descriptor limit, see
+    ``ssl_context``: a server-side context (TLS), or None (plaintext). The thread that calls
+    :meth:`accept` accepts and runs every handshake, non-blocking (a selector), so no peer can
+    block it: each connection has ``handshake_timeout`` seconds from its arrival to authenticate
+    (whatever it sends or withholds) and is closed at the first byte that is wrong. At most
+    ``max_pending`` connections wait at once (default: from the process's file-descriptor limit, see
     :func:`max_pending_for_fd_limit`); a newcomer beyond that, or a refused ``accept`` for want
     of descriptors, closes the *oldest* waiting one, so new connections (the driver's, which
     authenticates within a round trip) always get their turn; nothing is ever refused at the door.
     ``rejected`` counts the connections closed without authenticating (``evicted``: of them,
-    those closed to make room).
+    those closed to make room).  No thread of its own: a shard's server starts none per shard
+    (see :class:`mwumkl_dist.engines.dask_pool.ShardServer`).
     """
 
     def __init__(
@@ -242,13 +244,12 @@ class Listener:
             raise
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._ready: queue.Queue = queue.Queue()
         self._done = threading.Event()
         self._lock = threading.Lock()
+        self._running = False  # an accept() runs the loop (it closes the sockets when it ends)
+        self._won: list = []  # authenticated sockets: the first is the driver's
         self.rejected = 0  # connections closed for failing the handshake (strangers)
         self.evicted = 0  # of them, the oldest waiting ones closed to make room
-        self._thread = threading.Thread(target=self._loop, name="mwumkl-channel-listen", daemon=True)
-        self._thread.start()
 
     @property
     def tls(self) -> bool:
@@ -258,18 +259,26 @@ class Listener:
     def closed(self) -> bool:
         return self._done.is_set()
 
-    # ------------------------------------------------------------------ the loop (one thread)
-    def _loop(self) -> None:
+    # ------------------------------------------------------------------ the loop (accept's thread)
+    def _run(self, deadline: float | None, alive):
+        """Handshakes until a peer authenticates (its socket), the deadline, ``alive()`` false, or close()."""
         sel = selectors.DefaultSelector()
         pending: dict[_Peer, None] = {}  # insertion order = arrival order = deadline order
         try:
             sel.register(self._sock, selectors.EVENT_READ, None)
             sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+            look = time.monotonic() + _ALIVE_EVERY
             while not self._done.is_set():
-                timeout = None
-                if pending:
-                    timeout = max(0.0, next(iter(pending)).deadline - time.monotonic())
-                events = sel.select(timeout)
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError("no authenticated peer connected in time")
+                if alive is not None and now >= look:
+                    if not alive():
+                        raise EOFError("the listener's owner is gone")
+                    look = now + _ALIVE_EVERY
+                waits = [next(iter(pending)).deadline] if pending else []
+                waits += ([] if deadline is None else [deadline]) + ([] if alive is None else [look])
+                events = sel.select(max(0.0, min(waits) - now) if waits else None)
                 ready = [key.data for key, _ in events if isinstance(key.data, _Peer)]
                 # Peers under way first (the driver, once its first message parsed), then a bounded
                 # batch of the oldest fresh ones, then new connections: a flood of fresh strangers
@@ -280,26 +289,31 @@ class Listener:
                         self._advance(sel, pending, peer)
                 if any(key.data is None for key, _ in events):
                     self._accept_some(sel, pending)
+                if self._won:
+                    return self._won.pop(0)
                 now = time.monotonic()
                 while pending and next(iter(pending)).deadline <= now:  # too slow, or silent
                     self._drop(sel, pending, next(iter(pending)))
-        except Exception:  # pragma: no cover - a bug here must not leave the shard listening
-            self._done.set()
+            raise EOFError("the listener was closed")
+        except (TimeoutError, EOFError):
+            raise
+        except Exception as exc:  # pragma: no cover - a bug here must not leave the shard listening
+            raise EOFError(f"the listener failed: {type(exc).__name__}: {exc}") from exc
         finally:
             for peer in list(pending):
                 self._drop(sel, pending, peer)
+            for extra in self._won:  # authenticated after the driver: nobody will use them
+                extra.close()
+            self._won = []
             sel.close()
-            self._sock.close()
-            self._wake_r.close()
-            self._wake_w.close()
-            while True:  # authenticated after the driver was taken: nobody will use them
-                try:
-                    extra = self._ready.get_nowait()
-                except queue.Empty:
-                    break
-                if extra is not None:
-                    extra.close()
-            self._ready.put(None)  # wakes an accept() still waiting
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for s in (self._sock, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
 
     def _accept_some(self, sel, pending: dict) -> None:
         for _ in range(_BATCH * 4):  # cheap each (no handshake step yet on TLS); bounded per round
@@ -369,7 +383,7 @@ class Listener:
                     self._unwatch(sel, peer)
                     del pending[peer]
                     sock.setblocking(True)
-                    self._ready.put(sock)
+                    self._won.append(sock)
                     return
         except ssl.SSLWantReadError:
             self._watch(sel, peer, selectors.EVENT_READ)
@@ -416,27 +430,36 @@ class Listener:
             self.evicted += evicted
 
     # ------------------------------------------------------------------ the shard's side
-    def accept(self, timeout: float | None = None) -> Channel:
-        """Wait for the authenticated driver; stop listening once it is here.
+    def accept(self, timeout: float | None = None, alive=None) -> Channel:
+        """Run the handshakes until the driver is in (its channel); the listener closes when this returns.
 
         ``TimeoutError`` when no peer authenticated within ``timeout`` seconds; ``EOFError``
-        when the listener was closed meanwhile.
+        when the listener was closed (before or meanwhile), or when ``alive`` (a callable, looked
+        at a few times a second) returns false: an owner held only weakly stops the wait once it
+        is gone, without a finalizer.  Called once.
         """
+        with self._lock:
+            if self._done.is_set():
+                raise EOFError("the listener was closed")
+            self._running = True
         try:
-            sock = self._ready.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError("no authenticated peer connected in time") from None
-        if sock is None:
-            self._ready.put(None)  # for any other waiter
-            raise EOFError("the listener was closed")
-        self.close()
+            sock = self._run(None if timeout is None else time.monotonic() + timeout, alive)
+        finally:
+            with self._lock:
+                self._running = False
+                self._done.set()
         return Channel(sock, None)
 
     def close(self) -> None:
-        """Stop listening: the loop closes the listening socket and every waiting peer."""
-        if self._done.is_set():
+        """Stop listening: the waiting peers and the listening socket are closed (by a running accept's loop)."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._done.set()
+            running = self._running
+        if not running:
+            self._close_sockets()
             return
-        self._done.set()
         try:  # no new connection from now on (a listening socket's shutdown refuses them at once)
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

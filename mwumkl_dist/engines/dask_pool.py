@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
+import queue
 import select
 import ssl
 import threading
@@ -260,8 +261,9 @@ class ShardServer:
 
     Until its driver connects, the server's thread holds it only weakly: a server Dask releases
     (its fit's start-up failed, or its driver's client left the scheduler) is collected at once,
-    which closes its listener and frees its shard; ``accept_timeout`` (the fit's
-    ``worker_timeout``) only bounds a wait for a driver that is still there but never connects.
+    which frees its shard, and its listener closes within a fraction of a second (the thread looks;
+    no finalizer, see :data:`_SERVE_THREADS`); ``accept_timeout`` (the fit's ``worker_timeout``)
+    only bounds a wait for a driver that is still there but never connects.
     The driver reads :attr:`endpoint` (an actor attribute: reading it creates no reference cycle
     in the driver, unlike an actor method call, whose handle would keep the actor alive until
     Python's cyclic garbage collector runs).
@@ -284,15 +286,11 @@ class ShardServer:
             ssl_context = worker.security.get_listen_args("worker")["ssl_context"]
             if ssl_context is None:
                 raise RuntimeError(f"worker {worker.address} listens on TLS but its Security has no TLS context")
-        listener = self._listener = _channel.Listener(listen_host(worker.address), secret, ssl_context)
+        listener = _channel.Listener(listen_host(worker.address), secret, ssl_context)
         self.endpoint = (*listener.address, listener.tls, worker.address)
         with _SHARDS_LOCK:
             _SHARDS_ON_WORKER.setdefault(self._worker_address, weakref.WeakSet()).add(self)
-        weakref.finalize(self, listener.close)
-        self._thread = threading.Thread(
-            target=_serve, args=(weakref.ref(self), listener, accept_timeout), name="mwumkl-shard", daemon=True
-        )
-        self._thread.start()
+        _SERVE_THREADS.run(_serve, weakref.ref(self), listener, accept_timeout)
 
     def address(self):
         """``(host, port, tls)`` of the shard's channel."""
@@ -339,11 +337,10 @@ class ShardServer:
 
 
 def _serve(server_ref, listener, accept_timeout) -> None:
-    """A shard server's thread: wait for the driver holding the server weakly, then serve it."""
-    try:
-        chan = listener.accept(accept_timeout)  # strangers are closed; waits for the driver
-    except (OSError, EOFError, TimeoutError):  # closed (the server was released), or no driver in time
-        listener.close()
+    """A shard server's job: wait for the driver holding the server weakly, then serve it."""
+    try:  # strangers are closed; waits for the driver, or until the server is collected
+        chan = listener.accept(accept_timeout, alive=lambda: server_ref() is not None)
+    except (OSError, EOFError, TimeoutError):  # the server was released, or no driver in time
         server = server_ref()
         if server is not None:
             server._unregister()
@@ -353,6 +350,50 @@ def _serve(server_ref, listener, accept_timeout) -> None:
         chan.close()
         return
     server._serve_driver(chan)
+
+
+class _ServeThreads:
+    """Daemon threads running shard servers' jobs, kept for the next job when one ends.
+
+    A worker starts a thread only when it holds more shard servers at once than ever before, never
+    per fit: starting a thread takes a CPython runtime lock that, in 3.11, a thread inside
+    ``sys._current_frames`` (distributed's worker profiler) can hold while a garbage-collector
+    finalizer it runs waits for the GIL, which the starting thread holds: the process hangs.  An
+    idle thread is named ``mwumkl-shard-idle``, a busy one ``mwumkl-shard``.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(self, fn, *args) -> None:
+        """``fn(*args)`` on an idle thread, or on a new one when none is idle."""
+        with self._lock:
+            start = not self._idle
+            if not start:
+                self._idle -= 1
+        self._jobs.put((fn, args))
+        if start:
+            threading.Thread(target=self._work, name="mwumkl-shard", daemon=True).start()
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        while True:
+            fn, args = self._jobs.get()
+            me.name = "mwumkl-shard"
+            try:
+                fn(*args)
+            except Exception:  # pragma: no cover - a job reports its own failures; the thread must live on
+                logger.exception("a shard server's thread failed")
+            del fn, args  # the job's references (its listener, its server) go now, not at the next job
+            me.name = "mwumkl-shard-idle"
+            with self._lock:
+                self._idle += 1
+
+
+#: The serve threads of this process's shard servers.
+_SERVE_THREADS = _ServeThreads()
 
 
 class _Block:
@@ -399,6 +440,7 @@ class DaskPool:
     """
 
     rebuilds = True
+    remote = True
     #: Workers whose shards were lost because they stopped answering (still listed by the scheduler):
     #: never chosen again, not even when no other worker is left (a placement there would hang).
     _hung: frozenset = frozenset()

@@ -7,10 +7,13 @@ The shards are blocks of rows x kernels (the layouts of docs/architecture.md):
   superstep;
 * kernel shards and row x kernel blocks: a block holds some rows for some kernels and returns
   its partial ``g`` for its rows; the driver sums the partials of each row range and takes the
-  argmax, then fetches the chosen rows' ``V`` entries (a second, small round trip).
+  argmax, then fetches both chosen rows' ``V`` entries and points (a second, small round trip).
 
 A superstep's arguments are the same for every block of a kernel range, so the pool sends them
-encoded once per kernel range (once in all for row shards).  Where the pool can lose a shard,
+encoded once per kernel range (once in all for row shards).  Where the shards live in other
+processes (:attr:`~mwumkl_dist.engines.pool.ShardPool.remote`), the superstep's message and answers
+travel in the fixed binary layouts of :mod:`mwumkl_dist.engines.messages`, and the driver decodes
+only the two winning candidates: no Python object is pickled per superstep.  Where the pool can lose a shard,
 the engine keeps the log of picks: a rebuilt block is configured and replays the picks in order
 (the pool's ``restore``), which gives bit-identical ``V`` blocks, so a fit that lost a worker
 ends with the same model.
@@ -34,8 +37,9 @@ from mwumkl_dist.core.mwu_rules import (
     ridge_rows,
 )
 from mwumkl_dist.data.shards import sum_tile_partials
+from mwumkl_dist.engines import messages
 
-__all__ = ["MWUEngine", "Block", "fetch_row"]
+__all__ = ["MWUEngine", "Block"]
 
 
 class Block(NamedTuple):
@@ -46,11 +50,6 @@ class Block(NamedTuple):
 
     def __str__(self) -> str:
         return f"rows {self.rows} kernels {self.kernels}"
-
-
-def fetch_row(shard, local: int):
-    """A shard's ``V`` row and point of its row ``local`` (called where the shard lives)."""
-    return shard.V[local].copy(), shard.point(local)
 
 
 def _reduce(pairs) -> tuple[Candidate, Candidate]:
@@ -81,6 +80,8 @@ class MWUEngine:
             )
         self.partial = len(kernel_ranges) > 1
         self.slots: list[Block] = [Block(r, k) for r in problem.row_ranges(n_shards) for k in kernel_ranges]
+        # Each class's rows, for Find-alpha on a full ``g`` (kernel-sharded layouts).
+        self._class_rows = [np.flatnonzero(problem.y == cls) for cls in (1.0, -1.0)] if self.partial else []
         # The pick log, for rebuilding a lost block (kept only where the pool can lose one).
         self._picks: list[tuple[int, int]] = []
         self._points: dict[int, object] = {}
@@ -88,6 +89,7 @@ class MWUEngine:
         self._config = None
         self.pool = make_pool(self.slots, self._factory, restore=self._restore)
         self._log = self.pool.rebuilds
+        self._packed = self.pool.remote
 
     def _factory(self, block: Block):
         return self.problem.shard_factory(*block.rows, kernels=block.kernels)
@@ -130,26 +132,28 @@ class MWUEngine:
         self._picks, self._points, self._replayed = [], {}, 0
         self.pool.call("configure", lambda b: (self._kernel_slice(b, inv_trace), ridge_rows(ridge, *b.rows)))
 
-    def _fetch(self, index: int) -> tuple[np.ndarray, object]:
-        """``V[index, :]`` over all kernels and the row's point, from the blocks holding the row."""
-        owners = [i for i, b in enumerate(self.slots) if b.rows[0] <= index < b.rows[1]]
-        answers = self.pool.call(
-            fetch_row, lambda b: (index - b.rows[0],), shared=lambda b: b.rows, shards=owners, superstep=True
-        )
-        v_row = np.empty(self.n_kernels)
-        for i, (v, _) in zip(owners, answers):
-            k0, k1 = self.slots[i].kernels
-            v_row[k0:k1] = v
-        return v_row, answers[0][1]  # every owner holds the same point
-
     def _select(self, g: np.ndarray) -> tuple[Candidate, Candidate]:
-        """Find-alpha on a full ``g`` (kernel-sharded layouts): argmax per class, lowest index on ties."""
-        out = []
-        for cls in (1.0, -1.0):
-            idx = np.flatnonzero(self.problem.y == cls)
-            j = int(idx[np.argmax(g[idx])])
-            out.append(Candidate(j, float(g[j]), *self._fetch(j)))
-        return out[0], out[1]
+        """Find-alpha on a full ``g`` (kernel-sharded layouts): argmax per class, lowest index on ties.
+
+        Both rows' ``V`` entries (over all kernels) and points come in one call to the blocks holding them.
+        """
+        picks = [int(rows[np.argmax(g[rows])]) for rows in self._class_rows]
+
+        def local_rows(b: Block) -> tuple:
+            return ([j - b.rows[0] if b.rows[0] <= j < b.rows[1] else -1 for j in picks],)
+
+        owners = [i for i, b in enumerate(self.slots) if any(b.rows[0] <= j < b.rows[1] for j in picks)]
+        answers = self.pool.call(
+            messages.fetch_rows, local_rows, shared=lambda b: b.rows, shards=owners, superstep=True
+        )
+        v_rows = [np.empty(self.n_kernels) for _ in picks]
+        points = [None] * len(picks)
+        for i, answer in zip(owners, answers):
+            k0, k1 = self.slots[i].kernels
+            for c, row in enumerate(messages.unpack_rows(answer, len(picks))):
+                if row is not None:
+                    v_rows[c][k0:k1], points[c] = row  # every owner holds the same point
+        return tuple(Candidate(j, float(g[j]), v, p) for j, v, p in zip(picks, v_rows, points))
 
     def initial_candidates(self) -> tuple[Candidate, Candidate]:
         if self.partial:
@@ -170,15 +174,21 @@ class MWUEngine:
             self._points.setdefault(neg.index, neg.point)
             self._replayed = len(self._picks) - 1
         # Encoded once per kernel range (once in all for row shards): the same bytes to every block.
-        results = self.pool.call(
-            "superstep_scores" if self.partial else "superstep",
-            lambda b: (pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)),
-            shared=self._by_kernels,
-            superstep=True,
-        )
+        if self._packed:
+            method = messages.superstep_scores if self.partial else messages.superstep
+
+            def args_for(b: Block) -> tuple:
+                return (messages.pack_step(pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)),)
+        else:
+            method = "superstep_scores" if self.partial else "superstep"
+
+            def args_for(b: Block) -> tuple:
+                return pos.index, neg.index, pos.point, neg.point, self._kernel_slice(b, coef)
+
+        results = self.pool.call(method, args_for, shared=self._by_kernels, superstep=True)
         self._replayed = len(self._picks)
         if not self.partial:
-            return _reduce(results)
+            return messages.best_candidates(results) if self._packed else _reduce(results)
         # Each row range's blocks' tile partials, added in kernel (tile) order: one block's sums.
         by_rows: dict = {}
         for b, part in zip(self.slots, results):

@@ -40,6 +40,9 @@ class ShardPool(Protocol):
     slots: list
     #: Whether a shard can be lost and rebuilt (then ``keep`` and ``restore`` matter).
     rebuilds: bool
+    #: Whether calls reach the shards over a connection (a Dask pool's sockets): arguments and answers
+    #: are then serialized, so a client sends compact messages on its hot path (see :mod:`.messages`).
+    remote: bool
 
     def call(
         self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False, superstep=False
@@ -105,6 +108,7 @@ class LocalPool:
     """Shards in this process, built at once; implements :class:`ShardPool` (nothing is ever lost here)."""
 
     rebuilds = False
+    remote = False
 
     def __init__(self, slots, factory_for: Callable[[Hashable], Callable[[], Any]], *, restore=None):
         self.slots = list(slots)
