@@ -11,10 +11,16 @@ fit and whether the model is the *same* (bit-identical ``support_``,
 
 Problems (the issue's table)::
 
-    a9a         a9a's 32561 training rows (CSR), the paper's 12 kernels, 1500 iterations
-    cod-rna     cod-rna's 59535 training rows x 8 (dense, min-max scaled), 12 kernels, 1500 iterations
-    mushrooms   6500 rows of mushrooms (CSR), 12 kernels per feature (1344), 150 iterations
-    sonar-bank  Sonar (208 x 60), random Gaussian bank of 10^5 kernels on 5-feature subsets, 256 iterations
+    a9a           a9a's 32561 training rows (CSR), the paper's 12 kernels, 1500 iterations
+    cod-rna       cod-rna's 59535 training rows x 8 (dense, min-max scaled), 12 kernels, 1500 iterations
+    mushrooms     6500 rows of mushrooms (CSR), 12 kernels per feature (1344), 150 iterations
+    sonar-bank    Sonar (208 x 60), random Gaussian bank of 10^5 kernels on 5-feature subsets, 256 iterations
+    a9a-defaults  a9a (CSR), ``MWUMKLClassifier()``'s defaults (``random_state=0``): the two-stage fit,
+                  C and selectivity cross-validated on its weight subsample (issue 22, item 2)
+
+A defaults problem fits with the estimator's defaults instead (no fixed ``C`` or iterations); its
+"solver" column times the two-stage fit's stages 2 and 3 (features and linear solve) and its
+warm-up is a fit on its first 4000 rows with ``C=1, selectivity=0``.
 
 Data come from ``benchmarks/datasets.py`` (``../shared/datasets`` when
 present, else the download cache; ``--download`` fetches a missing set).
@@ -76,6 +82,8 @@ class Spec:
     sparse: bool = False  # fit from CSR (as the CLI reads an svmlight file)
     scale: bool = False  # min-max scale the features
     description: str = ""
+    defaults: bool = False  # the estimator's defaults (kernels, max_iter and the fixed C unused)
+    params: tuple = ()  # (name, value) estimator parameters of a defaults problem beyond random_state=0
 
 
 PROBLEMS = {
@@ -97,6 +105,15 @@ PROBLEMS = {
         256,
         description="Sonar, random bank of 10^5 kernels (5-feature subsets)",
     ),
+    "a9a-defaults": Spec(
+        "a9a-defaults",
+        "a9a",
+        "scaled",
+        0,
+        sparse=True,
+        defaults=True,
+        description="a9a, MWUMKLClassifier() defaults (two-stage; C and selectivity cross-validated)",
+    ),
 }
 
 QUICK_PROBLEMS = {
@@ -116,6 +133,15 @@ QUICK_PROBLEMS = {
         32,
         description="synthetic 208 x 60, random bank of 2000 kernels (5-feature subsets)",
     ),
+    "quick-defaults": Spec(
+        "quick-defaults",
+        None,
+        "scaled",
+        0,
+        defaults=True,
+        params=(("solver", "two-stage"),),
+        description="synthetic 600 x 10, defaults with the two-stage solver",
+    ),
 }
 
 
@@ -125,8 +151,9 @@ QUICK_PROBLEMS = {
 def _synthetic(name: str):
     from sklearn.datasets import make_classification
 
-    if name == "quick-rows":
-        X, t = make_classification(n_samples=3000, n_features=10, n_informative=5, flip_y=0.05, random_state=0)
+    if name in ("quick-rows", "quick-defaults"):
+        n = 3000 if name == "quick-rows" else 600
+        X, t = make_classification(n_samples=n, n_features=10, n_informative=5, flip_y=0.05, random_state=0)
         X = (X - X.min(axis=0)) / (X.max(axis=0) - X.min(axis=0))
     elif name == "quick-kernels":
         X, t = make_classification(n_samples=1500, n_features=16, n_informative=6, flip_y=0.05, random_state=1)
@@ -159,22 +186,30 @@ def load_problem(spec: Spec, datasets_dir, download: bool):
     return X, y, source
 
 
-def count_kernels(spec: Spec, n_features: int) -> int:
-    """Base kernels of the problem (a random bank counts its kernels, without expanding it)."""
-    from mwumkl_dist.kernels import parse_kernels
+def count_kernels(spec: Spec, n_features: int, X=None) -> int:
+    """Base kernels of the problem (a random bank counts its kernels, without expanding it).
 
-    return sum(int(getattr(k, "n_kernels", 1)) for k in parse_kernels(spec.kernels, n_features))
+    The scaled families take their widths from the rows ``X`` (as a fit does).
+    """
+    from mwumkl_dist.kernels import parse_kernels
+    from mwumkl_dist.kernels.evaluation import data_scale, scale_sample_rows
+
+    scale = None if X is None else lambda: data_scale([X], X.shape[1], X[scale_sample_rows(X.shape[0])])
+    return sum(int(getattr(k, "n_kernels", 1)) for k in parse_kernels(spec.kernels, n_features, scale))
 
 
 # ----------------------------------------------------------------------------- fits
 
 
 @contextlib.contextmanager
-def timed_solver(record: list):
-    """Record the wall time of every ``mwu.solve`` call (the solver loop, without setup)."""
+def timed_solver(record: list, spec: Spec):
+    """Record the wall time of every solver loop: ``mwu.solve`` (without setup), or a defaults problem's
+    two-stage stages 2 and 3."""
     from mwumkl_dist.solvers.mwu import one_vs_rest as mwu  # where the fit driver looks the solver up
+    from mwumkl_dist.solvers.two_stage.solver import TwoStageSolver
 
-    original = mwu.solve
+    owner, name = (TwoStageSolver, "_full_stage") if spec.defaults else (mwu, "solve")
+    original = getattr(owner, name)
 
     def solve(*args, **kwargs):
         start = time.perf_counter()
@@ -183,31 +218,48 @@ def timed_solver(record: list):
         finally:
             record.append(time.perf_counter() - start)
 
-    mwu.solve = solve
+    setattr(owner, name, solve)
     try:
         yield
     finally:
-        mwu.solve = original
+        setattr(owner, name, original)
+
+
+def make_estimator(spec: Spec, *, max_iter: int, **params):
+    """The estimator a problem is fitted with (``params``: ``n_jobs``, the engine's)."""
+    from mwumkl_dist import MWUMKLClassifier
+
+    if spec.defaults:
+        return MWUMKLClassifier(random_state=0, **dict(spec.params), **params)
+    return MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, solver="mwu", **params)
 
 
 def fit_once(X, y, spec: Spec, *, max_iter: int, **params) -> tuple[object, float, float]:
     """``(estimator, fit seconds, solver seconds)`` of one fit."""
-    from mwumkl_dist import MWUMKLClassifier
-
-    clf = MWUMKLClassifier(kernels=spec.kernels, C=C_FIXED, max_iter=max_iter, polish=False, solver="mwu", **params)
+    clf = make_estimator(spec, max_iter=max_iter, **params)
     record: list = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FewIterationsWarning / ConvergenceWarning: max_iter is fixed on purpose
-        with timed_solver(record):
+        with timed_solver(record, spec):
             start = time.perf_counter()
             clf.fit(X, y)
             fit_s = time.perf_counter() - start
     return clf, fit_s, float(sum(record))
 
 
+def warm_up(X, y, spec: Spec, **params) -> None:
+    """A short fit (numba compile or cache load): 2 iterations, or the defaults on 4000 rows at a given C."""
+    if spec.defaults:
+        from mwumkl_dist import MWUMKLClassifier
+
+        MWUMKLClassifier(random_state=0, C=1.0, selectivity=0.0, **dict(spec.params), **params).fit(X[:4000], y[:4000])
+    else:
+        fit_once(X, y, spec, max_iter=2, **params)
+
+
 def timed(X, y, spec: Spec, repeat: int, **params) -> tuple[object, float, float]:
-    """A warm-up fit of 2 iterations (numba compile or cache load), then the best of ``repeat`` fits."""
-    fit_once(X, y, spec, max_iter=2, **params)
+    """A warm-up fit (:func:`warm_up`), then the best of ``repeat`` fits."""
+    warm_up(X, y, spec, **params)
     best = None
     for _ in range(repeat):
         clf, fit_s, solve_s = fit_once(X, y, spec, max_iter=spec.max_iter, **params)
@@ -233,6 +285,7 @@ def _row(problem: str, layout: str, workers, threads, clf, fit_s, solve_s, ref, 
         "solve_speedup": ref_solve / solve_s if solve_s > 0 else float("nan"),
         "same_model": ref is clf or same_model(ref, clf),
         "n_iter": int(np.sum(clf.n_iter_)),
+        "load_1min": round(os.getloadavg()[0], 2),  # the machine's load as the row ends (a shared box's noise)
     }
 
 
@@ -372,16 +425,17 @@ def main(argv=None) -> int:
     problems = {}
     for name in names:
         spec = catalogue[name]
-        if args.max_iter is not None:
+        if args.max_iter is not None and not spec.defaults:
             spec = Spec(**{**spec.__dict__, "max_iter": args.max_iter})
         try:
             X, y, source = load_problem(spec, args.datasets_dir, args.download)
         except (D.DatasetUnavailableError, D.ChecksumError) as exc:
             print(f"{name}: skipped ({exc})")
             continue
-        m = count_kernels(spec, X.shape[1])
+        m = count_kernels(spec, X.shape[1], X)
         problems[name] = (spec, X, y, source, m)
-        print(f"{name}: {X.shape[0]} x {X.shape[1]} ({source}), {m} kernels '{spec.kernels}', {spec.max_iter} it")
+        fitted = "the defaults" if spec.defaults else f"{spec.max_iter} it"
+        print(f"{name}: {X.shape[0]} x {X.shape[1]} ({source}), {m} kernels '{spec.kernels}', {fitted}")
     if not problems:
         print("no problem to run")
         return 1
@@ -404,7 +458,8 @@ def main(argv=None) -> int:
                     row["same_model"] = row["same_model"] and same_model(refs[name][0], clf)
                     row["busy"] = busy
                     rows[name].append(row)
-                    print(f"  {name} {label} ({threads_used} threads): {fit_s:.2f} s, same model {row['same_model']}")
+                    print(f"  {name} {label} ({threads_used} threads): {fit_s:.2f} s, same model {row['same_model']}, "
+                          f"load {row['load_1min']:.2f}")  # fmt: skip
 
     if layouts:
         from distributed import Client, LocalCluster
@@ -431,7 +486,8 @@ def main(argv=None) -> int:
     all_rows = []
     for name, (spec, X, _, source, m) in problems.items():
         label = spec.description + (" [synthetic]" if source == "synthetic" and spec.dataset else "")
-        title = f"{name}: {label}, {spec.max_iter} it ({X.shape[0]} x {X.shape[1]}, {m} kernels; {cpus} cores)"
+        fitted = "defaults" if spec.defaults else f"{spec.max_iter} it"
+        title = f"{name}: {label}, {fitted} ({X.shape[0]} x {X.shape[1]}, {m} kernels; {cpus} cores)"
         print_table(title, rows[name])
         for r in rows[name]:
             all_rows.append({**r, "n_samples": X.shape[0], "n_features": X.shape[1], "n_kernels": m, "source": source})

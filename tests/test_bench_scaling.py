@@ -30,6 +30,9 @@ def test_quick_local_rows(tmp_path, capsys):
         assert {r["threads"] for r in mine} == expected
         assert all(r["same_model"] and r["fit_s"] > 0 and r["n_iter"] > 0 for r in mine)
         assert [r["speedup"] for r in mine if r["threads"] == 1] == [1.0]
+        assert all(r["load_1min"] >= 0 for r in mine)
+    defaults = [r for r in rows if r["problem"] == "quick-defaults"]  # two-stage: its stages 2-3 are timed
+    assert all(0 < r["solve_s"] < r["fit_s"] for r in defaults)
     assert doc["summary"]["same_model_every_row"] is True
     assert doc["machine"]["available_cpus"] >= 1
     assert "same model" in capsys.readouterr().out
@@ -68,6 +71,21 @@ def test_arguments():
             bench_scaling._layouts(bad)
     with pytest.raises(SystemExit):
         bench_scaling.main(["--quick", "--problems", "a9a"])  # a full-size problem is not a quick one
-    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank"}
+    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank", "a9a-defaults"}
+    assert bench_scaling.PROBLEMS["a9a-defaults"].defaults  # issue 22 item 2: MWUMKLClassifier() on a9a
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank"], 60) == 100_000
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["mushrooms"], 112) == 1344
+
+
+@pytest.mark.timeout(300)
+def test_serial_profile_of_the_quick_defaults(tmp_path):
+    """benchmarks/bench_serial.py: the phases of a two-stage fit, their serial and parallel CPU, the same model."""
+    from benchmarks import bench_serial
+
+    assert bench_serial.main(["--problem", "quick-defaults", "--threads", "1,2", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "serial.json").read_text())
+    phases = [name for name, _, _ in bench_serial.PHASES] + ["other", "fit"]
+    assert [r["phase"] for r in doc["rows"]] == phases * 2
+    fits = [r for r in doc["rows"] if r["phase"] == "fit"]
+    assert all(r["serial_cpu_s"] + r["parallel_cpu_s"] > 0 and r["wall_s"] > 0 for r in fits)
+    assert doc["summary"]["same_model"] is True and doc["summary"]["two_core_speedup_n_jobs_1"] == 1.0

@@ -2,9 +2,10 @@
 
 The fit runs in a child process.  A watcher thread in the child reports on stderr the moment the
 solver's own SIGINT handler is installed, i.e. once a cross-validation fold is iterating, and the
-test then sends SIGINT with ``os.kill``.  The folds run ``max_iter=10**7`` iterations (hours): only
-the interrupt ends the fit within the test's timeout, so a SIGINT that is lost or ignored fails the
-test instead of passing it by luck.
+test then sends SIGINT with ``os.kill``.  On two threads the folds run side by side and the handler
+is their parallel region's, which every fold (on the main thread or a helper) listens to.  The folds
+run ``max_iter=10**7`` iterations (hours): only the interrupt ends the fit within the test's timeout,
+so a SIGINT that is lost or ignored fails the test instead of passing it by luck.
 
 Promised behaviour (``MWUMKLClassifier.fit``, ``mwu.solve``): the fold stops at the end of its
 iteration, a half-run fold never scores a candidate ``C``, and the fit raises ``FitInterrupted``
@@ -97,11 +98,16 @@ def _data(tmp_path, n=300, d=4, seed=0):
     return X, y
 
 
-def _interrupt_once_solving(args, marker_timeout=120, exit_timeout=60):
-    """Start ``python -c WATCHER + script args``, SIGINT it once a fold iterates; ``(rc, out, err, sent_at)``."""
+def _interrupt_once_solving(args, marker_timeout=120, exit_timeout=60, threads=None):
+    """Start ``python -c WATCHER + script args``, SIGINT it once a fold iterates; ``(rc, out, err, sent_at)``.
+
+    ``threads``: the child's ``MWUMKL_NUM_THREADS`` (2: the folds run side by side, on helper threads too).
+    """
+    env = dict(os.environ) if threads is None else {**os.environ, "MWUMKL_NUM_THREADS": str(threads)}
     proc = subprocess.Popen(
         [sys.executable, "-c", WATCHER + args[0], *map(str, args[1:])],
         cwd=REPO,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -137,9 +143,10 @@ def _interrupt_once_solving(args, marker_timeout=120, exit_timeout=60):
 
 
 @pytest.mark.timeout(240)
-def test_sigint_while_choosing_C_raises_fit_interrupted_and_fits_nothing(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sigint_while_choosing_C_raises_fit_interrupted_and_fits_nothing(tmp_path, threads):
     _data(tmp_path)
-    rc, out, err, sent_at = _interrupt_once_solving([FIT, tmp_path / "X.npy", tmp_path / "y.npy"])
+    rc, out, err, sent_at = _interrupt_once_solving([FIT, tmp_path / "X.npy", tmp_path / "y.npy"], threads=threads)
     assert rc == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report["outcome"] == "FitInterrupted", (report, err)

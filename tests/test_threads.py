@@ -216,6 +216,141 @@ def test_ordered_map_keeps_the_order_on_several_threads():
         assert threads.ordered_map(lambda x: x * x, range(50)) == [x * x for x in range(50)]
 
 
+def _pool_of(n, monkeypatch):
+    """A compute pool of ``n`` threads, whatever the machine (the region's counts are the policy's, not numba's)."""
+    monkeypatch.setattr(threads, "_pool", [lambda: n])
+
+
+def test_a_region_runs_at_most_its_threads_and_hands_a_leaving_workers_threads_on(monkeypatch):
+    """ordered_map's workers share the caller's threads: never more at once, and more once others are done."""
+    import threading
+    import time
+
+    _pool_of(8, monkeypatch)
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def item(i):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        share = threads.current_threads()
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        return share
+
+    with threads.limit_threads(3):
+        shares = threads.ordered_map(item, range(12))
+    assert peak[0] <= 3 and max(shares) <= 3 and min(shares) >= 1
+    three = threading.Barrier(3, timeout=30)
+
+    def side_by_side(i):
+        three.wait()
+        share = threads.current_threads()
+        three.wait()  # none has left before all have read their share
+        return share
+
+    with threads.limit_threads(6):  # 6 threads, 3 items: each item's own parallel work gets 2
+        assert threads.ordered_map(side_by_side, range(3)) == [2, 2, 2]
+    # Two items side by side get one thread each; the one still running gets both once the other is done.
+    both = threading.Barrier(2, timeout=30)
+
+    def pair(i):
+        both.wait()
+        first = threads.current_threads()
+        both.wait()  # both have read their share
+        deadline = time.monotonic() + 30
+        while i == 0 and threads.current_threads() != 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return first, threads.current_threads()
+
+    with threads.limit_threads(2):
+        assert threads.ordered_map(pair, range(2)) == [(1, 2), (1, 1)]
+        assert threads.current_threads() == 2  # the caller's own limit is back
+
+        def nested(i):  # a nested map inside an item of share 1 runs on that item's thread
+            both.wait()
+            ids = threads.ordered_map(lambda j: threading.get_ident(), range(4))
+            both.wait()
+            return ids
+
+        assert all(len(set(ids)) == 1 for ids in threads.ordered_map(nested, range(2)))
+
+
+def test_a_region_raises_the_first_items_error_and_starts_no_item_after_it(monkeypatch):
+    _pool_of(2, monkeypatch)
+    started = []
+
+    def item(i):
+        started.append(i)
+        if i in (3, 5):
+            raise ValueError(f"item {i}")
+        return i
+
+    with threads.limit_threads(2), pytest.raises(ValueError, match="item 3"):
+        threads.ordered_map(item, range(40))
+    assert max(started) <= 5  # at most the item the other worker had claimed
+
+
+def test_a_ctrl_c_stops_a_region_after_its_running_items(monkeypatch):
+    """The first Ctrl-C reaches every worker (a fold on a helper thread too); no new item starts."""
+    import signal
+    import threading
+    import time
+
+    _pool_of(2, monkeypatch)
+    heard, started = [], []
+    both = threading.Barrier(2, timeout=30)
+
+    def item(i):
+        started.append(i)
+        both.wait()
+        if i == 0:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs on the main thread: it asks, it raises nothing
+        with threads.sigint_requests_stop() as stop:  # what a fold's MWU iteration listens to
+            deadline = time.monotonic() + 30
+            while not stop.requested and time.monotonic() < deadline:
+                time.sleep(0.001)
+            heard.append(stop.requested)
+        return i
+
+    with threads.limit_threads(2), pytest.raises(KeyboardInterrupt):
+        threads.ordered_map(item, range(20))
+    assert len(started) == 2 and heard == [True, True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_one_blas_thread_holds_while_any_block_runs():
+    """BLAS's thread count is per process: blocks on several threads keep it at 1 until the last one ends."""
+    import threading
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"}
+
+    before = blas_threads()
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def other():  # a block on another thread that ends first
+        with threads.one_blas_thread():
+            entered.set()
+            release.wait(30)
+        done.set()
+
+    helper = threading.Thread(target=other)
+    helper.start()
+    assert entered.wait(30) and blas_threads() <= {1}
+    with threads.one_blas_thread():
+        release.set()
+        helper.join(30)
+        assert done.is_set() and blas_threads() <= {1}  # this block still runs
+        with threads.one_blas_thread():  # nested: nothing changes
+            assert blas_threads() <= {1}
+        assert blas_threads() <= {1}
+    assert blas_threads() == before
+
+
 # ----------------------------------------------------------------------------- n_jobs of the estimator
 
 
@@ -290,6 +425,52 @@ def test_auto_C_folds_use_n_jobs():
         one_vs_rest.solve = original
     two = MWUMKLClassifier(n_jobs=2, **params).fit(X, y)
     assert one.C_ == two.C_ and np.array_equal(one.dual_coef_, two.dual_coef_)
+
+
+@pytest.mark.timeout(300)
+def test_auto_folds_run_side_by_side_within_n_jobs_and_choose_the_same(monkeypatch):
+    """C="auto" / selectivity="auto": the folds share the fit's threads (never more) and choose as on one thread."""
+    import threading
+    import time
+
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.solvers.mwu import one_vs_rest
+
+    _pool_of(2, monkeypatch)  # two threads whatever the machine
+    lock, state = threading.Lock(), {"in_use": 0, "peak": 0, "running": 0, "side_by_side": 0, "folds": 0}
+    original = one_vs_rest.solve
+
+    def solve(*args, **kwargs):  # each fold's (and the final fit's) MWU solve, with the threads it may use
+        share = threads.current_threads()
+        with lock:
+            state["in_use"] += share
+            state["running"] += 1
+            state["peak"] = max(state["peak"], state["in_use"])
+            state["side_by_side"] = max(state["side_by_side"], state["running"])
+            state["folds"] += 1
+        try:
+            time.sleep(0.05)  # long enough for the folds to meet
+            return original(*args, **kwargs)
+        finally:
+            with lock:
+                state["in_use"] -= share
+                state["running"] -= 1
+
+    monkeypatch.setattr(one_vs_rest, "solve", solve)
+    X, y = _problem(150)
+    params = {"kernels": "linear,gaussian:1", "max_iter": 20, "polish": False, "selectivity": "auto"}
+    fits, peaks = {}, {}
+    for n in (1, 2):
+        state.update(peak=0, side_by_side=0, folds=0)
+        with threads.limit_threads(n):
+            fits[n] = MWUMKLClassifier(**params).fit(X, y)
+        peaks[n] = state["peak"], state["side_by_side"]
+    assert state["folds"] == 6 * 3 + 3 * 3 + 1  # the grids' folds and the final fit
+    assert peaks == {1: (1, 1), 2: (2, 2)}  # side by side on two threads, one each: never more than the fit's
+    one, two = fits[1], fits[2]
+    assert one.C_path_ == two.C_path_ and one.selectivity_path_ == two.selectivity_path_
+    for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name
 
 
 def test_n_jobs_inside_a_caller_limit():

@@ -68,6 +68,27 @@ def test_combined_kernel_does_not_depend_on_threads(monkeypatch):
     np.testing.assert_array_equal(one, combined_kernel(ks, X, X[:40], w, parallel=False))
 
 
+def test_blocked_product_does_not_depend_on_threads(monkeypatch):
+    from mwumkl_dist.devices import threads
+    from mwumkl_dist.solvers.two_stage import nystroem
+
+    monkeypatch.setattr(nystroem, "PRODUCT_ROWS", 7)
+    monkeypatch.setattr(threads, "_pool", [lambda: 4])  # the policy's threads, whatever the machine
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((60, 45)), rng.standard_normal((45, 30))
+    with threads.limit_threads(1):
+        one = two_stage.blocked_product(A, B)
+        vector = two_stage.blocked_product(A, B[:, 0])
+        transposed = two_stage.blocked_product(B.T, A.T)  # views in Fortran order, as Newton's lift.T
+    for n in (2, 3, 4):
+        with threads.limit_threads(n):
+            np.testing.assert_array_equal(two_stage.blocked_product(A, B), one)
+            np.testing.assert_array_equal(two_stage.blocked_product(A, B[:, 0]), vector)
+            np.testing.assert_array_equal(two_stage.blocked_product(B.T, A.T), transposed)
+    np.testing.assert_allclose(one, A @ B, rtol=1e-13, atol=1e-13)
+    assert vector.shape == (60,)
+
+
 @pytest.mark.timeout(60)
 def test_model_does_not_depend_on_shards_or_threads(monkeypatch):
     from mwumkl_dist import MWUMKLClassifier

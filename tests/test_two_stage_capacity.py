@@ -33,6 +33,7 @@ def small_ranks(monkeypatch):
     monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
     monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
     monkeypatch.setattr(partition, "ROW_BLOCK", 64)
+    monkeypatch.setattr(nystroem, "PRODUCT_ROWS", 8)  # the driver's products in several blocks too
 
 
 def test_rank_cap_and_levels():
@@ -202,7 +203,7 @@ def test_shard_tree_sums_follow_the_tree(monkeypatch):
     shard = two_stage.LinearShard(X[64 * 3 :], 64 * 3, X.shape[0], row_block=64, spill=False)
     values = [rng.standard_normal(3) for _ in shard.blocks]
     with thread_limit(2):
-        nodes = shard._tree_sums(lambda i: values[i])
+        nodes = shard._tree_sums(lambda i: values[i].copy())  # a new part per call, as gram_parts makes
     assert [node for node, _ in nodes] == [(3, 4), (4, 8), (8, 12), (12, 14)]
     for (a, b), total in nodes:
         np.testing.assert_array_equal(total, _tree(values, a - 3, b - 3))

@@ -26,19 +26,22 @@ The thread state lives here too: the per-thread cap (:func:`limit_threads`),
 the process-wide override (:func:`set_num_threads`) and the cached default,
 capped by the compute pool that :mod:`mwumkl_dist.devices.cpu` registers
 (:func:`register_pool`: numba's).  So does what the package runs over
-threads (:func:`ordered_map`) and the Dask worker running this code
-(:func:`dask_worker`).  This module is pure Python: it imports neither numba
+threads (:func:`ordered_map`: parallel regions whose workers share the
+threads, and the Ctrl-C that stops them, :func:`sigint_requests_stop`),
+BLAS's thread count (:func:`one_blas_thread`) and the Dask worker running
+this code (:func:`dask_worker`).  This module is pure Python: it imports neither numba
 nor the compiled code (``distributed`` only when it is already imported).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from numbers import Integral
 
@@ -51,7 +54,8 @@ __all__ = [
     "ENV_VAR",
 ]
 # Also public, for the package itself (not re-exported by mwumkl_dist.threads): limit_threads,
-# set_num_threads, register_pool, ordered_map, dask_worker, worker_threads.
+# set_num_threads, register_pool, ordered_map, sigint_requests_stop, one_blas_thread, dask_worker,
+# worker_threads.
 
 #: The environment variable overriding the default thread count.
 ENV_VAR = "MWUMKL_NUM_THREADS"
@@ -309,9 +313,17 @@ def _omp_env_threads() -> int | None:
     return n if n >= 1 else None
 
 
-# threadpoolctl's controller takes a few ms to build (it scans the loaded libraries),
-# querying its OpenMP libraries takes microseconds: keep one, rebuilt when modules were imported.
-_tp_cache: dict[str, object] = {"key": None, "libs": ()}
+# threadpoolctl's controller takes a few ms to build (it scans the loaded libraries), querying or setting its
+# libraries microseconds: keep one, rebuilt when modules were imported.
+_tp_cache: dict[str, object] = {"key": None, "controller": None}
+
+
+def _threadpool_controller(tp):
+    """threadpoolctl's (module ``tp``) controller of the loaded libraries, kept while no module is imported."""
+    key = len(sys.modules)
+    if _tp_cache["key"] != key:
+        _tp_cache["controller"], _tp_cache["key"] = tp.ThreadpoolController(), key
+    return _tp_cache["controller"]
 
 
 def _openmp_limit() -> int | None:
@@ -323,13 +335,9 @@ def _openmp_limit() -> int | None:
     tp = sys.modules.get("threadpoolctl")
     if tp is None:
         return None
-    key = len(sys.modules)
     try:
-        if _tp_cache["key"] != key:
-            controller = tp.ThreadpoolController()
-            _tp_cache["libs"] = tuple(lib for lib in controller.lib_controllers if lib.user_api == "openmp")
-            _tp_cache["key"] = key
-        limits = [lib.get_num_threads() for lib in _tp_cache["libs"]]
+        libs = _threadpool_controller(tp).lib_controllers
+        limits = [lib.get_num_threads() for lib in libs if lib.user_api == "openmp"]
     except Exception:
         return None
     limits = [int(n) for n in limits if isinstance(n, Integral) and n >= 1]
@@ -525,7 +533,9 @@ def _cached_default() -> int:
 def current_threads() -> int:
     """The threads a fit or prediction started now in this thread would use (>= 1, within the pool)."""
     limit = getattr(_local, "limit", None)
-    if limit is None:
+    if isinstance(limit, _Region):  # a worker of an ordered_map region: its share now
+        limit = limit.threads()
+    elif limit is None:
         limit = _num_threads
         if limit is None:
             limit = _cached_default()
@@ -560,11 +570,151 @@ def _threads_now() -> int:
 def ordered_map(fn, items) -> list:
     """``[fn(item) for item in items]`` over this thread's threads (``n_jobs``), the results in order.
 
-    Whatever is summed from the results, in their order, does not depend on the thread count.
+    A parallel region: up to :func:`current_threads` workers (this thread one
+    of them) take the items in order, and each worker's own parallel calls
+    (numba, a nested map) get its share of the threads, so the region never
+    runs more threads than this thread may use: the threads divided by the
+    workers still busy (a worker that finds no item left hands its threads
+    to the others: three folds on two threads run the third on both once
+    the second ends).  The first Ctrl-C (main thread) only asks the region
+    to stop (:func:`sigint_requests_stop`, shared by its workers): no new
+    item starts, and the region raises ``KeyboardInterrupt`` when no item
+    raised.  An item's exception is raised after the running items end (no
+    new one starts); of several, the first item's, as a loop would.
+    Whatever is summed from the results, in their order, does not depend on
+    the thread count.
     """
     items = list(items)
-    n_threads = min(current_threads(), len(items))
-    if n_threads <= 1:
+    total = current_threads()
+    n_workers = min(total, len(items))
+    if n_workers <= 1:
         return [fn(item) for item in items]
-    with ThreadPoolExecutor(n_threads) as pool:
-        return list(pool.map(fn, items))
+    results: list = [None] * len(items)
+    failures: dict = {}
+    claim = itertools.count()  # next() is atomic: each item goes to one worker, in order
+    with sigint_requests_stop() as stop:
+        region = _Region(total, n_workers)
+
+        def work():
+            before = getattr(_local, "limit", None), getattr(_local, "stop", None)
+            _local.limit, _local.stop = region, stop
+            try:
+                while not failures and not stop.requested:
+                    i = next(claim)
+                    if i >= len(items):
+                        break
+                    try:
+                        results[i] = fn(items[i])
+                    except BaseException as exc:  # raised by the caller, in item order
+                        failures[i] = exc
+            finally:
+                region.leave()
+                _local.limit, _local.stop = before
+
+        helpers = [threading.Thread(target=work, name="mwumkl-worker", daemon=True) for _ in range(n_workers - 1)]
+        for helper in helpers:
+            helper.start()
+        work()
+        for helper in helpers:
+            helper.join()
+    if failures:
+        raise failures[min(failures)]
+    if stop.requested:
+        raise KeyboardInterrupt
+    return results
+
+
+class _Region:
+    """The threads of one :func:`ordered_map` call, shared by its workers that still have items."""
+
+    __slots__ = ("total", "busy", "lock")
+
+    def __init__(self, total: int, workers: int):
+        self.total, self.busy, self.lock = int(total), int(workers), threading.Lock()
+
+    def threads(self) -> int:
+        """A busy worker's share (its thread included)."""
+        return max(1, self.total // self.busy)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.busy = max(1, self.busy - 1)
+
+
+class StopRequest:
+    """Whether a Ctrl-C asked the running work to stop at its next safe point."""
+
+    __slots__ = ("requested",)
+
+    def __init__(self):
+        self.requested = False
+
+
+@contextmanager
+def sigint_requests_stop():
+    """While the block runs, a first Ctrl-C only sets the yielded :class:`StopRequest`; a second raises it.
+
+    Raising ``KeyboardInterrupt`` at an arbitrary point could land between
+    two shards' supersteps (or inside a numba call) and leave a state half
+    updated; the work checks ``requested`` where it can stop.  Python runs
+    signal handlers in the main thread only: there the block installs the
+    handler (unless SIGINT is ignored or handled outside Python); inside an
+    :func:`ordered_map` region, and in nested blocks, the workers share the
+    region's request, so a fold on a helper thread hears the Ctrl-C too;
+    elsewhere off the main thread no signal sets it.
+    """
+    inherited = getattr(_local, "stop", None)
+    if inherited is not None:
+        yield inherited
+        return
+    stop = StopRequest()
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is None or previous is signal.SIG_IGN:
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    signal.signal(signal.SIGINT, handler)
+    _local.stop = stop
+    try:
+        yield stop
+    finally:
+        _local.stop = None
+        signal.signal(signal.SIGINT, previous)
+
+
+# ----------------------------------------------------------------------------- BLAS
+
+_blas: dict = {"users": 0, "limiter": None}
+_blas_lock = threading.Lock()
+
+
+@contextmanager
+def one_blas_thread():
+    """BLAS (and the LAPACK on it) on one thread while any such block runs in this process.
+
+    Products, factorisations and eigensolvers may change their last bits with
+    BLAS's thread count, and parallel regions call BLAS from several threads
+    at once: the package's parallel work runs BLAS on one thread inside each
+    fixed block and gets its threads from the blocks (:func:`ordered_map`).
+    The count is one setting per process (OpenBLAS, MKL), so the blocks of
+    all threads share it: the first sets it to 1, the last restores it.
+    """
+    with _blas_lock:
+        if _blas["users"] == 0:
+            import threadpoolctl
+
+            _blas["limiter"] = _threadpool_controller(threadpoolctl).limit(limits=1, user_api="blas")
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                _blas["limiter"].restore_original_limits()
+                _blas["limiter"] = None

@@ -18,7 +18,7 @@ import numpy as np
 from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.solvers.base import Fitter, fold_decisions, predicted_labels
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
 from mwumkl_dist.solvers.groups import (
     AUTO_GROUP_C_GRID,
     AUTO_GROUP_SELECTIONS,
@@ -277,8 +277,8 @@ def choose_C(
     also score the group selections of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_SELECTIONS`,
     each refitted at the ``C`` of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_C_GRID`; the best of
     them wins when it is within one standard error of the best candidate of all (fewer inputs).
-    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`)
-    on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
+    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
+    folds run side by side) on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
 
     Parameters
@@ -320,16 +320,18 @@ def choose_C(
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
-    if C is None:
-        C_path = {c: scorer.error(c, start) for c in AUTO_C_GRID}
+    if C is None:  # each grid's candidates in one batch: their folds side by side
+        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
         C = _first_best(C_path)
     selectivity, selectivity_path, group_path = start, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
-        for s in AUTO_SELECTIVITY_GRID:
-            selectivity_path[s] = C_path[C] if (s == start and C in C_path) else scorer.error(C, s)
+        todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
+        found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
+        selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
         if scorer.selects_groups:
-            group_path = {(g, c): scorer.group_error(g, c) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID}
+            candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
+            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates))}
             pick = _first_best(group_path)
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
@@ -356,7 +358,7 @@ class _FoldScorer:
     sample_weight: np.ndarray | None
     polished: bool
     iterations_per_point: float | None
-    #: Each fold's kernels kept by a group selection, by (fold, selection): one selection fit per fold.
+    #: Each fold's kernels kept by a group selection, by (selection, fold): one selection fit per fold.
     _selected: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -383,47 +385,54 @@ class _FoldScorer:
         fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
         return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point)
 
-    def error(self, C, selectivity) -> float:
-        """The cross-validated (weighted) error of ``C`` (size-relative) with ``selectivity``."""
-        error = sum(self._fold_error(k, self.fold_kernels[k], C, selectivity) for k in range(len(self.folds)))
-        if self.spec.verbose:
-            logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
-        return error
+    def errors(self, candidates) -> list[float]:
+        """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
 
-    def group_error(self, selection: GroupSelection, C) -> float:
-        """The cross-validated error of ``selection``'s groups refitted at ``C`` with selectivity 0.
-
-        Each fold selects its own groups (by one selection fit on its training rows, shared by every
-        refit ``C``), so the error includes the selection's own variance.
+        All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
+        candidate's error adds its folds' shares in fold order: the same for any thread count.  A
+        :class:`~mwumkl_dist.solvers.groups.GroupSelection` as the selectivity is that selection refitted
+        at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
+        selection fit per fold, shared by every refit ``C``, first, side by side).
         """
-        error = sum(self._fold_error(k, self._groups_of(k, selection), C, 0.0) for k in range(len(self.folds)))
-        if self.spec.verbose:
-            logger.info("auto: %s refitted at C=%g cross-validated error %.4f", selection, C, error)
-        return error
+        k = len(self.folds)
+        selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
+        todo = [(s, f) for s in selections for f in range(k) if (s, f) not in self._selected]
+        chosen = fold_map(lambda job: self._fit_fold(job[1], job[0].C, job[0].selectivity)[0]["kernel_weights_"],
+                          todo, doing="choosing C by cross-validation")  # fmt: skip
+        for (selection, f), weights in zip(todo, chosen):
+            self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep)
+        jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
+        parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
+        out = []
+        for i, (C, selectivity) in enumerate(candidates):
+            error = 0.0
+            for part in parts[i * k : (i + 1) * k]:
+                error += part
+            if self.spec.verbose:
+                logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
+            out.append(error)
+        return out
 
-    def _groups_of(self, k: int, selection: GroupSelection) -> list:
-        """Fold ``k``'s kernels in the groups ``selection`` keeps on its training rows."""
-        key = (k, selection)
-        if key not in self._selected:
-            attrs, _ = self._fold_fit(k, self.fold_kernels[k], selection.C, selection.selectivity)
-            self._selected[key] = selected_kernels(self.fold_kernels[k], attrs["kernel_weights_"], selection.keep)
-        return self._selected[key]
-
-    def _fold_fit(self, k: int, kernels, C, selectivity):
-        (a, b) = self.folds[k]
-        train, test = self.rows[a], self.rows[b]
-        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
-                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
-        return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
-                              doing="choosing C by cross-validation")  # fmt: skip
-
-    def _fold_error(self, k: int, kernels, C, selectivity) -> float:
-        """Fold ``k``'s (weighted) test error, divided by the number of folds."""
-        attrs, decisions = self._fold_fit(k, kernels, C, selectivity)
+    def _fold_error(self, C, selectivity, k: int) -> float:
+        """Fold ``k``'s share of the cross-validated error."""
+        if isinstance(selectivity, GroupSelection):
+            attrs, decisions = self._fit_fold(k, C, 0.0, self._selected[selectivity, k])
+        else:
+            attrs, decisions = self._fit_fold(k, C, selectivity)
         test = self.rows[self.folds[k][1]]
         predicted = predicted_labels(attrs["classes_"], decisions)
         test_weights = None if self.scoring is None else self.scoring[test]
         return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
+
+    def _fit_fold(self, k: int, C, selectivity, kernels=None):
+        """Fold ``k``'s fit (on its kernels, or ``kernels``) and its decision values on the fold's test rows."""
+        (a, b) = self.folds[k]
+        train, test = self.rows[a], self.rows[b]
+        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+        kernels = self.fold_kernels[k] if kernels is None else kernels
+        return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
+                              doing="choosing C by cross-validation")  # fmt: skip
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):

@@ -26,6 +26,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
+from mwumkl_dist.devices.threads import one_blas_thread, ordered_map
 from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Solver",
     "drop_zero_weights",
     "fold_decisions",
+    "fold_map",
     "predicted_labels",
     "model_decisions",
     "one_vs_rest_targets",
@@ -154,19 +156,38 @@ def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, t
     """One cross-validation fold of ``cv``: ``spec``'s fit on rows ``train`` (kernels ``kept``) and the
     decision values ``(len(test), n_problems)`` of rows ``test``: ``(attributes, decisions)``.
 
-    The fold's own few-iterations warning is not repeated (the final fit says it once); a fold
+    Run it through :func:`fold_map` (which quiets the folds' few-iterations warning). A fold
     interrupted by Ctrl-C raises :class:`~mwumkl_dist.core.mwu_rules.FitInterrupted` (``doing`` says
     what was interrupted): a half-run fold must not count.
     """
     X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
     spec = replace(spec, **kernel_params)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
-        data = make_training_input(X_train, cv.y[train], spec.kernels, estimator=None)
-        attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
+    data = make_training_input(X_train, cv.y[train], spec.kernels, estimator=None)
+    attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
     if attributes["interrupted_"]:
         raise FitInterrupted(f"interrupted while {doing}; nothing was fitted")
     return attributes, model_decisions(spec.kernels, attributes, X_test)
+
+
+def fold_map(run: Callable, folds, *, doing: str) -> list:
+    """``[run(fold) for fold in folds]``, the folds (e.g. :func:`fold_decisions` calls) run side by side.
+
+    The folds are a parallel region (:func:`~mwumkl_dist.devices.threads.ordered_map`): up to this
+    thread's threads run folds at once, each fold's own parallel work on its share of them, and BLAS
+    on one thread (:func:`~mwumkl_dist.devices.threads.one_blas_thread`: no oversubscription, and
+    the same bits for any thread count, as every fold is a whole fit that does not depend on it).
+    The folds' few-iterations warning is not repeated (the final fit says it once); the filter is
+    set here, once for all the folds, as warning filters are process-wide (set per fold on parallel
+    threads, they would be restored out of order).  A Ctrl-C raises
+    :class:`~mwumkl_dist.core.mwu_rules.FitInterrupted` (``doing`` says what was interrupted).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
+        try:
+            with one_blas_thread():
+                return ordered_map(run, folds)
+        except KeyboardInterrupt:  # a Ctrl-C between two folds' iterations: no fold counts either
+            raise FitInterrupted(f"interrupted while {doing}; nothing was fitted") from None
 
 
 def predicted_labels(classes: np.ndarray, decisions: np.ndarray) -> np.ndarray:

@@ -27,7 +27,15 @@ from mwumkl_dist.core.mwu_rules import MajorityClassWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.base import Calibration, FitTask, Solver, fold_decisions, model_decisions, predicted_labels
+from mwumkl_dist.solvers.base import (
+    Calibration,
+    FitTask,
+    Solver,
+    fold_decisions,
+    fold_map,
+    model_decisions,
+    predicted_labels,
+)
 from mwumkl_dist.solvers.calibration import fit_platt
 from mwumkl_dist.solvers.mwu.solver import MWUSolver
 from mwumkl_dist.solvers.spec import FitSpec
@@ -207,17 +215,21 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
         raise ValueError("probability=True needs at least 2 training points of every class for its cross-validation")
     from sklearn.model_selection import StratifiedKFold
 
-    folds = StratifiedKFold(int(min(5, counts.min())), shuffle=True, random_state=seed).split(rows, ys)
+    folds = list(StratifiedKFold(int(min(5, counts.min())), shuffle=True, random_state=seed).split(rows, ys))
     decisions = np.zeros((len(rows), 1 if len(classes) == 2 else len(classes)))
-    for a, b in folds:
-        train, test = rows[a], rows[b]
-        chosen = {} if calibration.selectivity is None else {"selectivity": calibration.selectivity}
+    chosen = {} if calibration.selectivity is None else {"selectivity": calibration.selectivity}
+
+    def held_out(split):
+        train, test = rows[split[0]], rows[split[1]]
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
                               iterations_per_point=calibration.iterations_per_point, **chosen)  # fmt: skip
         nested_fit = functools.partial(fit_model, nested=True)
         _, values = fold_decisions(nested_fit, fold, cv, cv.kernels_with_trace(train), train, test, sample_weight,
                                    doing="calibrating probabilities")  # fmt: skip
-        decisions[b] = values.reshape(len(test), -1)
+        return values.reshape(len(test), -1)
+
+    for (_, b), values in zip(folds, fold_map(held_out, folds, doing="calibrating probabilities")):
+        decisions[b] = values
     weights = None if sample_weight is None else sample_weight[rows]
     return fit_platt(decisions, ys, classes, sample_weight=weights)
 

@@ -6,9 +6,6 @@ holds the ``O(m n)`` state and only moves data.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -25,39 +22,15 @@ from mwumkl_dist.core.mwu_rules import (
     exponentiate,
     kernel_weights,
 )
+from mwumkl_dist.devices.threads import sigint_requests_stop
 from mwumkl_dist.engines.base import Engine
 
 __all__ = ["solve"]
 
 
-class _StopRequest:
-    requested = False
-
-
-@contextlib.contextmanager
-def _sigint_requests_stop():
-    """While solving, a first Ctrl-C only asks the loop to stop after the current iteration.
-
-    Raising ``KeyboardInterrupt`` at an arbitrary point could land between two
-    shards' supersteps (or inside a numba call) and leave the state half
-    updated; a second Ctrl-C does raise it, to abort.
-    """
-    stop = _StopRequest()
-    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if previous is None or previous is signal.SIG_IGN:
-        yield stop
-        return
-
-    def handler(signum, frame):
-        if stop.requested:
-            raise KeyboardInterrupt
-        stop.requested = True
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
+# A first Ctrl-C asks the loop to stop after the current iteration, a second aborts (in a fold on a
+# helper thread of a parallel region too: the region shares the main thread's request).
+_sigint_requests_stop = sigint_requests_stop
 
 
 def solve(
@@ -78,7 +51,8 @@ def solve(
 
     ``callback(info)`` is called every ``callback_every`` iterations and at the
     end; returning ``True`` stops early (the model is built from the
-    iterations done).  Ctrl-C (SIGINT, when solving in the main thread) does
+    iterations done).  Ctrl-C (SIGINT, when solving in the main thread or
+    in a parallel region it started, :func:`~mwumkl_dist.devices.threads.ordered_map`) does
     the same at the end of the current iteration, so an interrupted fit keeps
     what it computed (``interrupted=True``); a second Ctrl-C aborts.
     ``state`` resumes from a :class:`SolverState`; ``on_state`` sees the state

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.core.partition import row_blocks
-from mwumkl_dist.devices.threads import ordered_map
+from mwumkl_dist.devices.threads import one_blas_thread, ordered_map
 from mwumkl_dist.kernels.evaluation import as_csr, combined_kernel, kernel_diagonal
 from mwumkl_dist.kernels.specs import KernelSet
 
@@ -31,7 +31,8 @@ __all__ = [
     "rank_levels",
     "unit_weights",
     "pruned_weights",
-    "one_blas_thread",
+    "PRODUCT_ROWS",
+    "blocked_product",
 ]
 
 logger = logging.getLogger("mwumkl_dist")
@@ -173,11 +174,14 @@ class NystroemMap:
         return Basis(self.n_columns, self.projection)
 
     def columns(self, X) -> np.ndarray:
-        """``K(X, L)`` of one block of rows, on this thread."""
-        return combined_kernel(self.kernel_set, X, self.landmarks, self.weights, parallel=False)
+        """``K(X, L)`` of one block of rows, on this thread's threads (in a region of blocks: its share of them).
+
+        Entries are independent: the same bits for any thread count.
+        """
+        return combined_kernel(self.kernel_set, X, self.landmarks, self.weights)
 
     def features(self, X) -> np.ndarray:
-        """``phi(X)`` of one block of rows, on this thread."""
+        """``phi(X)`` of one block of rows (the product on this thread)."""
         return self.columns(X) @ self.projection
 
     def transform(self, X) -> np.ndarray:
@@ -238,13 +242,30 @@ def nystroem_residual(fmap: NystroemMap, X) -> float:
     if X.shape[0] == 0:
         return 0.0
     diagonal = kernel_diagonal(as_csr(X), fmap.kernel_set.plan) @ fmap.weights
-    F = fmap.features(X)
+    F = blocked_product(fmap.columns(X), fmap.projection)  # the features over the threads (same bits for any count)
     total = float(np.sum(diagonal))
     return max(0.0, float(np.sum(diagonal - np.einsum("ij,ij->i", F, F))) / total) if total > 0 else 0.0
 
 
-def one_blas_thread():
-    """BLAS on one thread: products and solves whose bits would change with its thread count."""
-    from threadpoolctl import threadpool_limits
+#: Rows per block of the dense products that run over threads (:func:`blocked_product`): fixed, so that
+#: their bits do not depend on the thread count.
+PRODUCT_ROWS = 128
 
-    return threadpool_limits(limits=1, user_api="blas")
+
+def blocked_product(A, B) -> np.ndarray:
+    """``A @ B`` by fixed blocks of :data:`PRODUCT_ROWS` rows of ``A`` over this thread's threads.
+
+    Each block is one BLAS product on one thread
+    (:func:`~mwumkl_dist.devices.threads.one_blas_thread`), so the result has
+    the same bits for any thread count where BLAS's own threads may not.
+    """
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    out = np.empty((A.shape[0], *B.shape[1:]))
+
+    def block(bounds):
+        lo, hi = bounds
+        out[lo:hi] = A[lo:hi] @ B
+
+    with one_blas_thread():
+        ordered_map(block, row_blocks(0, A.shape[0], PRODUCT_ROWS))
+    return out

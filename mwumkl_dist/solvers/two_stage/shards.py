@@ -10,12 +10,12 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
-from mwumkl_dist.devices.threads import current_threads, ordered_map
+from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
-from mwumkl_dist.solvers.two_stage.nystroem import Basis, one_blas_thread
+from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
 __all__ = [
@@ -169,7 +169,8 @@ class LinearShard:
 
         Each node's blocks are computed over the threads a few at a time and
         added pairwise as a binary counter does (the node's tree order), so
-        at most a few parts are held at once.
+        at most a few parts are held at once.  ``part`` returns a new array
+        (the sums are made in place, into the left one).
         """
         first = self.start // self.row_block
         batch = max(1, 2 * current_threads())
@@ -193,7 +194,11 @@ class LinearShard:
 
 
 def _plus(a, b):
-    return b if a is None else a if b is None else a + b
+    """``a + b`` of two block sums, into ``a`` (the same bits; a Newton step's parts are (rank + 2)^2 arrays)."""
+    if a is None or b is None:
+        return b if a is None else a
+    a += b
+    return a
 
 
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:

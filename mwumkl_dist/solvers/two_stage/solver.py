@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mwumkl_dist.data.weights import problem_weights
+from mwumkl_dist.devices.threads import one_blas_thread
 from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.groups import chosen_selectivity
@@ -24,7 +25,6 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
     landmark_order,
     nystroem_map,
     nystroem_residual,
-    one_blas_thread,
     pruned_weights,
     rank_cap,
     rank_levels,
@@ -92,6 +92,13 @@ class TwoStageSolver:
 
     def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         """Stage 1 by a nested fit (the MWU solver on a stratified subsample), stages 2 and 3 on shards."""
+        # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), the
+        # model must not, and n_jobs holds for BLAS too.  The threads work on fixed blocks instead (the folds,
+        # the shards' row blocks, the driver's blocked_product) and in the kernel evaluations (numba).
+        with one_blas_thread():
+            return self._fit(spec, task)
+
+    def _fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
         n = data.n_samples
         clock = [time.process_time()]
@@ -103,21 +110,16 @@ class TwoStageSolver:
         if not np.array_equal(weights["classes_"], task.classes):
             raise ValueError("the weight subsample misses a class; the two-stage solver needs every class in it")
         clock.append(time.process_time())
-        # BLAS and LAPACK on one thread: their results change with the thread count (eigh, products), and
-        # the model must not; the kernel evaluations use this thread's numba threads (same bits for any count).
-        with (
-            linear_shards(
-                data,
-                engine=spec.engine,
-                n_shards=spec.n_shards,
-                client=task.client,
-                timeout=spec.worker_timeout,
-                call_timeout=spec.superstep_timeout,
-                row_block=self.row_block,
-                spill=self.spill,
-            ) as shards,  # fmt: skip
-            one_blas_thread(),
-        ):
+        with linear_shards(
+            data,
+            engine=spec.engine,
+            n_shards=spec.n_shards,
+            client=task.client,
+            timeout=spec.worker_timeout,
+            call_timeout=spec.superstep_timeout,
+            row_block=self.row_block,
+            spill=self.spill,
+        ) as shards:
             attrs = self._full_stage(task, shards, weights, clock)
         if spec.verbose:
             stage_seconds = np.diff(clock)
