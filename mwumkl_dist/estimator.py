@@ -112,8 +112,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         0, 30, 100 and 300 by cross-validation together with ``C="auto"`` (see
         :func:`mwumkl_dist.solvers.auto.choose_C`): the least selective within
         one standard error of the best, so data where every kernel helps keep
-        near-uniform weights; with a given ``C`` it is 100 (nothing is
-        cross-validated).  ``"paper"`` is the published rule, whose
+        near-uniform weights.  Kernels on different features (per-feature
+        kernels, one family per data source) also try *group selection*
+        (:mod:`mwumkl_dist.solvers.groups`): a strongly regularised, selective
+        fit picks the feature groups, then the model is refitted on their
+        kernels with uniform weights; it wins when within one standard error of
+        the best (``group_selection_`` says what it kept).  With a given ``C``
+        it is 100 (nothing is cross-validated).  ``"paper"`` is the published rule, whose
         exponents ``eps' / (2 rho) sqrt(s_i)`` are on an absolute scale: after
         trace normalisation they barely differ and its weights stay uniform
         to about 2 %.  ``selectivity_`` records the value used.
@@ -280,6 +285,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     selectivity_path_ : dict
         Only with ``selectivity="auto"``: the cross-validated error of each candidate selectivity
         (empty when nothing was cross-validated, e.g. from a kernel store).
+    group_selection_ : dict
+        Only when ``selectivity="auto"`` chose a group selection (kernels in several feature
+        groups, see :mod:`mwumkl_dist.solvers.groups`): the selection fit's ``C`` and selectivity,
+        the threshold ``keep``, and how many of the feature groups were kept (``groups_kept``,
+        ``groups``).  The model is the kept groups' kernels with uniform weights at ``C_``
+        (``selectivity_`` is 0); the other kernels' weights are 0.
+    group_selection_path_ : dict
+        Only with ``selectivity="auto"`` and kernels in several feature groups: the cross-validated
+        error of each group selection, by ``(GroupSelection, C)``.
     solver_ : str
         The solver used: "mwu" or "two-stage" (see ``solver``).
     weight_points_ : int

@@ -723,3 +723,22 @@ def test_fit_probability_and_predict_proba(tmp_path, capsys):
     np.testing.assert_array_equal(proba, fitted.predict_proba(scaling.transform(X)))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
     assert np.mean(names[proba.argmax(axis=1)] == names) >= 0.9
+
+
+def test_fit_summary_of_a_group_selection(tmp_path, capsys):
+    """Per-feature kernels whose labels come from two of six features: the summary says what was kept."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(90, 6))
+    y = np.where(X[:, 0] + X[:, 1] + 0.15 * rng.normal(size=90) > 1.0, 1, -1)
+    data, model = tmp_path / "d.npy", tmp_path / "m.npz"
+    np.save(data, np.column_stack([X, y]))
+    kernels = ",".join(f"poly:1@{f},gaussian:0.5@{f}" for f in range(6))
+    assert main(["fit", "--data", str(data), "--model", str(model), "--kernels", kernels]) == 0
+    out = capsys.readouterr().out
+    fitted = MWUMKLClassifier.load(model)
+    g = fitted.group_selection_
+    assert g["groups_kept"] == 2 and g["groups"] == 6
+    assert (
+        f"selectivity 0 on the 2 of 6 feature groups a fit at C {g['C']:g}, selectivity {g['selectivity']:g} kept "
+        "(cross-validated)" in out
+    )

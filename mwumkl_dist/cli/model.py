@@ -323,6 +323,12 @@ def _describe_params(args, clf) -> str:
         polish = f", two-stage (weights from {clf.weight_points_} points, Nystroem features on {len(clf.support_)})"
     chosen = " (cross-validated)" if getattr(clf, "selectivity_path_", None) else ""
     sel = clf.selectivity_ if isinstance(clf.selectivity_, str) else f"{clf.selectivity_:g}"
+    groups = getattr(clf, "group_selection_", None)
+    if groups is not None:
+        sel += (
+            f" on the {groups['groups_kept']} of {groups['groups']} feature groups a fit at C {groups['C']:g}, "
+            f"selectivity {groups['selectivity']:g} kept"
+        )
     return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
 
 

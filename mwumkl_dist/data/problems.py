@@ -152,6 +152,9 @@ class TrainingInput(Protocol):
     def scoring_rows(self, rows: np.ndarray, support: np.ndarray):
         """``(X, support)`` for the predictor's decision values of training ``rows`` (None: not readable)."""
 
+    def with_kernels(self, kernels) -> TrainingInput:
+        """The same rows with ``kernels``, some of this input's own in their order (feature inputs only)."""
+
     def subset(self, rows: np.ndarray) -> TrainingInput:
         """The same input on the training points ``rows`` only (sorted; e.g. those of non-zero sample weight).
 
@@ -316,6 +319,9 @@ class FeatureInput(_FeatureData):
     def subset(self, rows):
         return self if len(rows) == self.n_samples else FeatureInput(self.X[rows], self.y[rows], self.kernels)
 
+    def with_kernels(self, kernels) -> FeatureInput:
+        return FeatureInput(self.X, self.y, list(kernels))
+
     def rows_in_memory(self, rows) -> FeatureInput:
         """The training input of ``rows`` (the two-stage fit's weight subsample)."""
         return self.subset(rows)
@@ -467,6 +473,9 @@ class DataStoreInput(_StoreData):
     def rows_in_memory(self, rows) -> FeatureInput:
         """The training input of ``rows``, read from the store (the two-stage fit's weight subsample)."""
         return FeatureInput(self.store.take_rows(rows), self.y[rows], self.kernels)
+
+    def with_kernels(self, kernels) -> DataStoreInput:
+        return DataStoreInput(self.store, list(kernels))
 
     def scoring_rows(self, rows, support):
         return self.store.take_rows(rows), support

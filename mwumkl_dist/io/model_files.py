@@ -99,6 +99,7 @@ def _model_meta(estimator) -> dict:
             np.asarray(estimator.nystroem_residual_).tolist() if hasattr(estimator, "nystroem_residual_") else None
         ),
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
+        "group_selection_": getattr(estimator, "group_selection_", None),
     }
 
 
@@ -271,6 +272,8 @@ def _estimator_from(cls, meta: dict, data):
             est.nystroem_residual_ = float(residual) if isinstance(residual, float) else np.asarray(residual)
     if meta.get("kernel_scale_") is not None:
         est.kernel_scale_ = float(meta["kernel_scale_"])
+    if meta.get("group_selection_") is not None:
+        est.group_selection_ = dict(meta["group_selection_"])
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

@@ -314,57 +314,70 @@ def _dense_pair(kernels, X, Z):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, lo, hi):  # pragma: no cover
+def _combine_rows(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, lo, hi):  # pragma: no cover
     """``out[lo:hi] += sum_i w[i] K_i`` over one feature group's ``members`` (chain order), from its dots.
 
-    Every kernel value of an entry is computed in registers, in the plan's
-    chain order (a Gaussian's square from its source's value), with the
-    platform's ``exp``.  Entries are independent: any split of the rows gives the same bits.
+    Row by row, one kernel at a time over the row's entries (loops the compiler vectorises; 4x faster
+    than every kernel of one entry at a time), in the plan's chain order: a Gaussian's square from
+    its source's values (``source[t]``: the position in ``members`` of member ``t``'s source, -1 for
+    none), with the platform's ``exp``.  Each entry sees the same operations in the same order as
+    one entry at a time would (``out`` plus ``w[i] K_i`` in member order), and entries are
+    independent: any split of the rows gives the same bits.
     """
-    vals = np.empty(kind.shape[0])
+    n_b = dot.shape[1]
+    vals = np.empty((members.shape[0], n_b))
+    d2 = np.empty(n_b)
     for a in range(lo, hi):
-        for b in range(dot.shape[1]):
-            dt = dot[a, b]
-            d2 = sqx[a] + sqz[b] - 2.0 * dt
-            if d2 < 0.0:
-                d2 = 0.0
-            acc = out[a, b]
-            for t in range(members.shape[0]):
-                i = members[t]
-                src = square_of[i]
-                if src >= 0:
-                    k = vals[src] * vals[src]
-                elif kind[i] == 0:
-                    k = dt
-                elif kind[i] == 1:
-                    base = dt + param_b[i]
+        for b in range(n_b):
+            t2 = sqx[a] + sqz[b] - 2.0 * dot[a, b]
+            d2[b] = t2 if t2 > 0.0 else 0.0
+        for t in range(members.shape[0]):
+            i = members[t]
+            src = source[t]
+            if src >= 0:
+                for b in range(n_b):
+                    vals[t, b] = vals[src, b] * vals[src, b]
+            elif kind[i] == 0:
+                for b in range(n_b):
+                    vals[t, b] = dot[a, b]
+            elif kind[i] == 1:
+                shift, degree = param_b[i], int(param_a[i])
+                for b in range(n_b):
+                    base = dot[a, b] + shift
                     k = base
-                    for _ in range(int(param_a[i]) - 1):
+                    for _ in range(degree - 1):
                         k *= base
-                else:
-                    k = math.exp(-param_a[i] * d2)
-                vals[i] = k
-                if w[i] != 0.0:
-                    acc += w[i] * k
-            out[a, b] = acc
+                    vals[t, b] = k
+            else:
+                scale = -param_a[i]
+                for b in range(n_b):
+                    vals[t, b] = math.exp(scale * d2[b])
+            wi = w[i]
+            if wi != 0.0:
+                for b in range(n_b):
+                    out[a, b] += wi * vals[t, b]
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, n_chunks):  # pragma: no cover
+def _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, n_chunks):  # pragma: no cover
     n = dot.shape[0]
     for c in prange(n_chunks):
-        _combine_rows(dot, sqx, sqz, kind, param_a, param_b, square_of, members, w, out, c * n // n_chunks,
+        _combine_rows(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, c * n // n_chunks,
                       (c + 1) * n // n_chunks)  # fmt: skip
 
 
 def _combine(dot, sqx, sqz, plan_arrays, members, w, out, parallel: bool = True) -> None:
     """:func:`_combine_rows` on all rows, in row chunks over this thread's numba threads (same bits)."""
+    kind, param_a, param_b, square_of = plan_arrays
+    position = {int(i): t for t, i in enumerate(members)}
+    source = np.array([position.get(int(square_of[i]), -1) if square_of[i] >= 0 else -1 for i in members],
+                      dtype=np.int64)  # fmt: skip
     work = dot.shape[0] * len(members) * max(1, dot.shape[1] // 64) if parallel else 0
     with _columns.parallel(_columns.threads_for(work)) as n_chunks:
         if n_chunks == 1:
-            _combine_rows(dot, sqx, sqz, *plan_arrays, members, w, out, 0, dot.shape[0])
+            _combine_rows(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, 0, dot.shape[0])
         else:
-            _combine_chunks(dot, sqx, sqz, *plan_arrays, members, w, out, n_chunks)
+            _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, n_chunks)
 
 
 def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,6 +19,13 @@ from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
+from mwumkl_dist.solvers.groups import (
+    AUTO_GROUP_C_GRID,
+    AUTO_GROUP_SELECTIONS,
+    GroupSelection,
+    n_groups,
+    selected_kernels,
+)
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -254,9 +261,9 @@ def choose_C(
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
-) -> tuple[float, object, dict, dict]:
+) -> tuple[float, object, dict, dict, dict]:
     """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
-    selectivity of :data:`AUTO_SELECTIVITY_GRID` with the best cross-validated error.
+    selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
     A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
     (when ``spec.C`` is "auto"), with ``spec``'s selectivity or, with
@@ -266,6 +273,10 @@ def choose_C(
     training points from winning the margin, so each is judged with the other
     near its final value.  Ties go to the smaller ``C``; the selectivity is the least selective
     within one standard error of the best (a selective combination must be measurably better).
+    Kernels in two or more feature groups (see :mod:`mwumkl_dist.solvers.groups`; not a random bank)
+    also score the group selections of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_SELECTIONS`,
+    each refitted at the ``C`` of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_C_GRID`; the best of
+    them wins when it is within one standard error of the best candidate of all (fewer inputs).
     Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
     folds run side by side) on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
@@ -290,32 +301,42 @@ def choose_C(
     Returns
     -------
     C : float
-    selectivity : float or str
-    C_path, selectivity_path : dict
-        The cross-validated error of each candidate (empty when none was cross-validated).
+    selectivity : float, str or GroupSelection
+        A :class:`~mwumkl_dist.solvers.groups.GroupSelection` when a group selection won (then
+        ``C`` is its refit's).
+    C_path, selectivity_path, group_path : dict
+        The cross-validated error of each candidate (empty when none was cross-validated);
+        ``group_path`` is keyed by ``(GroupSelection, C)``.
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
         C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
         C = _first_best(C_path)
-    selectivity, selectivity_path = start, {}
+    selectivity, selectivity_path, group_path = start, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
         found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
         selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
-    return float(C), selectivity, C_path, selectivity_path
+        if scorer.selects_groups:
+            candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
+            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates))}
+            pick = _first_best(group_path)
+            if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
+                                          len(scorer.rows)):  # fmt: skip
+                selectivity, C = pick
+    return float(C), selectivity, C_path, selectivity_path, group_path
 
 
 @dataclass(frozen=True)
@@ -337,6 +358,14 @@ class _FoldScorer:
     sample_weight: np.ndarray | None
     polished: bool
     iterations_per_point: float | None
+    #: Each fold's kernels kept by a group selection, by (selection, fold): one selection fit per fold.
+    _selected: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def selects_groups(self) -> bool:
+        """Whether group selections are candidates: kernels in two or more feature groups (no random bank)."""
+        kernel_set = self.cv.kernel_set
+        return kernel_set is not None and kernel_set.bank is None and n_groups(kernel_set.specs) > 1
 
     @classmethod
     def make(cls, fit, spec, cv, seed, sample_weight, polished, iterations_per_point):
@@ -360,9 +389,18 @@ class _FoldScorer:
         """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
 
         All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
-        candidate's error adds its folds' shares in fold order: the same for any thread count.
+        candidate's error adds its folds' shares in fold order: the same for any thread count.  A
+        :class:`~mwumkl_dist.solvers.groups.GroupSelection` as the selectivity is that selection refitted
+        at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
+        selection fit per fold, shared by every refit ``C``, first, side by side).
         """
         k = len(self.folds)
+        selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
+        todo = [(s, f) for s in selections for f in range(k) if (s, f) not in self._selected]
+        chosen = fold_map(lambda job: self._fit_fold(job[1], job[0].C, job[0].selectivity)[0]["kernel_weights_"],
+                          todo, doing="choosing C by cross-validation")  # fmt: skip
+        for (selection, f), weights in zip(todo, chosen):
+            self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep)
         jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
         parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
         out = []
@@ -377,15 +415,24 @@ class _FoldScorer:
 
     def _fold_error(self, C, selectivity, k: int) -> float:
         """Fold ``k``'s share of the cross-validated error."""
-        (a, b), kept = self.folds[k], self.fold_kernels[k]
-        train, test = self.rows[a], self.rows[b]
-        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
-                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
-        attrs, decisions = fold_decisions(self.fit, fold, self.cv, kept, train, test, self.sample_weight,
-                                          doing="choosing C by cross-validation")  # fmt: skip
+        if isinstance(selectivity, GroupSelection):
+            attrs, decisions = self._fit_fold(k, C, 0.0, self._selected[selectivity, k])
+        else:
+            attrs, decisions = self._fit_fold(k, C, selectivity)
+        test = self.rows[self.folds[k][1]]
         predicted = predicted_labels(attrs["classes_"], decisions)
         test_weights = None if self.scoring is None else self.scoring[test]
         return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
+
+    def _fit_fold(self, k: int, C, selectivity, kernels=None):
+        """Fold ``k``'s fit (on its kernels, or ``kernels``) and its decision values on the fold's test rows."""
+        (a, b) = self.folds[k]
+        train, test = self.rows[a], self.rows[b]
+        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+        kernels = self.fold_kernels[k] if kernels is None else kernels
+        return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
+                              doing="choosing C by cross-validation")  # fmt: skip
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):
@@ -399,10 +446,15 @@ def _least_selective_within_one_standard_error(path: dict, n_scored: int):
     10.0 / 8.9, german 24.6 / 24.3, ionosphere 5.7 / 4.8, breast cancer 3.0 / 3.4, banana (1000 rows)
     10.1 / 10.2).
     """
-    errors = np.array(list(path.values()), dtype=np.float64)
-    best = float(errors.min())
+    errors = list(path.values())
+    return list(path)[next(i for i, e in enumerate(errors) if _within_one_standard_error(e, errors, n_scored))]
+
+
+def _within_one_standard_error(error: float, errors, n_scored: int) -> bool:
+    """Whether ``error`` is within one binomial standard error (on ``n_scored`` rows) of the lowest of ``errors``."""
+    best = float(min(errors))
     se = math.sqrt(max(best * (1.0 - best), 0.0) / max(int(n_scored), 1))
-    return list(path)[int(np.flatnonzero(errors <= best + se + 1e-12)[0])]
+    return error <= best + se + 1e-12
 
 
 def _first_best(path: dict):

@@ -110,11 +110,13 @@ class FitTask:
 @dataclass(frozen=True)
 class Calibration:
     """How ``probability=True``'s folds reproduce a model's regime: size-relative ``C``, polished or not,
-    and the iterations per point of an unpolished fit (None: each fold resolves its own)."""
+    the iterations per point of an unpolished fit (None: each fold resolves its own) and the selectivity
+    (a number, a string or a group selection; None: the specification's)."""
 
     C: float
     polished: bool
     iterations_per_point: float | None = None
+    selectivity: object = None
 
 
 @dataclass

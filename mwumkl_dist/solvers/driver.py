@@ -217,11 +217,12 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
 
     folds = list(StratifiedKFold(int(min(5, counts.min())), shuffle=True, random_state=seed).split(rows, ys))
     decisions = np.zeros((len(rows), 1 if len(classes) == 2 else len(classes)))
+    chosen = {} if calibration.selectivity is None else {"selectivity": calibration.selectivity}
 
     def held_out(split):
         train, test = rows[split[0]], rows[split[1]]
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
-                              iterations_per_point=calibration.iterations_per_point)  # fmt: skip
+                              iterations_per_point=calibration.iterations_per_point, **chosen)  # fmt: skip
         nested_fit = functools.partial(fit_model, nested=True)
         _, values = fold_decisions(nested_fit, fold, cv, cv.kernels_with_trace(train), train, test, sample_weight,
                                    doing="calibrating probabilities")  # fmt: skip
@@ -250,7 +251,8 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict) -> None:
     y = task.data.y
     weights = score_weights(y, spec.class_weight, task.sample_weight)
     majority = min(weighted_error(np.full(len(y), c), y, weights) for c in task.classes)
-    paths = [*attrs.get("C_path_", {}).values(), *attrs.get("selectivity_path_", {}).values()]
+    paths = [*attrs.get("C_path_", {}).values(), *attrs.get("selectivity_path_", {}).values(),
+             *attrs.get("group_selection_path_", {}).values()]  # fmt: skip
     if paths:
         error, what = min(paths), "cross-validated"
     else:

@@ -12,6 +12,7 @@ from mwumkl_dist.data.weights import problem_weights
 from mwumkl_dist.devices.threads import one_blas_thread
 from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
+from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.newton import newton_solve
@@ -128,7 +129,8 @@ class TwoStageSolver:
                         " ".join(f"{t:.1f}" for t in stage_seconds[2:]))  # fmt: skip
         C_rel = float(weights["C_"])
         attrs.update(weight_points_=len(rows), C_=C_rel if spec.scale_C else C_rel * n)
-        return FittedModel(attrs, Calibration(C_rel, polished=True))  # the polish solves the same SVM exactly
+        # the folds are polished MWU fits: the polish solves the same SVM exactly
+        return FittedModel(attrs, Calibration(C_rel, polished=True, selectivity=chosen_selectivity(weights)))
 
     def weight_rows(self, task: FitTask) -> np.ndarray:
         """The stratified subsample the kernel weights are learnt on (a class too small to stratify: its first row)."""
@@ -236,7 +238,8 @@ class TwoStageSolver:
 
 
 #: Attributes of the two-stage model that are the weight stage's.
-_FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "n_iter_", "interrupted_")
+_FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
+                      "group_selection_path_", "n_iter_", "interrupted_")  # fmt: skip
 
 
 def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases) -> bool:
