@@ -69,7 +69,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist.core import exact
 from mwumkl_dist.core.mwu_rules import Candidate, non_finite_scores, ridge_at
-from mwumkl_dist.core.partition import kernel_tiles
+from mwumkl_dist.core.partition import chain_roots, kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels.evaluation import as_csr, plan_args, point_entries, row_group_sqnorms
@@ -168,34 +168,11 @@ def _check_fits(need: int, what: str) -> None:
 # ----------------------------------------------------------------------------- plans
 
 
-def _chains(square_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel's chain root and depth (``K_i = K_root ** (2 ** depth)``)."""
-    square_of = np.asarray(square_of, dtype=np.int64)
-    root = np.arange(len(square_of), dtype=np.int64)
-    depth = np.zeros(len(square_of), np.int64)
-    active = np.flatnonzero(square_of >= 0)
-    while len(active):
-        root[active] = square_of[root[active]]
-        depth[active] += 1
-        active = active[square_of[root[active]] >= 0]
-    return root, depth
-
-
-def _group_features(plan) -> tuple[np.ndarray, np.ndarray]:
-    """``(gptr, gfeat)``: each group's features, ascending (the inverse of ``feat_ptr``/``feat_groups``)."""
-    feat_ptr = np.asarray(plan.feat_ptr, dtype=np.int64)
-    feat_groups = np.asarray(plan.feat_groups, dtype=np.int64)
-    feature = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
-    order = np.argsort(feat_groups, kind="stable")
-    counts = np.bincount(feat_groups, minlength=int(plan.n_groups))
-    gptr = np.zeros(int(plan.n_groups) + 1, np.int64)
-    np.cumsum(counts, out=gptr[1:])
-    return gptr, np.ascontiguousarray(feature[order])
-
-
 def _plan_host(plan) -> dict:
-    root, depth = _chains(plan.square_of)
-    gptr, gfeat = _group_features(plan)
+    root, depth = chain_roots(plan.square_of)
+    feat_ptr = np.ascontiguousarray(plan.feat_ptr, dtype=np.int64)
+    feat_groups = np.ascontiguousarray(plan.feat_groups, dtype=np.int64)
+    gptr, gfeat = _columns.group_features(feat_ptr, feat_groups, int(plan.n_groups))
     return {
         "kind": np.ascontiguousarray(plan.kind, dtype=np.int64),
         "pa": np.ascontiguousarray(plan.param_a, dtype=np.float64),
@@ -206,8 +183,8 @@ def _plan_host(plan) -> dict:
         "depth": depth,
         "gptr": gptr,
         "gfeat": gfeat,
-        "feat_ptr": np.ascontiguousarray(plan.feat_ptr, dtype=np.int64),
-        "feat_groups": np.ascontiguousarray(plan.feat_groups, dtype=np.int64),
+        "feat_ptr": feat_ptr,
+        "feat_groups": feat_groups,
     }
 
 
