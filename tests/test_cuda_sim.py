@@ -571,18 +571,45 @@ def case_transfers():
 
 
 def case_estimator():
-    """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s."""
+    """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s.
+
+    The fit scores its training rows (the unpolished bias check, the majority check) on the GPU too, or,
+    where the GPU cannot hold the support vectors, on the CPU: the same model either way.
+    """
     from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.solvers.base import score_rows
 
     rng = np.random.default_rng(6)
     X = rng.normal(size=(30, 4))
     y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=30) > 0, "yes", "no")
     params = dict(kernels="linear, gaussian:1, poly:2", C=10.0, epsilon=0.3, polish=False, selectivity=100)
     cpu = MWUMKLClassifier(**params).fit(X, y)
-    gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
+    real, calls = cuda.weighted_kernel_sums, []
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]) - 1)  # the rows scored
+        return real(*args, **kwargs)
+
+    def full(*args, **kwargs):
+        raise cuda.DeviceMemoryError("no room for the support vectors")
+
+    cuda.weighted_kernel_sums = counted
+    try:
+        gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
+    finally:
+        cuda.weighted_kernel_sums = real
+    assert calls == [30, 30], calls  # the bias check and the majority check, on the GPU
     for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
         assert np.array_equal(getattr(cpu, name), getattr(gpu, name)), name
     assert np.array_equal(cpu.decision_function(X), gpu.decision_function(X))
+    model = (gpu.kernels, gpu.kernel_names_, 4, X, gpu.support_, gpu.support_vectors_, gpu.dual_coef_,
+             gpu.raw_kernel_weights_)  # fmt: skip
+    cuda.weighted_kernel_sums = full
+    try:
+        assert np.array_equal(score_rows(*model, "cuda"), score_rows(*model, "cpu"))  # on the CPU after all
+    finally:
+        cuda.weighted_kernel_sums = real
 
 
 def case_dask():

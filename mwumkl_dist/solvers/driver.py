@@ -27,7 +27,15 @@ from mwumkl_dist.core.mwu_rules import MajorityClassWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.base import Calibration, FitTask, Solver, fold_decisions, model_decisions, predicted_labels
+from mwumkl_dist.solvers.base import (
+    Calibration,
+    FitTask,
+    Solver,
+    fold_decisions,
+    model_decisions,
+    predicted_labels,
+    scoring_device,
+)
 from mwumkl_dist.solvers.calibration import fit_platt
 from mwumkl_dist.solvers.mwu.solver import MWUSolver
 from mwumkl_dist.solvers.spec import FitSpec
@@ -247,7 +255,7 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict) -> None:
         if scoring is None:
             return
         X, support = scoring
-        decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X)
+        decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X, scoring_device(spec))
         error = weighted_error(
             predicted_labels(task.classes, decisions), y[rows], None if weights is None else weights[rows]
         )
