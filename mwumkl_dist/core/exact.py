@@ -161,9 +161,11 @@ def limbs_to_ints(acc: np.ndarray, first: int = 0) -> list[int]:
     return [int.from_bytes(raw[i : i + width], "little", signed=True) << shift for i in range(0, len(raw), width)]
 
 
-def _check_finite(values: np.ndarray) -> None:
+def _check_terms(values: np.ndarray, per_sum: int) -> None:
     if not np.all(np.isfinite(values)):
         raise ValueError("cannot sum non-finite values exactly")
+    if per_sum > MAX_TERMS:
+        raise ValueError(f"exact sums take at most {MAX_TERMS} terms each")
 
 
 def exact_column_sums(values: np.ndarray) -> list[int]:
@@ -174,7 +176,7 @@ def exact_column_sums(values: np.ndarray) -> list[int]:
     n, m = values.shape
     if values.size == 0:  # no rows, or no columns (a shard without support rows passes (m, 0))
         return [0] * m
-    _check_finite(values)
+    _check_terms(values, n)
     first, last = _limb_range(values)
     acc = np.zeros((m, last - first + 3), np.int64)
     if values.flags.f_contiguous and not values.flags.c_contiguous:  # e.g. a transposed block: its rows
@@ -187,7 +189,7 @@ def exact_column_sums(values: np.ndarray) -> list[int]:
 def exact_sums_by_column(values: np.ndarray, columns: np.ndarray, n_columns: int) -> list[int]:
     """Exact sums (times ``2**SHIFT``) of ``values`` grouped by ``columns`` (``0 .. n_columns - 1``)."""
     values = np.ascontiguousarray(values, dtype=np.float64).ravel()
-    _check_finite(values)
+    _check_terms(values, values.size)
     if values.size == 0:
         return [0] * n_columns
     columns = np.ascontiguousarray(columns, dtype=np.int64).ravel()
@@ -209,7 +211,7 @@ def exact_row_dots(V: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> list
     weights = np.ascontiguousarray(weights, dtype=np.float64)
     if V.shape[1] != len(weights):
         raise ValueError(f"V has {V.shape[1]} kernels but there are {len(weights)} weights")
-    if V.shape[1] > MAX_TERMS:
+    if V.shape[1] > MAX_TERMS:  # (the products' finiteness is checked as they are formed)
         raise ValueError(f"exact sums take at most {MAX_TERMS} terms each")
     acc = np.zeros((len(rows), N_LIMBS), np.int64)
     if not _row_dots(V, rows, weights, acc):
