@@ -17,7 +17,7 @@ the GPU, traces, iterations, the final model), and reports both wall times, thei
 parts (``build_s``, ``traces_s``, ``iterations_s`` up to the last superstep, ``model_s``:
 the kernel weights and the class sums), the time per iteration, the GPU shards' memory
 (the shards' estimate and the drop in free GPU memory) and whether the two models agree
-(kernel weights and alpha; they should be identical).  A random bank's traces are known
+(kernel weights, alpha and the bias; they should be identical).  A random bank's traces are known
 (``n`` each) and taken as the fit driver takes them; other kernels' are the shards'.
 Before the first case a tiny bank fit on the GPU compiles the CUDA kernels a bank uses
 (``gpu_compile_s``; ``--no-warmup`` leaves that to the first case).  ``--skip-cpu`` leaves out the CPU runs (the
@@ -156,7 +156,8 @@ def main(argv=None) -> int:
             row["speedup"] = cpu["total_s"] / gpu["total_s"]
             a, b = cpu_result.kernel_weights, gpu_result.kernel_weights
             row["weights_max_rel_diff"] = float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-300)))
-            row["identical_model"] = bool(np.array_equal(a, b) and np.array_equal(cpu_result.alpha, gpu_result.alpha))
+            row["identical_model"] = bool(np.array_equal(a, b) and np.array_equal(cpu_result.alpha, gpu_result.alpha)
+                                          and cpu_result.bias == gpu_result.bias)  # fmt: skip
         rows.append(row)
         print(json.dumps(row, default=float), flush=True)
     if args.json:

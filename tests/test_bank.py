@@ -94,6 +94,18 @@ def test_bank_plan_equals_the_compiled_gaussian_specs(bank, d):
         assert_same_plan(KernelSet(bank, d).block_plan(k0, k1), KernelSet(specs[k0:k1], d).plan)
 
 
+@pytest.mark.parametrize("size, d", [(5, 60), (2, 6), (3, 3), (9, 4), (1, 1)])
+def test_bank_subsets_are_the_features_of_smallest_hash(size, d):
+    """A kernel's subset is, by definition, its ``size`` features of smallest hash (a full stable sort of the row)."""
+    from mwumkl_dist.kernels.specs import _splitmix64
+
+    bank = RandomGaussianBank(3000, size, 11)
+    subsets, _ = bank.block(1000, 3000, d)
+    key = _splitmix64(np.uint64(11) * np.uint64(0x100000001B3) + np.arange(1000, 3000, dtype=np.uint64))
+    h = _splitmix64(key[:, None] ^ _splitmix64(np.arange(d, dtype=np.uint64) + np.uint64(0xABCDEF))[None, :])
+    assert np.array_equal(subsets, np.sort(np.argsort(h, axis=1, kind="stable")[:, : min(size, d)], axis=1))
+
+
 def test_a_bank_kernel_set_builds_no_spec_objects():
     bank = RandomGaussianBank(100_000, 5, 1)
     ks = KernelSet(bank, 60)

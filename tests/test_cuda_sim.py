@@ -16,8 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "fit", "rules", "transfers", "estimator", "dask",
-         "predict", "errors"]  # fmt: skip
+CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "margins", "fit", "rules", "transfers", "estimator",
+         "dask", "predict", "errors"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +269,56 @@ def case_precomputed():
         _compare_shards(cpu, gpu, problem, 4, np.random.default_rng(9))
 
 
+def case_margins():
+    """The class sums' margins summed exactly on the GPU: the CPU's integers (and an exact reference's), whatever
+    the chunks the threads take, with weights over 600 binades, cancellation, a kernel block, and a clear error
+    for a product that overflows."""
+    import warnings
+    from fractions import Fraction
+
+    from mwumkl_dist.core.exact import SHIFT
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data.problems import PrecomputedProblem
+    from mwumkl_dist.devices import cuda_kernels as K
+
+    rng = np.random.default_rng(13)
+    n, m = 9, 70
+    Z = rng.normal(size=(m, n, 2))
+    problem = PrecomputedProblem(np.einsum("kif,kjf->kij", Z, Z) - 0.5, _labels(n, rng))  # V of both signs
+    for kernels in (None, (64, 70)):
+        cpu, gpu = problem.make_shard(2, n, kernels), cuda.on_device(problem).make_shard(2, n, kernels)
+        inv_trace = np.exp2(rng.integers(-40, 40, size=cpu.n_kernels)).astype(float)
+        for shard in (cpu, gpu):
+            shard.configure(inv_trace, 0.1)
+            for ip, iq in ((2, 3), (4, 3), (8, 5)):
+                shard.superstep(ip, iq, ip, iq, np.zeros(cpu.n_kernels))
+        V = np.asarray(cpu.V)
+        assert np.array_equal(V, np.asarray(gpu.V))
+        weights = rng.random(cpu.n_kernels) * np.exp2(rng.integers(-600, 5, size=cpu.n_kernels))
+        weights[::7] = 0.0
+        rows = np.flatnonzero(cpu.alpha > 0)
+        exact = [int(sum(Fraction(float(x)) for x in V[j] * weights) * 2**SHIFT) for j in rows]
+        want = cpu.support_margins(weights)
+        assert want[2] == exact
+        for chunk in (1, 5, 64):  # one kernel per thread, a few, all of them
+            K.EXACT_CHUNK = chunk
+            got = gpu.support_margins(weights)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[2] == want[2], chunk
+        K.EXACT_CHUNK = 32
+        big = int(np.argmax(np.abs(V[rows[0]])))
+        assert abs(V[rows[0], big]) > 1.0
+        weights[big] = np.finfo(float).max  # a finite weight whose product overflows
+        for shard in (cpu, gpu):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # the simulator's product overflows in numpy
+                    shard.support_margins(weights)
+            except ValueError as exc:
+                assert "non-finite" in str(exc)
+            else:
+                raise AssertionError("no ValueError for an overflowing product")
+
+
 def case_fit():
     """Whole fits on the local engine (the rules on the GPU): kernel weights, alpha, bias and ``s`` identical.
 
@@ -467,7 +517,9 @@ class _Transfers:
 
 
 def _traffic(transfers, n_kernels, host_rules=False, n_iter=6):
-    """Per iteration ``(h2d bytes, d2h bytes, d2h copies)`` of a local GPU fit of a random bank of ``n_kernels``."""
+    """Per iteration ``(h2d bytes, d2h bytes, d2h copies)`` of a local GPU fit of a random bank of ``n_kernels``,
+    then the same for the end of the fit (after the last superstep: ``s``, the weights, the class sums) and the
+    number of support rows."""
     from mwumkl_dist.data import cuda_shards as cuda
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.local import LocalEngine
@@ -484,43 +536,80 @@ def _traffic(transfers, n_kernels, host_rules=False, n_iter=6):
             engine.rules = lambda s, **settings: MWUEngine.rules(engine, s, **settings)
         inv_trace = 1.0 / engine.traces()
         engine.configure(inv_trace, 0.05)
-        mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=n_iter, selectivity=50.0,
-                  on_state=lambda state: marks.append(transfers.snapshot()))  # fmt: skip
-    return [tuple(b - a for a, b in zip(first, second)) for first, second in zip(marks, marks[1:])]
+        result = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=n_iter,
+                           selectivity=50.0, on_state=lambda state: marks.append(transfers.snapshot()))  # fmt: skip
+        marks.append(transfers.snapshot())
+    steps = [tuple(b - a for a, b in zip(first, second)) for first, second in zip(marks, marks[1:])]
+    return steps[:-1], steps[-1], int(np.count_nonzero(result.alpha))
 
 
 def case_transfers():
     """Host <-> GPU traffic per iteration is O(1) in the kernel count: one 40-byte message back, and out the
-    picked points' non-zeros.
+    picked points' non-zeros.  The end of a fit moves ``s`` and the weights (``m`` values each) and
+    ``O(support)`` more, never ``V``'s support rows.
 
     With the rules on the host the same fit moves O(m) bytes (``coef`` out, the ``V`` rows back): the
     counter sees that, so it would see a regression.
     """
+    from mwumkl_dist.core.exact import N_LIMBS
+
     transfers = _Transfers()
     for n_kernels in (8, 64):
-        per_iteration = _traffic(transfers, n_kernels)
+        per_iteration, end, n_support = _traffic(transfers, n_kernels)
         # out: the two picked points' 3 non-zeros (indices and values), to the kernel block and to the shard
         assert set(per_iteration) == {(2 * 2 * (3 + 3) * 8, 40, 1)}, (n_kernels, per_iteration)
         print(f"m = {n_kernels}: per iteration {per_iteration[0][0]} B to the GPU, {per_iteration[0][1]} B back "
               f"in {per_iteration[0][2]} copy")  # fmt: skip
-    small, large = (_traffic(transfers, n_kernels, host_rules=True) for n_kernels in (8, 64))
+        # The end: s back, then out the weights and the support rows' indices (and a flag), back the class sums'
+        # exact limbs (and the flag): nothing of size m x support (V's support rows stay on the GPU).
+        assert end == (8 * n_kernels + 8 * n_support + 8, 8 * n_kernels + 8 * N_LIMBS * n_support + 8, 3), end
+        print(f"m = {n_kernels}: the end of the fit {end[0]} B to the GPU, {end[1]} B back in {end[2]} copies "
+              f"({n_support} support rows)")  # fmt: skip
+    small, large = (_traffic(transfers, n_kernels, host_rules=True)[0] for n_kernels in (8, 64))
     print(f"rules on the host: {small[-1][:2]} B at m = 8, {large[-1][:2]} B at m = 64")
     assert all(b[0] - a[0] >= 8 * 56 and b[1] - a[1] >= 16 * 56 for a, b in zip(small, large))
 
 
 def case_estimator():
-    """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s."""
+    """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s.
+
+    The fit scores its training rows (the unpolished bias check, the majority check) on the GPU too, or,
+    where the GPU cannot hold the support vectors, on the CPU: the same model either way.
+    """
     from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.solvers.base import score_rows
 
     rng = np.random.default_rng(6)
     X = rng.normal(size=(30, 4))
     y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=30) > 0, "yes", "no")
     params = dict(kernels="linear, gaussian:1, poly:2", C=10.0, epsilon=0.3, polish=False, selectivity=100)
     cpu = MWUMKLClassifier(**params).fit(X, y)
-    gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
+    real, calls = cuda.weighted_kernel_sums, []
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]) - 1)  # the rows scored
+        return real(*args, **kwargs)
+
+    def full(*args, **kwargs):
+        raise cuda.DeviceMemoryError("no room for the support vectors")
+
+    cuda.weighted_kernel_sums = counted
+    try:
+        gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
+    finally:
+        cuda.weighted_kernel_sums = real
+    assert calls == [30, 30], calls  # the bias check and the majority check, on the GPU
     for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
         assert np.array_equal(getattr(cpu, name), getattr(gpu, name)), name
     assert np.array_equal(cpu.decision_function(X), gpu.decision_function(X))
+    model = (gpu.kernels, gpu.kernel_names_, 4, X, gpu.support_, gpu.support_vectors_, gpu.dual_coef_,
+             gpu.raw_kernel_weights_)  # fmt: skip
+    cuda.weighted_kernel_sums = full
+    try:
+        assert np.array_equal(score_rows(*model, "cuda"), score_rows(*model, "cpu"))  # on the CPU after all
+    finally:
+        cuda.weighted_kernel_sums = real
 
 
 def case_dask():
@@ -677,6 +766,8 @@ def case_ptx():
         "scores_argmax": (A2, A1, A1, I2, A2),
         "pick_candidates": (I2, A2, A1, A1, I1),
         "gather_rows": (A2, I1, A2),
+        "exact_row_dots": (A2, I1, A1, i8, I2, A1),
+        "fill_zero (limbs)": (I2,),
         "load_points": (A1, A1, A1, i8, i8, A1, i8, i8),
         "rules_margins": (A2, A1, f8, f8, *(A1,) * 7),
         "rules_coef": (A1, A1, f8, f8, f8, A1, A1),
@@ -690,7 +781,7 @@ def case_ptx():
     coef_kernel = K.rules_coef.py_func
     coef_kernel = types.FunctionType(coef_kernel.__code__, {**coef_kernel.__globals__, "_exponent_weights": weights})
     for name, sig in sigs.items():
-        kernel = coef_kernel if name.startswith("rules_coef") else getattr(K, name).py_func
+        kernel = coef_kernel if name.startswith("rules_coef") else getattr(K, name.split()[0]).py_func
         ptx, _ = cuda.compile_ptx(kernel, sig, cc=(9, 0))
         assert not re.search(r"\bfma\.rn\.f64", ptx), name
     assert "mul.rn.f64" in cuda.compile_ptx(K.exp_values.py_func, sigs["exp_values"], cc=(9, 0))[0]

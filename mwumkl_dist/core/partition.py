@@ -24,6 +24,7 @@ __all__ = [
     "split_rows",
     "aligned_ranges",
     "chain_safe_ranges",
+    "chain_roots",
     "kernel_tiles",
     "TILE_KERNELS",
     "ROW_BLOCK",
@@ -95,16 +96,29 @@ def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
+def chain_roots(square_of) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's chain root and depth (``K_i = K_root ** (2 ** depth)``) from a plan's ``square_of``.
+
+    All kernels step to their sources together, once per chain level (a few), not kernel by kernel.
+    """
+    square_of = np.asarray(square_of, dtype=np.int64)
+    root = np.arange(len(square_of), dtype=np.int64)
+    depth = np.zeros(len(square_of), np.int64)
+    active = np.flatnonzero(square_of >= 0)
+    while len(active):
+        root[active] = square_of[root[active]]
+        depth[active] += 1
+        active = active[square_of[root[active]] >= 0]
+    return root, depth
+
+
 def _chain_safe_boundaries(square_of) -> np.ndarray:
     """Kernel boundaries ``b`` (between kernels ``b-1`` and ``b``, ``0..m``) that split no squaring chain."""
     square_of = np.asarray(square_of)
     m = len(square_of)
     if m == 0 or not np.any(square_of >= 0):
         return np.arange(m + 1)
-    root = np.arange(m)
-    for i in range(m):
-        while square_of[root[i]] >= 0:
-            root[i] = square_of[root[i]]
+    root, _ = chain_roots(square_of)
     lo = np.full(m, m)
     hi = np.full(m, -1)
     np.minimum.at(lo, root, np.arange(m))

@@ -28,8 +28,11 @@ a GPU's double arithmetic from IEEE 754 (none is known on NVIDIA GPUs), or
 the rules' ``sinh`` and ``exp`` on the GPU (below), could make a pick differ,
 and only between rows whose scores agree to the last bits.
 
-Traces (``diagonal``) and the final margins (``support_margins``) use the
-CPU code on a host copy of the rows and on ``V`` rows copied back.
+Traces (``diagonal``) use the CPU code on a host copy of the rows.  The final
+margins (``support_margins``: ``h_j = sum_i mu_i V_ji`` of the support rows)
+are summed exactly on the GPU (:mod:`mwumkl_dist.core.exact`'s limbs, the
+same integers as the CPU's): the weights go out once, and back come about
+550 bytes per support row, whatever the kernel count.
 
 The MWU rules where ``V`` lives: with the local engine (the shards in this
 process) the rules' ``m``-vectors stay on the GPU too (:class:`DeviceRules`,
@@ -64,8 +67,9 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from mwumkl_dist.core import exact
 from mwumkl_dist.core.mwu_rules import Candidate, non_finite_scores, ridge_at
-from mwumkl_dist.core.partition import kernel_tiles
+from mwumkl_dist.core.partition import chain_roots, kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, ShardBase
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels.evaluation import as_csr, plan_args, point_entries, row_group_sqnorms
@@ -164,34 +168,11 @@ def _check_fits(need: int, what: str) -> None:
 # ----------------------------------------------------------------------------- plans
 
 
-def _chains(square_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel's chain root and depth (``K_i = K_root ** (2 ** depth)``)."""
-    square_of = np.asarray(square_of, dtype=np.int64)
-    root = np.arange(len(square_of), dtype=np.int64)
-    depth = np.zeros(len(square_of), np.int64)
-    active = np.flatnonzero(square_of >= 0)
-    while len(active):
-        root[active] = square_of[root[active]]
-        depth[active] += 1
-        active = active[square_of[root[active]] >= 0]
-    return root, depth
-
-
-def _group_features(plan) -> tuple[np.ndarray, np.ndarray]:
-    """``(gptr, gfeat)``: each group's features, ascending (the inverse of ``feat_ptr``/``feat_groups``)."""
-    feat_ptr = np.asarray(plan.feat_ptr, dtype=np.int64)
-    feat_groups = np.asarray(plan.feat_groups, dtype=np.int64)
-    feature = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
-    order = np.argsort(feat_groups, kind="stable")
-    counts = np.bincount(feat_groups, minlength=int(plan.n_groups))
-    gptr = np.zeros(int(plan.n_groups) + 1, np.int64)
-    np.cumsum(counts, out=gptr[1:])
-    return gptr, np.ascontiguousarray(feature[order])
-
-
 def _plan_host(plan) -> dict:
-    root, depth = _chains(plan.square_of)
-    gptr, gfeat = _group_features(plan)
+    root, depth = chain_roots(plan.square_of)
+    feat_ptr = np.ascontiguousarray(plan.feat_ptr, dtype=np.int64)
+    feat_groups = np.ascontiguousarray(plan.feat_groups, dtype=np.int64)
+    gptr, gfeat = _columns.group_features(feat_ptr, feat_groups, int(plan.n_groups))
     return {
         "kind": np.ascontiguousarray(plan.kind, dtype=np.int64),
         "pa": np.ascontiguousarray(plan.param_a, dtype=np.float64),
@@ -202,8 +183,8 @@ def _plan_host(plan) -> dict:
         "depth": depth,
         "gptr": gptr,
         "gfeat": gfeat,
-        "feat_ptr": np.ascontiguousarray(plan.feat_ptr, dtype=np.int64),
-        "feat_groups": np.ascontiguousarray(plan.feat_groups, dtype=np.int64),
+        "feat_ptr": feat_ptr,
+        "feat_groups": feat_groups,
     }
 
 
@@ -405,6 +386,28 @@ class _CudaShard(ShardBase):
             else:
                 out.append(Candidate(self.row_offset + local, float(g), row, self.point(local)))
         return out[0], out[1]
+
+    def _row_dots(self, local: np.ndarray, weights: np.ndarray) -> list[int]:
+        """:meth:`ShardBase._row_dots` on the GPU (:func:`~mwumkl_dist.devices.cuda_kernels.exact_row_dots`).
+
+        The weights go out (``m`` values), and back come the sums' limbs: ``N_LIMBS`` integers per row
+        and a finite flag, not the rows' ``V`` (``m`` values per row).
+        """
+        n_limbs = exact.N_LIMBS
+        if len(local) == 0 or self.n_kernels == 0:
+            return [0] * len(local)
+        k, cuda = self._k, self._cuda
+        d_weights = cuda.to_device(np.ascontiguousarray(weights, dtype=np.float64))
+        d_rows = cuda.to_device(np.ascontiguousarray(local, dtype=np.int64))
+        limbs = cuda.device_array((len(local), n_limbs), np.int64)
+        k.fill_zero[k.launch(limbs.size)](limbs)
+        bad = cuda.to_device(np.zeros(1))
+        chunk = k.EXACT_CHUNK
+        k.exact_row_dots[k.launch(len(local) * -(-self.n_kernels // chunk))](self._VT, d_rows, d_weights, chunk, limbs,
+                                                                             bad)  # fmt: skip
+        if bad.copy_to_host()[0] != 0.0:
+            raise ValueError("cannot sum non-finite values exactly")
+        return exact.limbs_to_ints(limbs.copy_to_host())
 
     def _device_inv_trace(self):
         if self._inv_host is not self.inv_trace:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mwumkl_dist.core.exact import exact_column_sums
+from mwumkl_dist.core.exact import exact_column_sums, exact_row_dots
 from mwumkl_dist.core.mwu_rules import Candidate
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import cpu as _columns
@@ -167,7 +167,11 @@ class ShardBase:
         ``V_j . w`` over the block's kernels as exact integers (see :mod:`mwumkl_dist.core.exact`),
         so that kernel blocks add up to exactly what one block of all kernels gives."""
         local = np.flatnonzero(self.alpha > 0)
-        return local + self.row_offset, self.alpha[local], exact_column_sums((self.V[local] * weights).T)
+        return local + self.row_offset, self.alpha[local], self._row_dots(local, np.asarray(weights, np.float64))
+
+    def _row_dots(self, local: np.ndarray, weights: np.ndarray) -> list[int]:
+        """Exact ``sum_i fl(V[j, i] w_i)`` of the block's rows ``local`` (a GPU shard sums where ``V`` is)."""
+        return exact_row_dots(self.V, local, weights)
 
     def alpha_counts(self) -> np.ndarray:
         return self.alpha.copy()

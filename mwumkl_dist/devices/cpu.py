@@ -83,6 +83,7 @@ __all__ = [
     "SuperstepWorkspace",
     "group_sqnorms",
     "group_sqnorms_t",
+    "group_features",
     "weighted_kernel_sums",
     "point_kernels",
     "point_entries",
@@ -1365,6 +1366,10 @@ def _group_features(feat_ptr, feat_groups, n_groups):
             gfeat[fill[g]] = f
             fill[g] += 1
     return gptr, gfeat
+
+
+#: ``(gptr, gfeat)`` of a plan's ``feat_ptr``, ``feat_groups`` and group count (the GPU shards' plan arrays too).
+group_features = _group_features
 
 
 @njit(**_OPTS)

@@ -17,7 +17,10 @@ engine's bit for bit:
 * a row's group dot products add the group's terms in increasing feature
   order, as the CPU passes do (a zero term leaves such a sum unchanged);
 * scores are summed per kernel tile (``cpu.kernel_tiles``), then over
-  the tiles in order; the argmax takes the lowest row among equal maxima.
+  the tiles in order; the argmax takes the lowest row among equal maxima;
+* the final margins are exact sums (:func:`exact_row_dots`, with
+  :func:`mwumkl_dist.core.exact.add_exact` compiled here): integers, so
+  the order in which threads add them does not matter.
 
 The MWU rules on ``m``-vectors (``rules_*``) are the functions of
 :mod:`mwumkl_dist.core.mwu_rules` themselves, compiled here with their
@@ -44,6 +47,7 @@ import numba
 import numpy as np
 from numba import cuda
 
+from mwumkl_dist.core import exact as _exact
 from mwumkl_dist.core import mwu_rules as _rules
 from mwumkl_dist.devices.cpu import EXP_CONSTANTS
 
@@ -185,13 +189,13 @@ def exp_values(x, out):
 
 @cuda.jit
 def fill_zero(a):
-    """``a[:] = 0`` for a C-contiguous 2-d array."""
+    """``a[:] = 0`` for a C-contiguous 2-d array (float64, or int64: exact sums' limbs)."""
     n1 = a.shape[1]
     total = a.shape[0] * n1
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for idx in range(start, total, stride):
         r, c = _unflatten(idx, n1)
-        a[r, c] = 0.0
+        a[r, c] = 0
 
 
 @cuda.jit
@@ -518,6 +522,45 @@ def gather_rows(VT, rows, out):
         out[r, i] = VT[i, rows[r]]
 
 
+_add_exact = cuda.jit(device=True)(_exact.add_exact)
+_N_LIMBS = _exact.N_LIMBS
+
+#: Kernels per thread of :func:`exact_row_dots` (then one atomic add per limb in use).
+EXACT_CHUNK = 32 if SIMULATED else 2048
+
+
+@cuda.jit
+def exact_row_dots(VT, rows, weights, chunk, limbs, bad):
+    """``limbs[r] +=`` the exact sum of ``fl(V[rows[r], i] weights[i])`` (``core.exact.exact_row_dots``'s sums).
+
+    One (chunk of ``chunk`` kernels, row) per thread: its own limbs (:func:`mwumkl_dist.core.exact.add_exact`),
+    added to ``limbs`` (``(len(rows), N_LIMBS)`` int64, zeroed first) by integer atomics, exact in any order.
+    Consecutive threads take consecutive rows of one chunk (neighbouring addresses of ``VT``).
+    ``bad[0] = 1.0`` where a product is not finite (it is left out).
+    """
+    acc = cuda.local.array((1, _N_LIMBS), numba.int64)
+    n_rows = rows.shape[0]
+    m = VT.shape[0]
+    n_chunks = (m + chunk - 1) // chunk
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for idx in range(start, n_chunks * n_rows, stride):
+        c, r = _unflatten(idx, n_rows)
+        for k in range(_N_LIMBS):
+            acc[0, k] = 0
+        j = rows[r]
+        stop = (c + 1) * chunk
+        for i in range(c * chunk, stop if stop < m else m):
+            x = _mul(VT[i, j], weights[i])
+            if x != 0.0:
+                if math.isfinite(x):
+                    _add_exact(acc, 0, 0, x)
+                else:
+                    bad[0] = 1.0
+        for k in range(_N_LIMBS):
+            if acc[0, k] != 0:
+                cuda.atomic.add(limbs, (r, k), acc[0, k])
+
+
 @cuda.jit
 def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, square_of, root, depth, gptr, gfeat,
                          out):  # fmt: skip
@@ -728,6 +771,6 @@ if SIMULATED:
 
     for _name in ("exp_values", "fill_zero", "point_sqnorms", "group_dots_dense", "group_dots_csr",
                   "superstep_features", "superstep_features_inline", "superstep_columns", "scores_argmax",
-                  "pick_candidates", "point_kernels", "gather_rows", "weighted_kernel_sums", "rules_margins",
-                  "rules_coef", "load_points"):  # fmt: skip
+                  "pick_candidates", "point_kernels", "gather_rows", "exact_row_dots", "weighted_kernel_sums",
+                  "rules_margins", "rules_coef", "load_points"):  # fmt: skip
         globals()[_name] = _Serialized(globals()[_name])

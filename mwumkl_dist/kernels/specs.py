@@ -245,7 +245,9 @@ class RandomGaussianBank:
         key = _splitmix64(np.uint64(self.seed) * np.uint64(0x100000001B3) + ids)
         feats = np.arange(n_features, dtype=np.uint64)
         h = _splitmix64(key[:, None] ^ _splitmix64(feats + np.uint64(0xABCDEF))[None, :])
-        subsets = np.sort(np.argsort(h, axis=1, kind="stable")[:, :k], axis=1)
+        # A row's hashes are distinct (splitmix64 and xor by one key are bijections): its k smallest are one set,
+        # which a partial sort finds (about 5 times quicker than sorting the row, as the bank's definition reads).
+        subsets = np.sort(np.argpartition(h, k - 1, axis=1)[:, :k], axis=1)
         sig = np.asarray(self.sigmas)[_splitmix64(key ^ np.uint64(0x5DEECE66D)) % np.uint64(len(self.sigmas))]
         return subsets.astype(np.int64), sig
 

@@ -40,6 +40,8 @@ __all__ = [
     "fold_map",
     "predicted_labels",
     "model_decisions",
+    "score_rows",
+    "scoring_device",
     "one_vs_rest_targets",
     "training_classes",
 ]
@@ -139,16 +141,37 @@ class Solver(Protocol):
         """Fit every one-vs-rest problem of ``task``: kernel weights, duals, biases, ``C_``, ``epsilon_``, ..."""
 
 
+def scoring_device(spec: FitSpec) -> str:
+    """Where a fit scores rows with a model (its bias check, folds, majority check): the GPU of a local
+    ``device="cuda"`` fit, else the CPU (a Dask driver may have no GPU).
+
+    The GPU's decision values are the CPU's bit for bit (``mwumkl_dist.data.cuda_shards.weighted_kernel_sums``),
+    so the model does not depend on it; at a million kernels the CPU's take minutes.
+    """
+    return spec.device if spec.engine == "local" else "cpu"
+
+
+def score_rows(kernels, kernel_names, n_features_in: int, X, support, support_vectors, dual_coef, raw_weights,
+               device: str = "cpu") -> np.ndarray:  # fmt: skip
+    """A model's decision values without its biases, ``(n_samples, n_problems)``, on checked rows ``X``.
+
+    On ``device`` (:func:`scoring_device`); where the GPU cannot hold the support vectors (dense there)
+    the CPU computes the same numbers.
+    """
+    args = (X, support, support_vectors, dual_coef, np.atleast_2d(raw_weights))
+    try:
+        return make_predictor(kernels, kernel_names, n_features_in, device).decision_values(*args)
+    except MemoryError:  # the GPU's DeviceMemoryError, raised before it allocates
+        if device == "cpu":
+            raise
+        return make_predictor(kernels, kernel_names, n_features_in, "cpu").decision_values(*args)
+
+
 def model_decisions(kernels, attributes: dict, X, device: str = "cpu") -> np.ndarray:
     """Decision values ``(n_samples, n_problems)`` of a fitted model's ``attributes`` on checked rows ``X``."""
-    predictor = make_predictor(kernels, attributes["kernel_names_"], attributes["n_features_in_"], device)
-    scores = predictor.decision_values(
-        X,
-        attributes["support_"],
-        attributes["support_vectors_"],
-        attributes["dual_coef_"],
-        np.atleast_2d(attributes["raw_kernel_weights_"]),
-    )
+    scores = score_rows(kernels, attributes["kernel_names_"], attributes["n_features_in_"], X, attributes["support_"],
+                        attributes["support_vectors_"], attributes["dual_coef_"], attributes["raw_kernel_weights_"],
+                        device)  # fmt: skip
     return scores + attributes["intercept_"][None, :]
 
 
@@ -166,7 +189,7 @@ def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, t
     attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
     if attributes["interrupted_"]:
         raise FitInterrupted(f"interrupted while {doing}; nothing was fitted")
-    return attributes, model_decisions(spec.kernels, attributes, X_test)
+    return attributes, model_decisions(spec.kernels, attributes, X_test, scoring_device(spec))
 
 
 def fold_map(run: Callable, folds, *, doing: str) -> list:

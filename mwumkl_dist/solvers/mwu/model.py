@@ -7,9 +7,10 @@ import warnings
 import numpy as np
 
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, guarded_bias
-from mwumkl_dist.data.problems import TrainingInput, make_predictor
+from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import problem_weights
 from mwumkl_dist.solvers.auto import stratified_rows
+from mwumkl_dist.solvers.base import score_rows, scoring_device
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok, solve_l2_svm
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -69,9 +70,8 @@ def guard_biases(
     if scoring is None or not len(model["support_"]):
         return
     X, support = scoring
-    predictor = make_predictor(spec.kernels, data.kernel_names, data.n_features_in)
-    scores = predictor.decision_values(X, support, model["support_vectors_"], model["dual_coef_"],
-                                       np.atleast_2d(model["raw_kernel_weights_"]))  # fmt: skip
+    scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
+                        model["dual_coef_"], model["raw_kernel_weights_"], scoring_device(spec))  # fmt: skip
     classes = model["classes_"]
     for k, target in enumerate(targets):
         y_pm = np.where(data.y[rows] == target, 1.0, -1.0)
