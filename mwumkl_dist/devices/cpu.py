@@ -1540,9 +1540,42 @@ def _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr
         dist2[g, 0] = (sq[g, 0] + sq[g, 0]) - 2.0 * dot[g, 0]
         dist2[g, 1] = (sq[g, 1] + sq[g, 1]) - 2.0 * dot[g, 1]
         dist2[g, 2] = (sq[g, 0] + sq[g, 1]) - 2.0 * dot[g, 2]
-    out = np.empty((m, 3))
-    _block_values(3, dot, dist2, kind, pa, pb, grp, square_of, order, out, np.empty(3), np.empty(6, np.int64))
-    return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
+    # Every Gaussian that is no square in one exp call (per-kernel calls on 3 values cost more than the exp),
+    # then the values in chain order: the operations of _kernel_values, the same bits.
+    out = np.empty((3, m))
+    arg = np.empty(3 * m)
+    n_exp = 0
+    for i in range(m):
+        if kind[i] == 2 and square_of[i] < 0:
+            for c in range(3):
+                d2 = dist2[grp[i], c]
+                arg[n_exp + c] = -pa[i] * (0.0 if d2 < 0.0 else d2)
+            n_exp += 3
+    ex = np.empty(n_exp)
+    _exp_into(arg, ex, np.empty(2 * n_exp, np.int64), n_exp)
+    n_exp = 0
+    for i in range(m):
+        if kind[i] == 2 and square_of[i] < 0:
+            for c in range(3):
+                out[c, i] = ex[n_exp + c]
+            n_exp += 3
+    for t in range(m):
+        i = order[t]
+        g = grp[i]
+        src = square_of[i]
+        for c in range(3):
+            if src >= 0:
+                v = out[c, src]
+                out[c, i] = v * v
+            elif kind[i] == 0:
+                out[c, i] = dot[g, c]
+            elif kind[i] == 1:
+                base = dot[g, c] + pb[i]
+                v = base
+                for _ in range(int(pa[i]) - 1):
+                    v *= base
+                out[c, i] = v
+    return out[0].copy(), out[1].copy(), out[2].copy()
 
 
 @njit(**_OPTS)
