@@ -428,17 +428,28 @@ def _axpy2(col, pf, qf, dp, dq, nb):
         dq[b] += v * qf
 
 
+@njit(inline="always", **_OPTS)
+def _dist2(sx, sz, dot):
+    """``|x - z|^2`` from ``|x|^2``, ``|z|^2`` and ``x . z`` (either norm first: the sum is the same)."""
+    return (sx + sz) - 2.0 * dot
+
+
+@njit(inline="always", **_OPTS)
+def _gauss_arg(d2, gamma):
+    """The exponent ``-gamma max(d2, 0)`` of a Gaussian kernel value."""
+    return -gamma * (0.0 if d2 < 0.0 else d2)
+
+
 @njit(**_OPTS)
 def _block_dist2(row_sq, j0, nb, pp, dot, out):
     """``out[g, b] = (|x_{j0+b}|_g^2 + |p|_g^2) - 2 dot[g, b]``."""
     for g in range(dot.shape[0]):
-        _dist2_row(row_sq[j0 : j0 + nb, g], pp[g], dot[g], out[g], nb)
-
-
-@njit(**_OPTS)
-def _dist2_row(sq, ppg, dot, out, nb):
-    for b in range(nb):
-        out[b] = (sq[b] + ppg) - 2.0 * dot[b]
+        sq = row_sq[j0 : j0 + nb, g]
+        ppg = pp[g]
+        dg = dot[g]
+        og = out[g]
+        for b in range(nb):
+            og[b] = _dist2(sq[b], ppg, dg[b])
 
 
 @njit(**_OPTS)
@@ -460,9 +471,7 @@ def _poly_row(dot, c0, degree, out, nb):
 @njit(**_OPTS)
 def _gauss_row(dist2, gamma, out, xbuf, kbits, nb):
     for b in range(nb):
-        d2 = dist2[b]
-        d2 = 0.0 if d2 < 0.0 else d2
-        xbuf[b] = -gamma * d2
+        xbuf[b] = _gauss_arg(dist2[b], gamma)
     _exp_into(xbuf, out, kbits, nb)
 
 
@@ -767,7 +776,7 @@ class SuperstepWorkspace:
             with_rows = with_rows or self._with_rows
             B, G, T, S = self.B, self.max_groups, self.max_values, self.shared_values
             self.scratch = (
-                np.empty((n_slots, 4, G, B)),  # dots and squared distances to p and q
+                np.empty((n_slots, 2, G, B)),  # dots with p and q
                 np.empty((n_slots, 2, T, B)),  # a tile's values against p and q (then its V increments)
                 np.empty((n_slots, 2, S, B)),  # the pre-pass's values likewise
                 np.empty((n_slots, 4, B)),  # exp argument, row factors, tile partial of the block
@@ -815,12 +824,28 @@ def _increments(kp, kq, sp, sq, n, nb):
 
 
 @njit(**_OPTS)
-def _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, out, xbuf, kbits):
-    """:func:`_block_values` for the tile ``[k0, k0 + mt)`` with local groups and indices."""
+def _tile_values(nb, k0, mt, dot, sq_t, j0, pp, tg_group, ga, kind, pa, pb, lgrp, lsq, torder, out, xbuf, kbits):
+    """:func:`_block_values` for the tile ``[k0, k0 + mt)`` with local groups and indices.
+
+    A Gaussian that is no square takes its squared distances from its local
+    group's ``dot`` row, the rows' norms ``sq_t[g, j0:j0 + nb]`` and the
+    point's ``pp[g]`` (``g = tg_group[ga + local group]``) in its exponent's
+    loop: no pass of its own (a random bank has a group per kernel).
+    """
     for u in range(mt):
         li = torder[k0 + u]
         i = k0 + li
-        _kernel_values(i, li, lsq[i], lgrp[i], kind, pa, pb, dot, dist2, out, xbuf, kbits, nb)
+        lg = lgrp[i]
+        if lsq[i] < 0 and kind[i] == 2:
+            g = tg_group[ga + lg]
+            sq = sq_t[g, j0 : j0 + nb]
+            ppg = pp[g]
+            gamma = pa[i]
+            for b in range(nb):
+                xbuf[b] = _gauss_arg(_dist2(sq[b], ppg, dot[lg, b]), gamma)
+            _exp_into(xbuf, out[li], kbits, nb)
+        else:
+            _kernel_values(i, li, lsq[i], lg, kind, pa, pb, dot, dot, out, xbuf, kbits, nb)
 
 
 @njit(**_OPTS)
@@ -960,17 +985,13 @@ def _value_tile(t, single, values, maps, indptr, indices, data, csc_ptr, csc_row
     nv = vtile_ptr[t + 1] - v0
     if nv == 0:
         return
-    dp, dq, d2p, d2q = dots[0], dots[1], dots[2], dots[3]
+    dp, dq = dots[0], dots[1]
     if not single:
         _group_dots(t, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, use_dense, j0, nb, p, q, uf,
                     dp, dq)  # fmt: skip
-        ga = tg_ptr[t]
-        for lg in range(tg_ptr[t + 1] - ga):
-            g = tg_group[ga + lg]
-            _dist2_row(row_sq_t[g, j0 : j0 + nb], ppp[g], dp[lg], d2p[lg], nb)
-            _dist2_row(row_sq_t[g, j0 : j0 + nb], ppq[g], dq[lg], d2q[lg], nb)
-    _tile_values(nb, v0, nv, dp, d2p, vkind, vpa, vpb, lgrp, lsq, torder, kp, xbuf, kbits)
-    _tile_values(nb, v0, nv, dq, d2q, vkind, vpa, vpb, lgrp, lsq, torder, kq, xbuf, kbits)
+    ga = tg_ptr[t]
+    _tile_values(nb, v0, nv, dp, row_sq_t, j0, ppp, tg_group, ga, vkind, vpa, vpb, lgrp, lsq, torder, kp, xbuf, kbits)
+    _tile_values(nb, v0, nv, dq, row_sq_t, j0, ppq, tg_group, ga, vkind, vpa, vpb, lgrp, lsq, torder, kq, xbuf, kbits)
     _increments(kp, kq, sp, sq, nv, nb)
 
 
@@ -994,7 +1015,7 @@ def _segment(
     kslot = values[4]
     dots, vals, shared, rowbuf, kbits_all, rows_all = scratch
     dts = dots[slot]
-    dp, dq, d2p, d2q = dts[0], dts[1], dts[2], dts[3]
+    dp, dq = dts[0], dts[1]
     kp, kq, skp, skq = vals[slot, 0], vals[slot, 1], shared[slot, 0], shared[slot, 1]
     xbuf, sp, sq, gb = rowbuf[slot, 0], rowbuf[slot, 1], rowbuf[slot, 2], rowbuf[slot, 3]
     kbits = kbits_all[slot]
@@ -1022,8 +1043,6 @@ def _segment(
                     dq[0, b] = all_q[j0 - r0 + b]
             else:
                 _block_dots(indptr, indices, data, j0, nb, p, q, tile_ptr, tile_ptr, True, dp, dq)
-            _dist2_row(row_sq_t[0, j0 : j0 + nb], ppp[0], dp[0], d2p[0], nb)
-            _dist2_row(row_sq_t[0, j0 : j0 + nb], ppq[0], dq[0], d2q[0], nb)
         _value_tile(n_tiles, single, values, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t,
                     use_dense, row_sq_t, j0, nb, p, q, ppp, ppq, uf, sp, sq, dts, skp, skq, xbuf, kbits)  # fmt: skip
         for t in range(t0, t1):
@@ -1537,9 +1556,9 @@ def _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr
                 dot[g, 1] += c * c
     dist2 = np.empty((n_groups, 3))
     for g in range(n_groups):
-        dist2[g, 0] = (sq[g, 0] + sq[g, 0]) - 2.0 * dot[g, 0]
-        dist2[g, 1] = (sq[g, 1] + sq[g, 1]) - 2.0 * dot[g, 1]
-        dist2[g, 2] = (sq[g, 0] + sq[g, 1]) - 2.0 * dot[g, 2]
+        dist2[g, 0] = _dist2(sq[g, 0], sq[g, 0], dot[g, 0])
+        dist2[g, 1] = _dist2(sq[g, 1], sq[g, 1], dot[g, 1])
+        dist2[g, 2] = _dist2(sq[g, 0], sq[g, 1], dot[g, 2])
     # Every Gaussian that is no square in one exp call (per-kernel calls on 3 values cost more than the exp),
     # then the values in chain order: the operations of _kernel_values, the same bits.
     out = np.empty((3, m))
@@ -1548,8 +1567,7 @@ def _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr
     for i in range(m):
         if kind[i] == 2 and square_of[i] < 0:
             for c in range(3):
-                d2 = dist2[grp[i], c]
-                arg[n_exp + c] = -pa[i] * (0.0 if d2 < 0.0 else d2)
+                arg[n_exp + c] = _gauss_arg(dist2[grp[i], c], pa[i])
             n_exp += 3
     ex = np.empty(n_exp)
     _exp_into(arg, ex, np.empty(2 * n_exp, np.int64), n_exp)
@@ -1689,8 +1707,8 @@ def group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups):
 
 
 @njit(**_OPTS)
-def _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot, dist2):
-    """Dots and squared distances of the row ``x`` to SVs ``[j0, j0 + nb)`` for the local groups of ``tile``."""
+def _wks_tile_dots(tile, maps, x, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, dot):
+    """Dots of the row ``x`` with SVs ``[j0, j0 + nb)`` for the local groups of ``tile``."""
     gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
     ga = tg_ptr[tile]
     ng = tg_ptr[tile + 1] - ga
@@ -1719,19 +1737,11 @@ def _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dens
                 for w in range(w0, w1):
                     dot[tf_lg[w], r] += a
                 kk += 1
-    for lg in range(ng):
-        g = tg_group[ga + lg]
-        sg = sqx[g]
-        dl = dot[lg]
-        d2 = dist2[lg]
-        sq = sv_sq_t[g, j0:stop_sv]
-        for b in range(nb):
-            d2[b] = (sg + sq[b]) - 2.0 * dl[b]
 
 
 @njit(**_OPTS)
 def _wks_values(t, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot,
-                dist2, out, xbuf, kbits):  # fmt: skip
+                out, xbuf, kbits):  # fmt: skip
     """The values of value tile ``t`` (:func:`value_plan`) of the row ``x`` against SVs ``[j0, j0 + nb)``."""
     vtile_ptr, vkind, vpa, vpb, kslot = values
     v0 = vtile_ptr[t]
@@ -1739,8 +1749,9 @@ def _wks_values(t, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_val
     if nv == 0:
         return
     if not single:
-        _wks_tile_dist(t, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot, dist2)
-    _tile_values(nb, v0, nv, dot, dist2, vkind, vpa, vpb, maps[4], maps[5], maps[6], out, xbuf, kbits)
+        _wks_tile_dots(t, maps, x, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, dot)
+    _tile_values(nb, v0, nv, dot, sv_sq_t, j0, sqx, maps[3], maps[2][t], vkind, vpa, vpb, maps[4], maps[5], maps[6],
+                 out, xbuf, kbits)  # fmt: skip
 
 
 @njit(**_OPTS)
@@ -1774,7 +1785,6 @@ def _wks_rows(
     sqx = np.zeros(n_groups)
     all_dots = np.empty(n_sv if single else 0)
     dot = np.empty((G, B))
-    dist2 = np.empty((G, B))
     kv = np.empty((T, B))
     sv = np.empty((S, B))
     acc = np.empty((n_out, B))
@@ -1799,17 +1809,14 @@ def _wks_rows(
         for j0 in range(0, n_sv, B):
             nb = min(B, n_sv - j0)
             if single:  # every value tile's local group 0 is group 0
-                s0 = sqx[0]
                 for b in range(nb):
-                    d = all_dots[j0 + b]
-                    dot[0, b] = d
-                    dist2[0, b] = (s0 + sv_sq_t[0, j0 + b]) - 2.0 * d
+                    dot[0, b] = all_dots[j0 + b]
             _wks_values(n_tiles, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
-                        sv_sq_t, dot, dist2, sv, xbuf, kbits)  # fmt: skip
+                        sv_sq_t, dot, sv, xbuf, kbits)  # fmt: skip
             acc[:, :nb] = 0.0
             for tile in range(n_tiles):
                 _wks_values(tile, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
-                            sv_sq_t, dot, dist2, kv, xbuf, kbits)  # fmt: skip
+                            sv_sq_t, dot, kv, xbuf, kbits)  # fmt: skip
                 for o in range(n_out):
                     ao = acc[o]
                     for i in range(tile_ptr[tile], tile_ptr[tile + 1]):
