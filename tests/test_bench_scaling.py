@@ -68,6 +68,7 @@ def test_arguments():
             bench_scaling._layouts(bad)
     with pytest.raises(SystemExit):
         bench_scaling.main(["--quick", "--problems", "a9a"])  # a full-size problem is not a quick one
-    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank"}
+    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank", "sonar-bank-20k"}
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank"], 60) == 100_000
+    assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank-20k"], 60) == 20_000
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["mushrooms"], 112) == 1344
