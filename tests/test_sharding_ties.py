@@ -317,3 +317,20 @@ def test_predictor_with_chains_across_tiles(monkeypatch):
     np.testing.assert_array_equal(many, one)
     K = explicit_kernels(list(ks.specs), X, S)
     np.testing.assert_allclose(many, np.einsum("ki,itj,kj->tk", w, K, coef), rtol=1e-11)
+
+
+def test_threads_split_rows_or_tiles_in_balanced_runs(monkeypatch):
+    monkeypatch.setattr(_columns, "threads_for", lambda work: 2)
+    assert _columns._layout(6500, 4, 240) == (2, 2)  # many rows: a row block per thread
+    assert _columns._layout(166, 4, 240) == (2, 1)  # few rows: the tiles are split
+    assert _columns._layout(166, 1, 12) == (2, 2)  # one tile: the rows are split anyway
+    plan = KernelSet("paper-per-feature", 20).plan
+    ws = _columns.superstep_workspace(166, *plan_args(plan))
+    assert np.diff(ws.tile_ptr).tolist() == [72, 72, 72, 24]
+    for n_chunks, n_rb in [(2, 1), (3, 1), (2, 2), (5, 2), (7, 3)]:
+        bounds = ws.chunks(n_chunks, n_rb)
+        assert bounds[0] == 0 and bounds[-1] == n_rb * ws.n_tiles and np.all(np.diff(bounds) >= 0)
+        rows = np.diff(np.arange(n_rb + 1) * 166 // n_rb)
+        work = np.outer(rows, np.diff(ws.tile_ptr)).ravel()  # rows x kernels of each task, row-block major
+        done = np.concatenate([[0], np.cumsum(work)])[bounds]
+        assert np.all(np.abs(done - done[-1] * np.arange(n_chunks + 1) / n_chunks) <= work.max() / 2)

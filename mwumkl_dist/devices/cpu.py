@@ -762,6 +762,24 @@ class SuperstepWorkspace:
         self._with_rows = False
         self.n_features = int(feat_ptr.shape[0]) - 1
         self._points = None
+        self._chunks: dict = {}
+
+    def chunks(self, n_chunks: int, n_rb: int) -> np.ndarray:
+        """Task boundaries of ``n_chunks`` contiguous runs of (row block, tile) tasks, row-block major.
+
+        Cut where the rows x kernels done so far cross the even shares (tiles
+        hold 64 to 127 kernels); which thread does what changes no number.
+        """
+        key = (int(n_chunks), int(n_rb))
+        if key not in self._chunks:
+            rows = np.diff(np.arange(n_rb + 1) * self.n_rows // n_rb)
+            cost = np.cumsum(np.outer(rows, np.diff(self.tile_ptr)).ravel())
+            targets = cost[-1] * np.arange(1, n_chunks) / n_chunks
+            after = np.searchsorted(cost, targets)  # the task during which the work done reaches each share
+            before = np.where(after > 0, cost[np.maximum(after - 1, 0)], 0)
+            cut = np.where(cost[after] - targets < targets - before, after + 1, after)  # the nearer of its ends
+            self._chunks[key] = np.concatenate([[0], cut, [len(cost)]]).astype(np.int64)
+        return self._chunks[key]
 
     def point_buffers(self) -> tuple[np.ndarray, np.ndarray]:
         """Two zeroed dense vectors of ``n_features`` for the picked points (made once; the caller re-zeroes them)."""
@@ -1104,9 +1122,10 @@ def _superstep_serial(
 def _superstep_parallel(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
     q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, n_groups, tile_ptr, values, maps,
-    B, scratch, partial, gsum, n_chunks, n_rb,
+    B, scratch, partial, gsum, bounds, n_rb,
 ):  # fmt: skip
-    """Tasks (row block, tile), row-block major, in ``n_chunks`` contiguous runs (one per thread and scratch slot).
+    """Tasks (row block, tile), row-block major, in contiguous runs ``bounds[c]:bounds[c + 1]`` (one per thread
+    and scratch slot; :meth:`SuperstepWorkspace.chunks`).
 
     A run's tasks of one row block are one :func:`_segment` (its pre-pass
     once per block of rows).  Then, with several tiles, a pass over row
@@ -1116,11 +1135,12 @@ def _superstep_parallel(
     n = y.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
     n_tasks = n_rb * n_tiles
+    n_chunks = bounds.shape[0] - 1
     tb = np.full((n_tasks, 2), -1, np.int64)
     tg = np.full((n_tasks, 2), -np.inf)
     for c in prange(n_chunks):
-        a = (n_tasks * c) // n_chunks
-        e = (n_tasks * (c + 1)) // n_chunks
+        a = bounds[c]
+        e = bounds[c + 1]
         while a < e:
             rb = a // n_tiles
             t0 = a - rb * n_tiles
@@ -1285,13 +1305,26 @@ _NO_CSC = (np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0))
 _NO_DENSE = np.zeros((0, 0))
 
 
+#: Rows per thread from which a superstep's threads split the rows rather than the kernel tiles.
+ROW_SPLIT_ROWS = 256
+
+
 def _layout(n_rows: int, n_tiles: int, n_kernels: int) -> tuple[int, int]:
-    """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels), ~4 tasks per thread."""
+    """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels).
+
+    A row block per thread when each gets :data:`ROW_SPLIT_ROWS` rows or
+    there are fewer tiles than threads: equal shares with nothing done twice.
+    Else one row block, its tiles split between the threads (a thread's share
+    of few rows as a block of its own would cost each kernel's per-block work
+    for half the rows: a bank on Sonar's 166 rows), each thread with the
+    pre-pass of the values its tiles need.
+    """
     n_threads = threads_for(n_rows * n_kernels)
     if n_threads == 1:
         return 1, 1
-    n_rb = max(1, min(-(-4 * n_threads // n_tiles), n_rows // 32))
-    return n_threads, n_rb
+    if n_tiles < n_threads or n_rows >= ROW_SPLIT_ROWS * n_threads:
+        return n_threads, max(1, min(n_threads, n_rows // 32))
+    return n_threads, 1
 
 
 def _row_passes(indptr, indices, data, feat_ptr, feat_groups, n_groups, row_sq, csc, dense_t):
@@ -1311,7 +1344,7 @@ def _run_superstep(front, workspace, n_threads, n_rb, use_csc):
     with parallel(n_threads) as n_threads:
         args = (*front, workspace.ensure(n_threads, use_csc), workspace.partial, workspace.g)
         if n_threads > 1:
-            bp, gp, bn, gn = _superstep_parallel(*args, n_threads, n_rb)
+            bp, gp, bn, gn = _superstep_parallel(*args, workspace.chunks(n_threads, n_rb), n_rb)
         else:
             bp, gp, bn, gn = _superstep_serial(*args)
     return int(bp), float(gp), int(bn), float(gn)
