@@ -37,3 +37,17 @@ def test_column_sums_zeros_and_errors():
     assert exact_column_sums(np.array([[-0.0], [5e-324]])) == [1 << (SHIFT - 1074)]
     with pytest.raises(ValueError, match="non-finite"):
         exact_column_sums(np.array([[1.0], [np.inf]]))
+
+
+def test_compiled_row_products_equal_the_exact_sums():
+    from mwumkl_dist.devices.cpu import exact_row_products
+
+    rng = np.random.default_rng(3)
+    M = _values(7 * 130, 4).reshape(130, 7)  # more rows than one compiled call takes
+    w = np.array([1.0, -0.5, 3.0, 1e-300, 0.0, 2.0**-1000, -7.0])
+    assert exact_row_products(M, w) == exact_column_sums((M * w).T)
+    V = np.asfortranarray(rng.random((40, 300)))  # a shard's V, Fortran order
+    rows = np.array([3, 17, 39])
+    assert exact_row_products(V[rows], w.repeat(50)[:300]) == exact_column_sums((V[rows] * w.repeat(50)[:300]).T)
+    with pytest.raises(ValueError, match="non-finite"):
+        exact_row_products(np.array([[1e308, 1.0]]), np.array([10.0, 1.0]))

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exact_column_sums", "exact_sums_by_column", "exact_to_float"]
+__all__ = ["exact_column_sums", "exact_sums_by_column", "exact_to_float", "slot_totals", "LOW_BITS"]
 
 # Any finite double times 2**(1074 + 53) is an integer once its 53-bit mantissa is one.
 SHIFT = 1074 + 53
 _FRACTION_BITS = (1 << 52) - 1
 _ABS_BITS = (1 << 63) - 1
+#: Mantissas are summed as a high part and a low part of this many bits: int64 sums of up to 2**36 cannot overflow.
+LOW_BITS = 26
 
 
 def exact_column_sums(values: np.ndarray) -> list[int]:
@@ -51,8 +53,7 @@ def exact_sums_by_column(values: np.ndarray, columns: np.ndarray, n_columns: int
     mantissa = (bits & _FRACTION_BITS) | ((field != 0).astype(np.int64) << 52)
     mantissa = np.where(bits < 0, -mantissa, mantissa)  # |mantissa| < 2**53
     shift = np.maximum(field, 1) - 1075 + SHIFT  # >= 53
-    # Split mantissas in 27 + 26 bits so that int64 sums of up to 2**36 rows cannot overflow.
-    high, low = mantissa >> 26, mantissa & ((1 << 26) - 1)
+    high, low = mantissa >> LOW_BITS, mantissa & ((1 << LOW_BITS) - 1)
     lo_shift = int(shift.min())
     slot = shift - lo_shift
     n_slots = int(slot.max()) + 1
@@ -60,10 +61,18 @@ def exact_sums_by_column(values: np.ndarray, columns: np.ndarray, n_columns: int
     acc_low = np.zeros((n_slots, n_columns), np.int64)
     np.add.at(acc_high, (slot, columns), high)
     np.add.at(acc_low, (slot, columns), low)
+    return slot_totals(acc_high, acc_low, lo_shift)
+
+
+def slot_totals(acc_high, acc_low, lo_shift: int) -> list[int]:
+    """Column totals (times ``2**SHIFT``) from sums of mantissa parts by slot: ``acc_high[s, k]`` and
+    ``acc_low[s, k]`` hold column ``k``'s mantissas ``high << LOW_BITS | low`` of values ``mantissa *
+    2**(s + lo_shift - SHIFT)``."""
+    out = [0] * acc_high.shape[1]
     for s in np.flatnonzero((acc_high != 0).any(axis=1) | (acc_low != 0).any(axis=1)):
         e = int(s) + lo_shift
         for k in np.flatnonzero((acc_high[s] != 0) | (acc_low[s] != 0)):
-            out[k] += (int(acc_high[s, k]) << (e + 26)) + (int(acc_low[s, k]) << e)
+            out[k] += (int(acc_high[s, k]) << (e + LOW_BITS)) + (int(acc_low[s, k]) << e)
     return out
 
 

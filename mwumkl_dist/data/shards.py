@@ -167,7 +167,7 @@ class ShardBase:
         ``V_j . w`` over the block's kernels as exact integers (see :mod:`mwumkl_dist.core.exact`),
         so that kernel blocks add up to exactly what one block of all kernels gives."""
         local = np.flatnonzero(self.alpha > 0)
-        return local + self.row_offset, self.alpha[local], exact_column_sums((self.V[local] * weights).T)
+        return local + self.row_offset, self.alpha[local], _columns.exact_row_products(self.V[local], weights)
 
     def alpha_counts(self) -> np.ndarray:
         return self.alpha.copy()
