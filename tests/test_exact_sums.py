@@ -39,8 +39,8 @@ def test_column_sums_zeros_and_errors():
         exact_column_sums(np.array([[1.0], [np.inf]]))
 
 
-def test_compiled_row_products_equal_the_exact_sums():
-    from mwumkl_dist.devices.cpu import exact_row_products
+def test_compiled_row_products_and_column_totals_equal_the_exact_sums():
+    from mwumkl_dist.devices.cpu import exact_column_totals, exact_row_products
 
     rng = np.random.default_rng(3)
     M = _values(7 * 130, 4).reshape(130, 7)  # more rows than one compiled call takes
@@ -51,3 +51,8 @@ def test_compiled_row_products_equal_the_exact_sums():
     assert exact_row_products(V[rows], w.repeat(50)[:300]) == exact_column_sums((V[rows] * w.repeat(50)[:300]).T)
     with pytest.raises(ValueError, match="non-finite"):
         exact_row_products(np.array([[1e308, 1.0]]), np.array([10.0, 1.0]))
+    D = _values(150 * 9, 5).reshape(150, 9)
+    assert exact_column_totals(D) == exact_column_sums(D)
+    assert exact_column_totals(np.ones((166, 130))) == [166 << SHIFT] * 130  # a bank's traces
+    with pytest.raises(ValueError, match="non-finite"):
+        exact_column_totals(np.array([[np.nan]]))

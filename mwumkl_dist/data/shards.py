@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mwumkl_dist.core.exact import exact_column_sums
 from mwumkl_dist.core.mwu_rules import Candidate
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import cpu as _columns
@@ -109,7 +108,7 @@ class ShardBase:
         Engines add the parts of all blocks and round once (:mod:`mwumkl_dist.core.exact`),
         so the traces do not depend on the sharding.
         """
-        return exact_column_sums(self.diagonal())
+        return _columns.exact_column_totals(self.diagonal())
 
     def initial_candidates(self) -> tuple[Candidate, Candidate]:
         """With ``g = 0`` everywhere, the lowest row of each class."""

@@ -98,6 +98,7 @@ __all__ = [
     "exp_block",
     "EXP_CONSTANTS",
     "exact_row_products",
+    "exact_column_totals",
     "thread_limit",
     "set_num_threads",
     "get_num_threads",
@@ -1272,52 +1273,78 @@ def _clear_point(pi, out):
         out[pi[k]] = 0.0
 
 
-@njit(**_OPTS)
-def _product_slots(M, w, r0, acc_high, acc_low):
-    """``acc[f, r]``: the mantissa parts (:data:`~mwumkl_dist.core.exact.LOW_BITS`) of ``M[r0 + r, i] * w[i]``
-    summed over ``i`` by exponent field ``f`` (at least 1: a subnormal's); False at a non-finite product."""
-    m = M.shape[1]
-    prod = np.empty(m)
-    bits = prod.view(np.int64)
-    low = (1 << LOW_BITS) - 1
-    for r in range(acc_high.shape[1]):
-        for i in range(m):
-            prod[i] = M[r0 + r, i] * w[i]
-        for i in range(m):
-            b = bits[i]
-            f = (b >> 52) & 0x7FF
-            if f == 0x7FF:
-                return False
-            mant = b & ((1 << 52) - 1)
-            if f == 0:
-                f = 1
-            else:
-                mant |= 1 << 52
-            if b < 0:
-                mant = -mant
-            acc_high[f, r] += mant >> LOW_BITS
-            acc_low[f, r] += mant & low
+@njit(inline="always", **_OPTS)
+def _add_exact(x, slot, acc_high, acc_low, k):
+    """Add the double ``x`` to column ``k`` of the exact accumulators: its mantissa's parts
+    (:data:`~mwumkl_dist.core.exact.LOW_BITS`) at row ``f`` of its exponent field (a subnormal's read as 1);
+    ``slot`` is a 1-element float64 scratch.  False for a non-finite ``x``."""
+    slot[0] = x
+    b = slot.view(np.int64)[0]
+    f = (b >> 52) & 0x7FF
+    if f == 0x7FF:
+        return False
+    mant = b & ((1 << 52) - 1)
+    if f == 0:
+        f = 1
+    else:
+        mant |= 1 << 52
+    if b < 0:
+        mant = -mant
+    acc_high[f, k] += mant >> LOW_BITS
+    acc_low[f, k] += mant & ((1 << LOW_BITS) - 1)
     return True
 
 
-#: Rows per :func:`_product_slots` call (its accumulators: 2048 exponents x this many rows, twice).
-_PRODUCT_ROWS = 64
+@njit(**_OPTS)
+def _product_slots(M, w, r0, acc_high, acc_low):
+    """Accumulators of the products ``M[r0 + r, i] * w[i]`` (each rounded once) of rows ``r``, over ``i``."""
+    slot = np.empty(1)
+    for r in range(acc_high.shape[1]):
+        for i in range(M.shape[1]):
+            if not _add_exact(M[r0 + r, i] * w[i], slot, acc_high, acc_low, r):
+                return False
+    return True
 
 
-def exact_row_products(M, weights) -> list[int]:
-    """``exact_column_sums((M * weights).T)``: each row's products ``M[r, i] * weights[i]`` (each rounded once)
-    summed exactly, times ``2**SHIFT``, in one compiled pass (numpy took seconds for a bank's support margins)."""
-    M = np.ascontiguousarray(M, dtype=np.float64)
-    weights = np.ascontiguousarray(weights, dtype=np.float64)
+@njit(**_OPTS)
+def _column_slots(D, c0, acc_high, acc_low):
+    """Accumulators of the columns ``c0 + c`` of ``D``, row by row."""
+    slot = np.empty(1)
+    for j in range(D.shape[0]):
+        for c in range(acc_high.shape[1]):
+            if not _add_exact(D[j, c0 + c], slot, acc_high, acc_low, c):
+                return False
+    return True
+
+
+#: Sums per compiled call of the exact sums below (their accumulators: 2048 exponents x this many, twice).
+_EXACT_BLOCK = 64
+
+
+def _exact_blocks(n: int, accumulate) -> list[int]:
+    """Exact totals (times ``2**SHIFT``) of ``n`` sums, ``accumulate(start, acc_high, acc_low)`` filling blocks."""
     out = []
-    for r0 in range(0, M.shape[0], _PRODUCT_ROWS):
-        n = min(_PRODUCT_ROWS, M.shape[0] - r0)
-        acc_high = np.zeros((2048, n), np.int64)
-        acc_low = np.zeros((2048, n), np.int64)
-        if not _product_slots(M, weights, r0, acc_high, acc_low):
+    for start in range(0, n, _EXACT_BLOCK):
+        acc_high = np.zeros((2048, min(_EXACT_BLOCK, n - start)), np.int64)
+        acc_low = np.zeros_like(acc_high)
+        if not accumulate(start, acc_high, acc_low):
             raise ValueError("cannot sum non-finite values exactly")
         out += slot_totals(acc_high, acc_low, SHIFT - 1075)  # slot f holds mantissas of values mantissa * 2**(f - 1075)
     return out
+
+
+def exact_row_products(M, weights) -> list[int]:
+    """``exact_column_sums((M * weights).T)`` of :mod:`mwumkl_dist.core.exact`, compiled: each row's products
+    ``M[r, i] * weights[i]`` (each rounded once) summed exactly (a bank's support margins took seconds in numpy)."""
+    M = np.ascontiguousarray(M, dtype=np.float64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    return _exact_blocks(M.shape[0], lambda r0, hi, lo: _product_slots(M, w, r0, hi, lo))
+
+
+def exact_column_totals(D) -> list[int]:
+    """``exact_column_sums(D)`` of :mod:`mwumkl_dist.core.exact`, compiled (a shard's traces: its diagonal)."""
+    D = np.ascontiguousarray(D, dtype=np.float64)
+    return _exact_blocks(D.shape[1], lambda c0, hi, lo: _column_slots(D, c0, hi, lo))
 
 
 def point_entries(p) -> tuple[np.ndarray, np.ndarray]:
