@@ -706,20 +706,20 @@ def _value_layout(tile_ptr, value_of, first, square_of, order):
 def value_plan(tile_ptr, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
     """How the kernel tiles ``tile_ptr`` of a plan get their values: each distinct value once per row.
 
-        Kernels with the same value (:func:`_distinct_kernels`) share one
-        evaluation; a value that only one tile needs is evaluated in that tile,
-        every other one (a value of kernels in several tiles, the source of a
-        squaring chain that crosses tiles, and the squares of those) once per
-        block of rows in a pre-pass, before the tiles (:func:`_value_layout`).
-        So a squaring chain may cross tiles: each kernel is still the same
-        ``exp`` or the same square of its source, the same bits wherever it is
-        evaluated.
+    Kernels with the same value (:func:`_distinct_kernels`) share one
+    evaluation; a value that only one tile needs is evaluated in that tile,
+    every other one (a value of kernels in several tiles, the source of a
+    squaring chain that crosses tiles, and the squares of those) once per
+    block of rows in a pre-pass, before the tiles (:func:`_value_layout`).
+    So a squaring chain may cross tiles: each kernel is still the same
+    ``exp`` or the same square of its source, the same bits wherever it is
+    evaluated.
 
-    Returns ``(values, maps)``: ``values = (vtile_ptr, vkind, vpa, vpb,
-        kslot)``, the values as a plan of their own, tiled by ``vtile_ptr`` (tile
-        ``n_tiles`` is the pre-pass), and each kernel's value (``kslot``: its
-        index in its tile's values, or ``-1 - index`` in the pre-pass's); ``maps``:
-        their tile-local maps (:func:`_tile_maps`).
+    Returns ``(values, maps)``: ``values = (vtile_ptr, vkind, vpa, vpb, kslot)``,
+    the values as a plan of their own, tiled by ``vtile_ptr`` (tile
+    ``n_tiles`` is the pre-pass), and each kernel's value (``kslot``: its
+    index in its tile's values, or ``-1 - index`` in the pre-pass's);
+    ``maps``: their tile-local maps (:func:`_tile_maps`).
     """
     value_of, first = _distinct_kernels(kind, pa, pb, grp)
     tile_ptr = np.asarray(tile_ptr, dtype=np.int64)
@@ -865,7 +865,7 @@ def _tile_values(nb, k0, mt, dot, sq_t, j0, pp, tg_group, ga, kind, pa, pb, lgrp
             for b in range(nb):
                 xbuf[b] = _gauss_arg(_dist2(sq[b], ppg, dot[lg, b]), gamma)
             _exp_into(xbuf, out[li], kbits, nb)
-        else:
+        else:  # a square, a linear or a polynomial kernel: no distances (``dot`` stands in for them)
             _kernel_values(i, li, lsq[i], lg, kind, pa, pb, dot, dot, out, xbuf, kbits, nb)
 
 
@@ -997,8 +997,8 @@ def _value_tile(t, single, values, maps, indptr, indices, data, csc_ptr, csc_row
                 row_sq_t, j0, nb, p, q, ppp, ppq, uf, sp, sq, dots, kp, kq, xbuf, kbits):  # fmt: skip
     """The values of value tile ``t`` on a block of rows against ``p`` and ``q``, then their increments in ``kp``.
 
-    With several feature groups the tile's groups get their dots and squared
-    distances first; with one, ``dots`` holds group 0's already.
+    With several feature groups the tile's groups get their dots first; with
+    one, ``dots`` holds group 0's already.
     """
     vtile_ptr, vkind, vpa, vpb, kslot = values
     lgrp, lsq, torder, tg_ptr, tg_group = maps[4], maps[5], maps[6], maps[2], maps[3]
