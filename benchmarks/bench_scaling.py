@@ -15,6 +15,7 @@ Problems (the issue's table)::
     cod-rna       cod-rna's 59535 training rows x 8 (dense, min-max scaled), 12 kernels, 1500 iterations
     mushrooms     6500 rows of mushrooms (CSR), 12 kernels per feature (1344), 150 iterations
     sonar-bank    Sonar (208 x 60), random Gaussian bank of 10^5 kernels on 5-feature subsets, 256 iterations
+    sonar-bank-20k  the same with 20,000 kernels, 128 iterations (issue 22's thread figure)
     a9a-defaults  a9a (CSR), ``MWUMKLClassifier()``'s defaults (``random_state=0``): the two-stage fit,
                   C and selectivity cross-validated on its weight subsample (issue 22, item 2)
 
@@ -104,6 +105,13 @@ PROBLEMS = {
         "random:100000:size=5:seed=0:widths=paper",
         256,
         description="Sonar, random bank of 10^5 kernels (5-feature subsets)",
+    ),
+    "sonar-bank-20k": Spec(
+        "sonar-bank-20k",
+        "sonar",
+        "random:20000:size=5:seed=0:widths=paper",
+        128,
+        description="Sonar, random bank of 20,000 kernels (5-feature subsets)",
     ),
     "a9a-defaults": Spec(
         "a9a-defaults",

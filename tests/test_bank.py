@@ -176,6 +176,17 @@ def test_dask_row_and_kernel_shards_equal_the_expanded_specs(reference, expanded
             assert_same_model(clf, want, X)
 
 
+def test_bank_threads_give_the_same_model(reference, monkeypatch):
+    """Tiles split between threads, each with the pre-pass of the values its tiles share (every value here)."""
+    from mwumkl_dist.devices import cpu
+
+    X, y, ref = reference
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 64)  # the parallel path on 90 rows
+    with cpu.thread_limit(2):
+        assert cpu._layout(90, 32, 2000) == (2, 1)
+    assert_same_model(MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3), n_jobs=2).fit(X, y), ref, X)
+
+
 def test_local_row_shards_equal_one_shard(reference):
     X, y, ref = reference
     clf = MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3), n_shards=4).fit(X, y)

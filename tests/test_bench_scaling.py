@@ -71,9 +71,17 @@ def test_arguments():
             bench_scaling._layouts(bad)
     with pytest.raises(SystemExit):
         bench_scaling.main(["--quick", "--problems", "a9a"])  # a full-size problem is not a quick one
-    assert set(bench_scaling.PROBLEMS) == {"a9a", "cod-rna", "mushrooms", "sonar-bank", "a9a-defaults"}
+    assert set(bench_scaling.PROBLEMS) == {
+        "a9a",
+        "cod-rna",
+        "mushrooms",
+        "sonar-bank",
+        "sonar-bank-20k",
+        "a9a-defaults",
+    }
     assert bench_scaling.PROBLEMS["a9a-defaults"].defaults  # issue 22 item 2: MWUMKLClassifier() on a9a
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank"], 60) == 100_000
+    assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["sonar-bank-20k"], 60) == 20_000
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["mushrooms"], 112) == 1344
 
 

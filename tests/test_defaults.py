@@ -114,6 +114,23 @@ def test_a_model_no_better_than_the_majority_class_warns():
         MWUMKLClassifier(kernels="linear,gaussian:0.5").fit(X, ys)
 
 
+def test_the_majority_check_reuses_the_bias_checks_scores(monkeypatch):
+    """An unpolished fit scores its training rows once (the bias check), not again for the majority check."""
+    from mwumkl_dist.devices import cpu
+
+    calls = []
+    sums = cpu.weighted_kernel_sums
+    monkeypatch.setattr(cpu, "weighted_kernel_sums", lambda *args: calls.append(len(args[0]) - 1) or sums(*args))
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 1, (150, 4))
+    y = np.where(rng.uniform(size=150) < 0.6, 1, -1)  # labels unrelated to X: the check warns
+    with pytest.warns(MajorityClassWarning, match="training error"):
+        clf = MWUMKLClassifier(kernels="linear,gaussian:0.5", C=1e-3, epsilon=0.3, polish=False).fit(X, y)
+    assert calls == [150]  # every row, once
+    errors = np.mean(clf.predict(X) != y)
+    assert any(f"({100 * errors:.1f} %)" in w for w in clf.fit_warnings_)  # the final model's training error
+
+
 def test_widths_that_memorise_the_training_rows_are_left_out():
     from mwumkl_dist.kernels.evaluation import neighbour_distance
     from mwumkl_dist.kernels.specs import MEMORISING_WIDTH

@@ -13,6 +13,7 @@ from mwumkl_dist.core.partition import chain_safe_ranges, kernel_tiles
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard, sum_tile_partials
 from mwumkl_dist.devices import cpu as _columns
 from mwumkl_dist.kernels import Gaussian, KernelSet, Linear, Polynomial
+from mwumkl_dist.kernels.evaluation import plan_args
 
 
 def test_tiles_are_fixed_chain_safe_and_kernel_ranges_follow_them(monkeypatch):
@@ -239,3 +240,97 @@ def test_kernel_blocks_scores_add_up_to_the_whole_shards_bits(monkeypatch):
         np.testing.assert_array_equal(np.concatenate(parts), g)
     # a plain sum over all kernels (no tiles) rounds differently on these rows: the test can tell
     assert not np.array_equal(whole.V @ coef, g)
+
+
+def _bank_across_tiles():
+    """A random bank on 6 features: 15 subsets x 9 widths, so squaring chains and repeated kernels lie in many tiles."""
+    from mwumkl_dist.kernels import RandomGaussianBank
+
+    return KernelSet(RandomGaussianBank(300, 2, 4), 6)
+
+
+def test_bank_tiles_are_short_and_values_are_evaluated_once(monkeypatch):
+    from mwumkl_dist.kernels import RandomGaussianBank
+
+    # 7 squaring chains among 20000 kernels once made one tile of 19280 kernels (its scratch and its thread).
+    tiles = kernel_tiles(KernelSet(RandomGaussianBank(20000, 5, 0), 60).plan.square_of)
+    assert np.diff(tiles).max() < 2 * partition.TILE_KERNELS and len(tiles) - 1 > 20000 // (2 * partition.TILE_KERNELS)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 16)
+    plan = _bank_across_tiles().plan
+    tiles = kernel_tiles(plan.square_of)
+    tile_of = np.searchsorted(tiles, np.arange(plan.n_kernels), "right")
+    linked = plan.square_of >= 0
+    assert np.any(tile_of[linked] != tile_of[plan.square_of[linked]])  # chains cross tiles
+    (vtile_ptr, vkind, vpa, vpb, kslot), maps = _columns.value_plan(tiles, *plan_args(plan))
+    distinct = {(int(g), float(a)) for g, a in zip(plan.group, plan.param_a)}
+    assert vtile_ptr[-1] == len(distinct) < plan.n_kernels  # one evaluation per distinct (subset, width)
+    pre_pass = len(tiles) - 1  # value tile n_tiles: the values several tiles need
+    assert vtile_ptr[pre_pass + 1] > vtile_ptr[pre_pass]
+    tg_ptr, tg_group, lgrp = maps[2], maps[3], maps[4]
+    for i, u in enumerate(kslot):  # each kernel reads a value of its own width and feature group
+        t, v = (tile_of[i] - 1, vtile_ptr[tile_of[i] - 1] + u) if u >= 0 else (pre_pass, vtile_ptr[pre_pass] - 1 - u)
+        assert vpa[v] == plan.param_a[i] and tg_group[tg_ptr[t] + lgrp[v]] == plan.group[i]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("path", ["dense", "csc", "rows"])
+def test_chains_across_tiles_give_the_one_tile_values(monkeypatch, path):
+    """V does not depend on the tiles: many tiles (chains and repeats across them) equal one tile, bit for bit."""
+    from conftest import explicit_kernels
+
+    rng = np.random.default_rng(7)
+    X = rng.random((70, 6)) * (rng.random((70, 6)) < 0.7)
+    y = np.where(X[:, 0] + X[:, 1] > 0.7, 1.0, -1.0)
+    ks = _bank_across_tiles()
+    monkeypatch.setattr(partition, "TILE_KERNELS", 10**6)
+    _, V_one, _ = _run_shard(sp.csr_matrix(X), y, ks.plan, [(1, 1)], monkeypatch, path=path)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 16)
+    got, V, partial = _run_shard(sp.csr_matrix(X), y, ks.plan, LAYOUTS, monkeypatch, path=path)
+    assert partial.shape[0] == -(-ks.plan.n_kernels // 16)
+    np.testing.assert_array_equal(V, V_one)
+    # against the textbook formula: V = sum over picks of (G[:, ip] + G[:, iq]) / 2 (ridge 1e-3, traces n)
+    K = explicit_kernels(list(ks.specs), X)
+    rng = np.random.default_rng(5)
+    pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
+    want = np.zeros_like(V)
+    for ip, iq in [(int(rng.choice(pos)), int(rng.choice(neg))) for _ in range(12)]:
+        for j, yj in ((ip, 1.0), (iq, -1.0)):
+            want += 0.5 * (y[:, None] * yj * K[:, :, j].T / len(y))
+            want[j] += 0.5e-3
+    np.testing.assert_allclose(V, want, rtol=1e-11, atol=1e-15)
+
+
+def test_predictor_with_chains_across_tiles(monkeypatch):
+    from conftest import explicit_kernels
+
+    from mwumkl_dist.kernels.evaluation import support_vector_sums
+
+    rng = np.random.default_rng(8)
+    X, S = rng.random((30, 6)), rng.random((11, 6))
+    ks = _bank_across_tiles()
+    coef, w = rng.standard_normal((2, 11)), rng.random((2, ks.plan.n_kernels))
+    w[:, ::7] = 0.0  # kernels left out of the prediction (their squares keep their sources)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 10**6)
+    one = support_vector_sums(ks.plan, X, S, coef, w)
+    monkeypatch.setattr(partition, "TILE_KERNELS", 16)
+    many = support_vector_sums(ks.plan, X, S, coef, w)
+    np.testing.assert_array_equal(many, one)
+    K = explicit_kernels(list(ks.specs), X, S)
+    np.testing.assert_allclose(many, np.einsum("ki,itj,kj->tk", w, K, coef), rtol=1e-11)
+
+
+def test_threads_split_rows_or_tiles_in_balanced_runs(monkeypatch):
+    monkeypatch.setattr(_columns, "threads_for", lambda work: 2)
+    assert _columns._layout(6500, 4, 240) == (2, 2)  # many rows: a row block per thread
+    assert _columns._layout(166, 4, 240) == (2, 1)  # few rows: the tiles are split
+    assert _columns._layout(166, 1, 12) == (2, 2)  # one tile: the rows are split anyway
+    plan = KernelSet("paper-per-feature", 20).plan
+    ws = _columns.superstep_workspace(166, *plan_args(plan))
+    assert np.diff(ws.tile_ptr).tolist() == [72, 72, 72, 24]
+    for n_chunks, n_rb in [(2, 1), (3, 1), (2, 2), (5, 2), (7, 3)]:
+        bounds = ws.chunks(n_chunks, n_rb)
+        assert bounds[0] == 0 and bounds[-1] == n_rb * ws.n_tiles and np.all(np.diff(bounds) >= 0)
+        rows = np.diff(np.arange(n_rb + 1) * 166 // n_rb)
+        work = np.outer(rows, np.diff(ws.tile_ptr)).ravel()  # rows x kernels of each task, row-block major
+        done = np.concatenate([[0], np.cumsum(work)])[bounds]
+        assert np.all(np.abs(done - done[-1] * np.arange(n_chunks + 1) / n_chunks) <= work.max() / 2)

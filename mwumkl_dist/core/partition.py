@@ -2,9 +2,9 @@
 
 Row shards are contiguous ranges (:func:`split_rows`), on a store's chunk
 boundaries when the data come from one (:func:`aligned_ranges`); kernels are
-cut into tiles of :data:`TILE_KERNELS` (:func:`kernel_tiles`), and kernel
-blocks fall on tile boundaries (:func:`chain_safe_ranges`), which never split
-a Gaussian squaring chain, so every layout evaluates each kernel with the
+cut into tiles of about :data:`TILE_KERNELS` (:func:`kernel_tiles`), and
+kernel blocks fall on tile boundaries that split no Gaussian squaring chain
+(:func:`chain_safe_ranges`), so every layout evaluates each kernel with the
 same operations and sums the scores in the same order.
 
 Sums over row blocks whose parts are too large to send one per block (the
@@ -34,10 +34,10 @@ __all__ = [
     "tree_total",
 ]
 
-#: Kernels per tile (a tile is longer only where a Gaussian squaring chain would be cut).
-#: Scores are summed per tile and then over tiles in tile order, so this constant is part of
-#: the numbers: a model with at most this many kernels is summed exactly as before tiles.
-#: Read at call time (tests set it lower to get many tiles from few kernels).
+#: Kernels per tile (a tile runs on, by less than as many again, to a boundary that cuts no Gaussian
+#: squaring chain when there is one).  Scores are summed per tile and then over tiles in tile order, so
+#: this constant is part of the numbers: a model with at most this many kernels is summed exactly as
+#: before tiles.  Read at call time (tests set it lower to get many tiles from few kernels).
 TILE_KERNELS = 64
 
 #: Rows per block of the two-stage solver's kernel evaluations (``block x n_landmarks`` values per kernel
@@ -70,25 +70,28 @@ def aligned_ranges(n: int, chunk: int, n_shards: int) -> list[tuple[int, int]]:
 
 
 def chain_safe_ranges(square_of, n_blocks: int) -> list[tuple[int, int]]:
-    """Near-equal kernel ranges on kernel-tile boundaries (which never split a Gaussian squaring chain).
+    """Near-equal kernel ranges on kernel-tile boundaries that split no Gaussian squaring chain.
 
     ``square_of`` is the plan's array, or the kernel count for kernels without
     chains (precomputed kernels, kernel stores).  The boundaries are those of
-    :func:`kernel_tiles` (tiles of :data:`TILE_KERNELS` kernels): a block
-    then evaluates every kernel exactly as the whole set does (same chains,
-    same rounding) and returns whole tiles' score partials, which the
-    driver adds in tile order, so kernel-sharded fits
-    are bit-identical to the local engine, ties included.  Fewer blocks than
-    asked come back when there are fewer tiles (at most 64 kernels: one block).
+    :func:`kernel_tiles` (tiles of about :data:`TILE_KERNELS` kernels) where
+    no chain is cut: a block's own plan then has every chain of its kernels,
+    evaluates every kernel exactly as the whole set does (same chains, same
+    rounding) and returns whole tiles' score partials, which the driver adds
+    in tile order, so kernel-sharded fits are bit-identical to the local
+    engine, ties included.  Fewer blocks than asked come back when there are
+    fewer such boundaries (at most 64 kernels, or squaring chains across the
+    whole set as in a random bank on few features: one block).
     """
     if int(n_blocks) != n_blocks or n_blocks < 1:
         raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
     tiles = kernel_tiles(square_of)
+    tiles = tiles[np.isin(tiles, _chain_safe_boundaries(_as_square_of(square_of)))]
     m, n_tiles = int(tiles[-1]), len(tiles) - 1
     n_blocks = min(int(n_blocks), n_tiles)
     cut = [0]  # indices into tiles
     for k in range(1, n_blocks):
-        # the tile boundary nearest the even split that leaves a tile for each block still to come
+        # the boundary nearest the even split that leaves one for each block still to come
         options = np.arange(cut[-1] + 1, n_tiles - (n_blocks - k) + 1)
         cut.append(int(options[np.argmin(np.abs(tiles[options] - k * m / n_blocks))]))
     cut.append(n_tiles)
@@ -110,6 +113,11 @@ def chain_roots(square_of) -> tuple[np.ndarray, np.ndarray]:
         depth[active] += 1
         active = active[square_of[root[active]] >= 0]
     return root, depth
+
+
+def _as_square_of(square_of) -> np.ndarray:
+    """A plan's ``square_of``, or ``m`` chain-free kernels' (all ``-1``)."""
+    return np.full(int(square_of), -1) if np.ndim(square_of) == 0 else np.asarray(square_of)
 
 
 def _chain_safe_boundaries(square_of) -> np.ndarray:
@@ -134,18 +142,28 @@ def _chain_safe_boundaries(square_of) -> np.ndarray:
 def kernel_tiles(square_of) -> np.ndarray:
     """Tile boundaries ``[0, b1, ..., m]`` of a kernel plan (``square_of``, or ``m`` without chains).
 
-    Tiles hold :data:`TILE_KERNELS` kernels each (the last fewer), a tile
-    running on to the next boundary where a Gaussian squaring chain would be
-    cut.  A function of the plan only: every shard, block, thread count and
-    engine cuts the kernels the same way, and a kernel block that starts on a
-    tile boundary tiles its kernels exactly as the whole set does.
+    Tiles hold :data:`TILE_KERNELS` kernels each (the last fewer); a tile
+    runs on to the next boundary where no Gaussian squaring chain is cut when
+    that comes before ``2 * TILE_KERNELS`` kernels, so kernel sets with short
+    chains (per-feature families) have tiles that keep their chains and can
+    be cut into kernel blocks there.  Chains that a tile boundary still cuts
+    (a random bank's, whose members lie anywhere) cost nothing: the
+    superstep evaluates the values that several tiles need in a pre-pass
+    (:func:`mwumkl_dist.devices.cpu.value_plan`).  A function of the plan
+    only: every shard, block, thread count and engine cuts the kernels the
+    same way, and a kernel block that starts on a tile boundary tiles its
+    kernels exactly as the whole set does.
     """
-    valid = _chain_safe_boundaries(np.full(int(square_of), -1) if np.ndim(square_of) == 0 else square_of)
+    valid = _chain_safe_boundaries(_as_square_of(square_of))
     m = int(valid[-1])
     bounds = [0]
     while bounds[-1] < m:
         target = bounds[-1] + TILE_KERNELS
-        bounds.append(m if target >= m else int(valid[np.searchsorted(valid, target)]))
+        if target >= m:
+            bounds.append(m)
+            continue
+        safe = int(valid[np.searchsorted(valid, target)])
+        bounds.append(safe if safe < target + TILE_KERNELS else target)
     return np.asarray(bounds, np.int64)
 
 

@@ -571,6 +571,13 @@ class _FeatureRowsPredictor:
         return validate_data(estimator, X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, reset=False)
 
 
+@functools.lru_cache(maxsize=8)
+def _named_kernel_set(kernel_names: tuple, n_features: int) -> KernelSet:
+    """The kernel set of a model's kernel names, parsed once (a fit's bias and majority checks, then every
+    prediction, ask for it again: 1344 per-feature names took 0.1 s each time)."""
+    return KernelSet(list(kernel_names), n_features)
+
+
 class _KernelSetPredictor(_FeatureRowsPredictor):
     """Kernels of a :class:`KernelSet` (from the model's kernel names, or its bank)."""
 
@@ -578,7 +585,7 @@ class _KernelSetPredictor(_FeatureRowsPredictor):
         if isinstance(kernel_names, BankKernelNames):
             self.kernel_set = KernelSet(kernel_names.bank, n_features)
         else:
-            self.kernel_set = KernelSet(list(kernel_names), n_features)
+            self.kernel_set = _named_kernel_set(tuple(kernel_names), int(n_features))
         self.device = device
 
     def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):

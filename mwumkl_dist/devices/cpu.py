@@ -20,17 +20,25 @@ superstep on one core, against 3.2 ms for the first, row-at-a-time version;
   (:func:`dense_copy`) gives the same dot products in straight loops over
   rows: on cod-rna (8 features, 12 kernels) a 10^4-point fit went from 0.60 s
   to 0.47 s;
-* the kernels are cut into tiles (:func:`mwumkl_dist.core.partition.kernel_tiles`,
-  never splitting a Gaussian squaring chain; a function of the plan only).  A
-  row's score ``g_j`` is the sum, in tile order, of its tile partials, each a
-  sequential sum over the tile's kernels from 0; kernel shards return their
-  tiles' partials and the Dask driver adds them in the same order
-  (:func:`mwumkl_dist.data.shards.sum_tile_partials`), so every layout gives the
-  same bits, ties included;
+* the kernels are cut into tiles of about 64 (:func:`mwumkl_dist.core.partition.kernel_tiles`,
+  a function of the plan only).  A row's score ``g_j`` is the sum, in tile
+  order, of its tile partials, each a sequential sum over the tile's kernels
+  from 0; kernel shards return their tiles' partials and the Dask driver adds
+  them in the same order (:func:`mwumkl_dist.data.shards.sum_tile_partials`),
+  so every layout gives the same bits, ties included;
+* each distinct kernel value (kind, feature group, parameters) is computed
+  once per row (:func:`value_plan`): in its tile when only that tile needs
+  it, else in a pre-pass per block of rows (a random bank repeats its
+  (subset, width) pairs, and its squaring chains join kernels that lie
+  anywhere: such a chain once forced one tile of 19280 of 20000 kernels);
+  a kernel adds its value's increment ``sp K(., p) + sq K(., q)`` to its
+  ``V`` column;
 * the work is (row block x tile) tasks, each with tile-local feature groups
   (a plan with 10^5 groups costs per task only its tile's groups and their
   features), rows processed in blocks of ``B`` rows, kernel by kernel inside
   a block, so every inner loop is a straight, vectorisable loop over rows;
+  a thread's tasks of one row block run block of rows by block of rows (its
+  pre-pass once per block); dense dots add up to four features per pass;
 * the blocks' scratch (:func:`superstep_workspace`) is kept by the shard:
   allocated per superstep, megabytes of it with many kernels went back to the
   system and were faulted in again every iteration;
@@ -66,7 +74,6 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
-from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import threads
 from mwumkl_dist.devices.threads import current_threads as get_num_threads
@@ -81,6 +88,7 @@ __all__ = [
     "dense_copy",
     "superstep_workspace",
     "SuperstepWorkspace",
+    "value_plan",
     "group_sqnorms",
     "group_sqnorms_t",
     "group_features",
@@ -371,6 +379,49 @@ def _dense_block_dots(dense_t, j0, nb, pm, qm, dp, dq):
 
 
 @njit(**_OPTS)
+def _dots4(X, j0, nb, feats, u, e, p, dp, q, dq, both):
+    """``dp[b] += X[f, j0 + b] p[f]`` for ``f`` in ``feats[u:e]``, in order (and ``dq`` with ``q`` when ``both``).
+
+    Four, two or one feature per pass over the rows: each sum gets the same
+    terms in the same order as one pass per feature (the same bits) with a
+    fraction of the loads and stores (a random bank's 5-feature groups spent
+    most of a superstep in per-feature passes).
+    """
+    while e - u >= 4:
+        f0, f1, f2, f3 = feats[u], feats[u + 1], feats[u + 2], feats[u + 3]
+        x0, x1, x2, x3 = X[f0, j0 : j0 + nb], X[f1, j0 : j0 + nb], X[f2, j0 : j0 + nb], X[f3, j0 : j0 + nb]
+        a0, a1, a2, a3 = p[f0], p[f1], p[f2], p[f3]
+        for b in range(nb):
+            dp[b] = (((dp[b] + x0[b] * a0) + x1[b] * a1) + x2[b] * a2) + x3[b] * a3
+        if both:
+            c0, c1, c2, c3 = q[f0], q[f1], q[f2], q[f3]
+            for b in range(nb):
+                dq[b] = (((dq[b] + x0[b] * c0) + x1[b] * c1) + x2[b] * c2) + x3[b] * c3
+        u += 4
+    if e - u >= 2:
+        f0, f1 = feats[u], feats[u + 1]
+        x0, x1 = X[f0, j0 : j0 + nb], X[f1, j0 : j0 + nb]
+        a0, a1 = p[f0], p[f1]
+        for b in range(nb):
+            dp[b] = (dp[b] + x0[b] * a0) + x1[b] * a1
+        if both:
+            c0, c1 = q[f0], q[f1]
+            for b in range(nb):
+                dq[b] = (dq[b] + x0[b] * c0) + x1[b] * c1
+        u += 2
+    if e > u:
+        f0 = feats[u]
+        x0 = X[f0, j0 : j0 + nb]
+        a0 = p[f0]
+        for b in range(nb):
+            dp[b] += x0[b] * a0
+        if both:
+            c0 = q[f0]
+            for b in range(nb):
+                dq[b] += x0[b] * c0
+
+
+@njit(**_OPTS)
 def _axpy2(col, pf, qf, dp, dq, nb):
     for b in range(nb):
         v = col[b]
@@ -378,17 +429,28 @@ def _axpy2(col, pf, qf, dp, dq, nb):
         dq[b] += v * qf
 
 
+@njit(inline="always", **_OPTS)
+def _dist2(sx, sz, dot):
+    """``|x - z|^2`` from ``|x|^2``, ``|z|^2`` and ``x . z`` (either norm first: the sum is the same)."""
+    return (sx + sz) - 2.0 * dot
+
+
+@njit(inline="always", **_OPTS)
+def _gauss_arg(d2, gamma):
+    """The exponent ``-gamma max(d2, 0)`` of a Gaussian kernel value."""
+    return -gamma * (0.0 if d2 < 0.0 else d2)
+
+
 @njit(**_OPTS)
 def _block_dist2(row_sq, j0, nb, pp, dot, out):
     """``out[g, b] = (|x_{j0+b}|_g^2 + |p|_g^2) - 2 dot[g, b]``."""
     for g in range(dot.shape[0]):
-        _dist2_row(row_sq[j0 : j0 + nb, g], pp[g], dot[g], out[g], nb)
-
-
-@njit(**_OPTS)
-def _dist2_row(sq, ppg, dot, out, nb):
-    for b in range(nb):
-        out[b] = (sq[b] + ppg) - 2.0 * dot[b]
+        sq = row_sq[j0 : j0 + nb, g]
+        ppg = pp[g]
+        dg = dot[g]
+        og = out[g]
+        for b in range(nb):
+            og[b] = _dist2(sq[b], ppg, dg[b])
 
 
 @njit(**_OPTS)
@@ -410,9 +472,7 @@ def _poly_row(dot, c0, degree, out, nb):
 @njit(**_OPTS)
 def _gauss_row(dist2, gamma, out, xbuf, kbits, nb):
     for b in range(nb):
-        d2 = dist2[b]
-        d2 = 0.0 if d2 < 0.0 else d2
-        xbuf[b] = -gamma * d2
+        xbuf[b] = _gauss_arg(dist2[b], gamma)
     _exp_into(xbuf, out, kbits, nb)
 
 
@@ -532,11 +592,156 @@ def _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups)
         tf_gptr[: n_feat + 1].copy(), tf_lg  # fmt: skip
 
 
+def _distinct_kernels(kind, pa, pb, grp) -> tuple[np.ndarray, np.ndarray]:
+    """``(value_of, first)``: each kernel's distinct evaluation and each evaluation's first kernel.
+
+    Kernels with the same kind, feature group and parameters (bit for bit)
+    have the same values (and the same squaring source, which the plan finds
+    by group and parameter); the distinct ones are numbered in order of
+    first appearance.  A random bank on few features repeats each (subset,
+    width) many times (2-feature subsets of 60 features: at most 15930
+    distinct kernels however large the bank).
+    """
+    m = len(kind)
+    if m == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cols = (
+        np.ascontiguousarray(pb, dtype=np.float64).view(np.int64),
+        np.ascontiguousarray(pa, dtype=np.float64).view(np.int64),
+        np.asarray(grp, dtype=np.int64),
+        np.asarray(kind, dtype=np.int64),
+    )
+    by_key = np.lexsort(cols)  # stable: each run of equal keys starts with its lowest kernel
+    new = np.zeros(m, bool)
+    new[0] = True
+    for c in cols:
+        sc = c[by_key]
+        new[1:] |= sc[1:] != sc[:-1]
+    run = np.cumsum(new) - 1
+    run_first = by_key[new]
+    by_first = np.argsort(run_first, kind="stable")
+    rank = np.empty(len(run_first), np.int64)
+    rank[by_first] = np.arange(len(run_first))
+    value_of = np.empty(m, np.int64)
+    value_of[by_key] = rank[run]
+    return value_of, run_first[by_first]
+
+
+@njit(**_OPTS)
+def _value_layout(tile_ptr, value_of, first, square_of, order):
+    """Where each distinct kernel value is evaluated: in one tile, or in the shared pre-pass.
+
+    A value is *private* to a tile when only that tile needs it (its kernels,
+    or squares evaluated there) and its squaring source is private too;
+    every other value is *shared*.  Returns ``vtile_ptr`` (value tiles: the
+    ``n_tiles`` tiles' private values, then the shared ones as tile
+    ``n_tiles``), ``perm`` (position -> distinct value), ``vsq`` (position ->
+    position of its squaring source, in the same value tile, or -1) and
+    ``kslot`` (kernel -> its value's index in its tile's values, or
+    ``-1 - index`` among the shared values).  Within each value tile the
+    values come in the plan's chain ``order`` (sources first).
+    """
+    m = value_of.shape[0]
+    nv = first.shape[0]
+    n_tiles = tile_ptr.shape[0] - 1
+    vsrc = np.full(nv, -1, np.int64)
+    for u in range(nv):
+        s = square_of[first[u]]
+        if s >= 0:
+            vsrc[u] = value_of[s]
+    seq = np.empty(nv, np.int64)  # values in order of first appearance in the chain order
+    seen = np.zeros(nv, np.bool_)
+    n = 0
+    for k in range(m):
+        u = value_of[order[k]]
+        if not seen[u]:
+            seen[u] = True
+            seq[n] = u
+            n += 1
+    lo = np.full(nv, n_tiles, np.int64)
+    hi = np.full(nv, -1, np.int64)
+    for t in range(n_tiles):
+        for i in range(tile_ptr[t], tile_ptr[t + 1]):
+            u = value_of[i]
+            lo[u] = min(lo[u], t)
+            hi[u] = max(hi[u], t)
+    for k in range(nv - 1, -1, -1):  # a source is needed wherever its squares are
+        u = seq[k]
+        s = vsrc[u]
+        if s >= 0:
+            lo[s] = min(lo[s], lo[u])
+            hi[s] = max(hi[s], hi[u])
+    tile = np.empty(nv, np.int64)
+    for k in range(nv):  # sources first: a square of a shared value is shared
+        u = seq[k]
+        s = vsrc[u]
+        tile[u] = n_tiles if lo[u] != hi[u] or (s >= 0 and tile[s] == n_tiles) else lo[u]
+    vtile_ptr = np.zeros(n_tiles + 2, np.int64)
+    for u in range(nv):
+        vtile_ptr[tile[u] + 1] += 1
+    for t in range(n_tiles + 1):
+        vtile_ptr[t + 1] += vtile_ptr[t]
+    fill = vtile_ptr[:-1].copy()
+    pos = np.empty(nv, np.int64)
+    perm = np.empty(nv, np.int64)
+    for k in range(nv):
+        u = seq[k]
+        pos[u] = fill[tile[u]]
+        perm[pos[u]] = u
+        fill[tile[u]] += 1
+    vsq = np.full(nv, -1, np.int64)
+    for u in range(nv):
+        if vsrc[u] >= 0:
+            vsq[pos[u]] = pos[vsrc[u]]
+    kslot = np.empty(m, np.int64)
+    for i in range(m):
+        u = value_of[i]
+        t = tile[u]
+        kslot[i] = pos[u] - vtile_ptr[t] if t < n_tiles else -1 - (pos[u] - vtile_ptr[n_tiles])
+    return vtile_ptr, perm, vsq, kslot
+
+
+def value_plan(tile_ptr, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+    """How the kernel tiles ``tile_ptr`` of a plan get their values: each distinct value once per row.
+
+    Kernels with the same value (:func:`_distinct_kernels`) share one
+    evaluation; a value that only one tile needs is evaluated in that tile,
+    every other one (a value of kernels in several tiles, the source of a
+    squaring chain that crosses tiles, and the squares of those) once per
+    block of rows in a pre-pass, before the tiles (:func:`_value_layout`).
+    So a squaring chain may cross tiles: each kernel is still the same
+    ``exp`` or the same square of its source, the same bits wherever it is
+    evaluated.
+
+    Returns ``(values, maps)``: ``values = (vtile_ptr, vkind, vpa, vpb, kslot)``,
+    the values as a plan of their own, tiled by ``vtile_ptr`` (tile
+    ``n_tiles`` is the pre-pass), and each kernel's value (``kslot``: its
+    index in its tile's values, or ``-1 - index`` in the pre-pass's);
+    ``maps``: their tile-local maps (:func:`_tile_maps`).
+    """
+    value_of, first = _distinct_kernels(kind, pa, pb, grp)
+    tile_ptr = np.asarray(tile_ptr, dtype=np.int64)
+    vtile_ptr, perm, vsq, kslot = _value_layout(
+        tile_ptr, value_of, first, np.asarray(square_of, dtype=np.int64), np.asarray(order, dtype=np.int64)
+    )
+    rep = first[perm]
+    vkind, vpa, vpb, vgrp = (np.ascontiguousarray(np.asarray(a)[rep]) for a in (kind, pa, pb, grp))
+    maps = _tile_maps(vtile_ptr, vgrp, vsq, np.arange(len(rep), dtype=np.int64), feat_ptr, feat_groups, int(n_groups))
+    return (vtile_ptr, vkind, vpa, vpb, kslot), maps
+
+
+def _value_sizes(vtile_ptr, maps) -> tuple[int, int, int]:
+    """``(T, S, G)``: the most values of a tile, the pre-pass's values, the most feature groups of a value tile."""
+    counts = np.diff(vtile_ptr)
+    T = int(counts[:-1].max()) if len(counts) > 1 else 0
+    return max(T, 1), int(counts[-1]), max(int(np.diff(maps[2]).max()), 1)
+
+
 class SuperstepWorkspace:
     """What :func:`superstep_features` keeps across supersteps for one block of rows and one plan.
 
-    The plan's tiles and tile-local maps (:func:`kernel_tiles`,
-    :func:`_tile_maps`), per-thread scratch (grown when a call uses more
+    The plan's tiles (:func:`kernel_tiles`) and how they get their values
+    (:func:`value_plan`), per-thread scratch (grown when a call uses more
     threads; never allocated per superstep) and ``partial``: the last
     superstep's score partials per tile, ``(n_tiles, n_rows)``.
     """
@@ -545,17 +750,12 @@ class SuperstepWorkspace:
         self.n_rows = int(n_rows)
         self.n_groups = int(n_groups)
         self.tile_ptr = kernel_tiles(square_of)
-        tile_of = np.searchsorted(self.tile_ptr, np.arange(len(square_of)), "right")
-        chained = np.flatnonzero(np.asarray(square_of) >= 0)
-        if np.any(tile_of[np.asarray(square_of)[chained]] != tile_of[chained]):
-            raise AssertionError("a squaring chain crosses a tile")  # pragma: no cover
-        self.maps = _tile_maps(self.tile_ptr, grp, square_of, order, feat_ptr, feat_groups, self.n_groups)
         self.n_tiles = len(self.tile_ptr) - 1
-        tile_len = np.diff(self.tile_ptr)
-        tile_groups = np.diff(self.maps[2])
-        self.max_tile = int(tile_len.max()) if self.n_tiles else 1
-        self.max_groups = int(tile_groups.max()) if self.n_tiles else 1
-        self.B = min(_block_size(self.max_tile), max(8, -(-self.n_rows // 8) * 8))
+        self.values, self.maps = value_plan(
+            self.tile_ptr, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups
+        )
+        self.max_values, self.shared_values, self.max_groups = _value_sizes(self.values[0], self.maps)
+        self.B = min(_block_size(self.max_values + self.shared_values), max(8, -(-self.n_rows // 8) * 8))
         self.partial = np.zeros((self.n_tiles, self.n_rows))
         self.g = np.empty(self.n_rows)
         self.slots = 0
@@ -563,6 +763,24 @@ class SuperstepWorkspace:
         self._with_rows = False
         self.n_features = int(feat_ptr.shape[0]) - 1
         self._points = None
+        self._chunks: dict = {}
+
+    def chunks(self, n_chunks: int, n_rb: int) -> np.ndarray:
+        """Task boundaries of ``n_chunks`` contiguous runs of (row block, tile) tasks, row-block major.
+
+        Cut where the rows x kernels done so far cross the even shares (tiles
+        hold 64 to 127 kernels); which thread does what changes no number.
+        """
+        key = (int(n_chunks), int(n_rb))
+        if key not in self._chunks:
+            rows = np.diff(np.arange(n_rb + 1) * self.n_rows // n_rb)
+            cost = np.cumsum(np.outer(rows, np.diff(self.tile_ptr)).ravel())
+            targets = cost[-1] * np.arange(1, n_chunks) / n_chunks
+            after = np.searchsorted(cost, targets)  # the task during which the work done reaches each share
+            before = np.where(after > 0, cost[np.maximum(after - 1, 0)], 0)
+            cut = np.where(cost[after] - targets < targets - before, after + 1, after)  # the nearer of its ends
+            self._chunks[key] = np.concatenate([[0], cut, [len(cost)]]).astype(np.int64)
+        return self._chunks[key]
 
     def point_buffers(self) -> tuple[np.ndarray, np.ndarray]:
         """Two zeroed dense vectors of ``n_features`` for the picked points (made once; the caller re-zeroes them)."""
@@ -575,13 +793,13 @@ class SuperstepWorkspace:
         if self.scratch is None or n_slots > self.slots or (with_rows and not self._with_rows):
             n_slots = max(n_slots, self.slots)
             with_rows = with_rows or self._with_rows
-            B, G, T = self.B, self.max_groups, self.max_tile
+            B, G, T, S = self.B, self.max_groups, self.max_values, self.shared_values
             self.scratch = (
-                np.empty((n_slots, 4, G, B)),  # dots and squared distances to p and q
-                np.empty((n_slots, 2, T, B)),  # the tile's kernel values against p and q
+                np.empty((n_slots, 2, G, B)),  # dots with p and q
+                np.empty((n_slots, 2, T, B)),  # a tile's values against p and q (then its V increments)
+                np.empty((n_slots, 2, S, B)),  # the pre-pass's values likewise
                 np.empty((n_slots, 4, B)),  # exp argument, row factors, tile partial of the block
                 np.empty((n_slots, 2 * B), np.int64),  # exp scratch
-                np.empty((n_slots, 2, G)),  # the points' squared norms per local group
                 np.empty((n_slots, 2, self.n_rows if with_rows else 0)),  # column-pass dots
             )
             self.slots = n_slots
@@ -604,38 +822,66 @@ def superstep_workspace(n_rows: int, kind, pa, pb, grp, square_of, order, feat_p
 
 
 @njit(**_OPTS)
-def _update_column(Vi, kpi, kqi, sp, sq, w, c, gb, nb):
-    """``V[:, i] += (sp * K_i(., p) + sq * K_i(., q)) * w`` on a block, and ``g += c * V[:, i]``."""
+def _update_column(Vi, inc, w, c, gb, nb):
+    """``V[:, i] += inc * w`` on a block (``inc``: the kernel's value's increment), and ``g += c * V[:, i]``."""
     for b in range(nb):
-        v = Vi[b] + (sp[b] * kpi[b] + sq[b] * kqi[b]) * w
+        v = Vi[b] + inc[b] * w
         Vi[b] = v
         gb[b] += c * v
 
 
 @njit(**_OPTS)
-def _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, out, xbuf, kbits):
-    """:func:`_block_values` for the tile ``[k0, k0 + mt)`` with local groups and indices."""
+def _increments(kp, kq, sp, sq, n, nb):
+    """``kp[u] = sp * kp[u] + sq * kq[u]``: each value's ``V`` increment before the trace factor.
+
+    ``(sp K(., p) + sq K(., q)) * w`` is then ``inc * w``, the same operations
+    as before in the same order, so sharing the increment changes no bit.
+    """
+    for u in range(n):
+        for b in range(nb):
+            kp[u, b] = sp[b] * kp[u, b] + sq[b] * kq[u, b]
+
+
+@njit(**_OPTS)
+def _tile_values(nb, k0, mt, dot, sq_t, j0, pp, tg_group, ga, kind, pa, pb, lgrp, lsq, torder, out, xbuf, kbits):
+    """:func:`_block_values` for the tile ``[k0, k0 + mt)`` with local groups and indices.
+
+    A Gaussian that is no square takes its squared distances from its local
+    group's ``dot`` row, the rows' norms ``sq_t[g, j0:j0 + nb]`` and the
+    point's ``pp[g]`` (``g = tg_group[ga + local group]``) in its exponent's
+    loop: no pass of its own (a random bank has a group per kernel).
+    """
     for u in range(mt):
         li = torder[k0 + u]
         i = k0 + li
-        _kernel_values(i, li, lsq[i], lgrp[i], kind, pa, pb, dot, dist2, out, xbuf, kbits, nb)
+        lg = lgrp[i]
+        if lsq[i] < 0 and kind[i] == 2:
+            g = tg_group[ga + lg]
+            sq = sq_t[g, j0 : j0 + nb]
+            ppg = pp[g]
+            gamma = pa[i]
+            for b in range(nb):
+                xbuf[b] = _gauss_arg(_dist2(sq[b], ppg, dot[lg, b]), gamma)
+            _exp_into(xbuf, out[li], kbits, nb)
+        else:  # a square, a linear or a polynomial kernel: no distances (``dot`` stands in for them)
+            _kernel_values(i, li, lsq[i], lg, kind, pa, pb, dot, dot, out, xbuf, kbits, nb)
 
 
 @njit(**_OPTS)
 def _dense_group_dots(dense_t, j0, nb, p, q, tg_group, a, ng, gptr, gfeat, dp, dq):
-    """Dots of block rows with ``p``/``q`` per local group from the dense copy, features ascending."""
+    """Dots of block rows with ``p``/``q`` per local group from the dense copy, features ascending.
+
+    Up to four features per pass over the rows (:func:`_dots4`); the terms of
+    features where both points are 0 are ``+-0`` and leave the sums unchanged.
+    """
     for lg in range(ng):
         g = tg_group[a + lg]
+        dpl = dp[lg]
+        dql = dq[lg]
         for b in range(nb):
-            dp[lg, b] = 0.0
-            dq[lg, b] = 0.0
-        for u in range(gptr[g], gptr[g + 1]):
-            f = gfeat[u]
-            pf = p[f]
-            qf = q[f]
-            if pf == 0.0 and qf == 0.0:
-                continue
-            _axpy2(dense_t[f, j0 : j0 + nb], pf, qf, dp[lg], dq[lg], nb)
+            dpl[b] = 0.0
+            dql[b] = 0.0
+        _dots4(dense_t, j0, nb, gfeat, gptr[g], gptr[g + 1], p, dpl, q, dql, True)
 
 
 @njit(**_OPTS)
@@ -729,36 +975,71 @@ def _class_best(positive, j, g, best_pos, g_pos, best_neg, g_neg):
 
 
 @njit(**_OPTS)
-def _task(
-    r0, r1, t, slot, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset,
-    V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups,
-    tile_ptr, maps, B, scratch, partial,
-):  # fmt: skip
-    """Rows ``[r0, r1)`` x tile ``t``: kernel values, the ``V`` update and the tile partials of the rows.
-
-    ``p``, ``q``: the two points as dense vectors (one group: the features outside
-    it zeroed); ``ppp``, ``ppq``: their squared norms per group; ``uf``, ``up``,
-    ``uq``: the features where either is non-zero, ascending, and their values
-    (see :func:`_superstep_setup`).  Returns the best row of each class by the
-    tile partial (meaningful when there is one tile).
-    """
+def _group_dots(t, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, use_dense, j0, nb, p, q, uf, dp,
+                dq):  # fmt: skip
+    """Dots of block rows with ``p``/``q`` per local group of value tile ``t`` (several feature groups)."""
     gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
-    dots, vals, rowbuf, kbits_all, norms, rows_all = scratch
-    dp, dq, d2p, d2q = dots[slot, 0], dots[slot, 1], dots[slot, 2], dots[slot, 3]
-    kp, kq = vals[slot, 0], vals[slot, 1]
-    xbuf, sp, sq, gb = rowbuf[slot, 0], rowbuf[slot, 1], rowbuf[slot, 2], rowbuf[slot, 3]
-    kbits = kbits_all[slot]
-    lpp, lpq = norms[slot, 0], norms[slot, 1]
-    k0 = tile_ptr[t]
-    k1 = tile_ptr[t + 1]
-    mt = k1 - k0
     ga = tg_ptr[t]
     ng = tg_ptr[t + 1] - ga
+    if use_dense:
+        _dense_group_dots(dense_t, j0, nb, p, q, tg_group, ga, ng, gptr, gfeat, dp, dq)
+    elif csc_ptr.shape[0] == p.shape[0] + 1:
+        _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr, tf_lg,
+                        ng, uf, dp, dq)  # fmt: skip
+    else:
+        _merge_dots(indptr, indices, data, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr, tf_lg, ng, dp, dq)
+
+
+@njit(**_OPTS)
+def _value_tile(t, single, values, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, use_dense,
+                row_sq_t, j0, nb, p, q, ppp, ppq, uf, sp, sq, dots, kp, kq, xbuf, kbits):  # fmt: skip
+    """The values of value tile ``t`` on a block of rows against ``p`` and ``q``, then their increments in ``kp``.
+
+    With several feature groups the tile's groups get their dots first; with
+    one, ``dots`` holds group 0's already.
+    """
+    vtile_ptr, vkind, vpa, vpb, kslot = values
+    lgrp, lsq, torder, tg_ptr, tg_group = maps[4], maps[5], maps[6], maps[2], maps[3]
+    v0 = vtile_ptr[t]
+    nv = vtile_ptr[t + 1] - v0
+    if nv == 0:
+        return
+    dp, dq = dots[0], dots[1]
+    if not single:
+        _group_dots(t, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, use_dense, j0, nb, p, q, uf,
+                    dp, dq)  # fmt: skip
+    ga = tg_ptr[t]
+    _tile_values(nb, v0, nv, dp, row_sq_t, j0, ppp, tg_group, ga, vkind, vpa, vpb, lgrp, lsq, torder, kp, xbuf, kbits)
+    _tile_values(nb, v0, nv, dq, row_sq_t, j0, ppq, tg_group, ga, vkind, vpa, vpb, lgrp, lsq, torder, kq, xbuf, kbits)
+    _increments(kp, kq, sp, sq, nv, nb)
+
+
+@njit(**_OPTS)
+def _segment(
+    r0, r1, t0, t1, slot, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
+    row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, n_groups,
+    tile_ptr, values, maps, B, scratch, partial,
+):  # fmt: skip
+    """Rows ``[r0, r1)`` x tiles ``[t0, t1)``: kernel values, the ``V`` update and the tile partials of the rows.
+
+    Block of rows by block of rows: the pre-pass's values (those several
+    tiles need, :func:`value_plan`), then each tile's own values and its
+    kernels' ``V`` columns, each from its value's increment.  ``p``, ``q``:
+    the two points as dense vectors (one group: the features outside it
+    zeroed); ``ppp``, ``ppq``: their squared norms per group; ``uf``, ``up``,
+    ``uq``: the features where either is non-zero, ascending, and their
+    values (see :func:`_superstep_setup`).  Returns the best row of each
+    class by the tile partial (meaningful when the plan has one tile).
+    """
+    kslot = values[4]
+    dots, vals, shared, rowbuf, kbits_all, rows_all = scratch
+    dts = dots[slot]
+    dp, dq = dts[0], dts[1]
+    kp, kq, skp, skq = vals[slot, 0], vals[slot, 1], shared[slot, 0], shared[slot, 1]
+    xbuf, sp, sq, gb = rowbuf[slot, 0], rowbuf[slot, 1], rowbuf[slot, 2], rowbuf[slot, 3]
+    kbits = kbits_all[slot]
+    n_tiles = tile_ptr.shape[0] - 1
     single = n_groups == 1
-    for lg in range(ng):
-        g = tg_group[ga + lg]
-        lpp[lg] = ppp[g]
-        lpq[lg] = ppq[g]
     all_p, all_q = rows_all[slot, 0], rows_all[slot, 1]
     if single and use_csc:
         _csc_dots(r0, r1, y.shape[0], csc_ptr, csc_rows, csc_vals, uf, up, uq, all_p, all_q)
@@ -768,7 +1049,11 @@ def _task(
     lq = iq - row_offset
     for j0 in range(r0, r1, B):
         nb = min(B, r1 - j0)
-        if single:
+        for b in range(nb):
+            yj = y[j0 + b]
+            sp[b] = 0.5 * yj * yp
+            sq[b] = 0.5 * yj * yq
+        if single:  # every value tile's local group 0 is group 0: its dots once per block
             if use_dense:
                 _dense_block_dots(dense_t, j0, nb, p, q, dp, dq)
             elif use_csc:
@@ -777,35 +1062,26 @@ def _task(
                     dq[0, b] = all_q[j0 - r0 + b]
             else:
                 _block_dots(indptr, indices, data, j0, nb, p, q, tile_ptr, tile_ptr, True, dp, dq)
-        elif use_dense:
-            _dense_group_dots(dense_t, j0, nb, p, q, tg_group, ga, ng, gptr, gfeat, dp, dq)
-        elif csc_ptr.shape[0] == p.shape[0] + 1:
-            _csc_group_dots(csc_ptr, csc_rows, csc_vals, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr,
-                            tf_lg, ng, uf, dp, dq)  # fmt: skip
-        else:
-            _merge_dots(indptr, indices, data, j0, nb, p, q, tf_ptr[t], tf_ptr[t + 1], tf_feat, tf_gptr, tf_lg, ng,
-                        dp, dq)  # fmt: skip
-        for lg in range(ng):
-            g = tg_group[ga + lg]
-            _dist2_row(row_sq_t[g, j0 : j0 + nb], lpp[lg], dp[lg], d2p[lg], nb)
-            _dist2_row(row_sq_t[g, j0 : j0 + nb], lpq[lg], dq[lg], d2q[lg], nb)
-        _tile_values(nb, k0, mt, dp, d2p, kind, pa, pb, lgrp, lsq, torder, kp, xbuf, kbits)
-        _tile_values(nb, k0, mt, dq, d2q, kind, pa, pb, lgrp, lsq, torder, kq, xbuf, kbits)
-        for b in range(nb):
-            yj = y[j0 + b]
-            sp[b] = 0.5 * yj * yp
-            sq[b] = 0.5 * yj * yq
-            gb[b] = 0.0
-        for u in range(mt):
-            i = k0 + u
-            _update_column(V[j0 : j0 + nb, i], kp[u], kq[u], sp, sq, inv_trace[i], coef[i], gb, nb)
-        # The ridge on the diagonal: row j gets its own once per picked column j; its partial is redone.
-        _add_ridge_tile(V, lp, 0.5 * ridge_p, coef, gb, j0, nb, k0, k1)
-        _add_ridge_tile(V, lq, 0.5 * ridge_q, coef, gb, j0, nb, k0, k1)
-        for b in range(nb):
-            g = gb[b]
-            partial[t, j0 + b] = g
-            best_pos, g_pos, best_neg, g_neg = _class_best(y[j0 + b] > 0, j0 + b, g, best_pos, g_pos, best_neg, g_neg)
+        _value_tile(n_tiles, single, values, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t,
+                    use_dense, row_sq_t, j0, nb, p, q, ppp, ppq, uf, sp, sq, dts, skp, skq, xbuf, kbits)  # fmt: skip
+        for t in range(t0, t1):
+            _value_tile(t, single, values, maps, indptr, indices, data, csc_ptr, csc_rows, csc_vals, dense_t, use_dense,
+                        row_sq_t, j0, nb, p, q, ppp, ppq, uf, sp, sq, dts, kp, kq, xbuf, kbits)  # fmt: skip
+            k0 = tile_ptr[t]
+            k1 = tile_ptr[t + 1]
+            gb[:nb] = 0.0
+            for i in range(k0, k1):
+                u = kslot[i]
+                inc = kp[u] if u >= 0 else skp[-1 - u]
+                _update_column(V[j0 : j0 + nb, i], inc, inv_trace[i], coef[i], gb, nb)
+            # The ridge on the diagonal: row j gets its own once per picked column j; its partial is redone.
+            _add_ridge_tile(V, lp, 0.5 * ridge_p, coef, gb, j0, nb, k0, k1)
+            _add_ridge_tile(V, lq, 0.5 * ridge_q, coef, gb, j0, nb, k0, k1)
+            for b in range(nb):
+                g = gb[b]
+                partial[t, j0 + b] = g
+                best_pos, g_pos, best_neg, g_neg = _class_best(y[j0 + b] > 0, j0 + b, g, best_pos, g_pos, best_neg,
+                                                               g_neg)  # fmt: skip
     return best_pos, g_pos, best_neg, g_neg
 
 
@@ -828,51 +1104,58 @@ def _sum_rows(r0, r1, y, partial, gsum):
 @njit(**_OPTS)
 def _superstep_serial(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
-    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps,
+    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, n_groups, tile_ptr, values, maps,
     B, scratch, partial, gsum,
 ):  # fmt: skip
     n = y.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
-    for t in range(n_tiles):
-        r = _task(
-            0, n, t, 0, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
-            row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef,
-            kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
-        )  # fmt: skip
-        if n_tiles == 1:
-            return r
+    r = _segment(
+        0, n, 0, n_tiles, 0, indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y,
+        row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef,
+        n_groups, tile_ptr, values, maps, B, scratch, partial,
+    )  # fmt: skip
+    if n_tiles == 1:
+        return r
     return _sum_rows(0, n, y, partial, gsum)
 
 
 @njit(parallel=True, **_OPTS)
 def _superstep_parallel(
     indptr, indices, data, csc_ptr, csc_rows, csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p,
-    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps,
-    B, scratch, partial, gsum, n_chunks, n_rb,
+    q, ppp, ppq, uf, up, uq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, n_groups, tile_ptr, values, maps,
+    B, scratch, partial, gsum, bounds, n_rb,
 ):  # fmt: skip
-    """Tasks (row block, tile), row-block major, in ``n_chunks`` contiguous runs (one per thread and scratch slot).
+    """Tasks (row block, tile), row-block major, in contiguous runs ``bounds[c]:bounds[c + 1]`` (one per thread
+    and scratch slot; :meth:`SuperstepWorkspace.chunks`).
 
-    Then, with several tiles, a pass over row chunks sums the tile partials in
-    tile order; per-chunk maxima are reduced in row order (ties: lowest row).
+    A run's tasks of one row block are one :func:`_segment` (its pre-pass
+    once per block of rows).  Then, with several tiles, a pass over row
+    chunks sums the tile partials in tile order; per-chunk maxima are reduced
+    in row order (ties: lowest row).
     """
     n = y.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
     n_tasks = n_rb * n_tiles
-    tb = np.empty((n_tasks, 2), np.int64)
-    tg = np.empty((n_tasks, 2))
+    n_chunks = bounds.shape[0] - 1
+    tb = np.full((n_tasks, 2), -1, np.int64)
+    tg = np.full((n_tasks, 2), -np.inf)
     for c in prange(n_chunks):
-        for task in range((n_tasks * c) // n_chunks, (n_tasks * (c + 1)) // n_chunks):
-            rb = task // n_tiles
-            t = task - rb * n_tiles
-            bp, gp, bn, gn = _task(
-                (n * rb) // n_rb, (n * (rb + 1)) // n_rb, t, c, indptr, indices, data, csc_ptr, csc_rows, csc_vals,
-                use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq, yp, yq,
-                inv_trace, ridge_p, ridge_q, coef, kind, pa, pb, n_groups, tile_ptr, maps, B, scratch, partial,
+        a = bounds[c]
+        e = bounds[c + 1]
+        while a < e:
+            rb = a // n_tiles
+            t0 = a - rb * n_tiles
+            t1 = min(e - rb * n_tiles, n_tiles)
+            bp, gp, bn, gn = _segment(
+                (n * rb) // n_rb, (n * (rb + 1)) // n_rb, t0, t1, c, indptr, indices, data, csc_ptr, csc_rows,
+                csc_vals, use_csc, dense_t, use_dense, y, row_offset, V, row_sq_t, p, q, ppp, ppq, uf, up, uq, ip, iq,
+                yp, yq, inv_trace, ridge_p, ridge_q, coef, n_groups, tile_ptr, values, maps, B, scratch, partial,
             )  # fmt: skip
-            tb[task, 0] = bp
-            tb[task, 1] = bn
-            tg[task, 0] = gp
-            tg[task, 1] = gn
+            tb[a, 0] = bp
+            tb[a, 1] = bn
+            tg[a, 0] = gp
+            tg[a, 1] = gn
+            a = rb * n_tiles + t1
     if n_tiles > 1:
         tb = np.empty((n_chunks, 2), np.int64)
         tg = np.empty((n_chunks, 2))
@@ -1023,13 +1306,26 @@ _NO_CSC = (np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0))
 _NO_DENSE = np.zeros((0, 0))
 
 
+#: Rows per thread from which a superstep's threads split the rows rather than the kernel tiles.
+ROW_SPLIT_ROWS = 256
+
+
 def _layout(n_rows: int, n_tiles: int, n_kernels: int) -> tuple[int, int]:
-    """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels), ~4 tasks per thread."""
+    """``(threads, row blocks)`` of a superstep: threads by work (rows x kernels).
+
+    A row block per thread when each gets :data:`ROW_SPLIT_ROWS` rows or
+    there are fewer tiles than threads: equal shares with nothing done twice.
+    Else one row block, its tiles split between the threads (a thread's share
+    of few rows as a block of its own would cost each kernel's per-block work
+    for half the rows: a bank on Sonar's 166 rows), each thread with the
+    pre-pass of the values its tiles need.
+    """
     n_threads = threads_for(n_rows * n_kernels)
     if n_threads == 1:
         return 1, 1
-    n_rb = max(1, min(-(-4 * n_threads // n_tiles), n_rows // 32))
-    return n_threads, n_rb
+    if n_tiles < n_threads or n_rows >= ROW_SPLIT_ROWS * n_threads:
+        return n_threads, max(1, min(n_threads, n_rows // 32))
+    return n_threads, 1
 
 
 def _row_passes(indptr, indices, data, feat_ptr, feat_groups, n_groups, row_sq, csc, dense_t):
@@ -1049,7 +1345,7 @@ def _run_superstep(front, workspace, n_threads, n_rb, use_csc):
     with parallel(n_threads) as n_threads:
         args = (*front, workspace.ensure(n_threads, use_csc), workspace.partial, workspace.g)
         if n_threads > 1:
-            bp, gp, bn, gn = _superstep_parallel(*args, n_threads, n_rb)
+            bp, gp, bn, gn = _superstep_parallel(*args, workspace.chunks(n_threads, n_rb), n_rb)
         else:
             bp, gp, bn, gn = _superstep_serial(*args)
     return int(bp), float(gp), int(bn), float(gn)
@@ -1125,7 +1421,7 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
         front = (
             indptr, indices, data, csc_ptr, csc_rows, csc_vals, bool(use_csc), dense_t, bool(use_dense), y,
             int(row_offset), V, row_sq_t, pd, qd, ppp, ppq, uf, up, uq, int(ip), int(iq), float(yp), float(yq),
-            inv_trace, float(ridge_p), float(ridge_q), coef, kind, pa, pb, n_groups, workspace.tile_ptr,
+            inv_trace, float(ridge_p), float(ridge_q), coef, n_groups, workspace.tile_ptr, workspace.values,
             workspace.maps, workspace.B,
         )  # fmt: skip
         n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
@@ -1294,12 +1590,44 @@ def _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr
                 dot[g, 1] += c * c
     dist2 = np.empty((n_groups, 3))
     for g in range(n_groups):
-        dist2[g, 0] = (sq[g, 0] + sq[g, 0]) - 2.0 * dot[g, 0]
-        dist2[g, 1] = (sq[g, 1] + sq[g, 1]) - 2.0 * dot[g, 1]
-        dist2[g, 2] = (sq[g, 0] + sq[g, 1]) - 2.0 * dot[g, 2]
-    out = np.empty((m, 3))
-    _block_values(3, dot, dist2, kind, pa, pb, grp, square_of, order, out, np.empty(3), np.empty(6, np.int64))
-    return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
+        dist2[g, 0] = _dist2(sq[g, 0], sq[g, 0], dot[g, 0])
+        dist2[g, 1] = _dist2(sq[g, 1], sq[g, 1], dot[g, 1])
+        dist2[g, 2] = _dist2(sq[g, 0], sq[g, 1], dot[g, 2])
+    # Every Gaussian that is no square in one exp call (per-kernel calls on 3 values cost more than the exp),
+    # then the values in chain order: the operations of _kernel_values, the same bits.
+    out = np.empty((3, m))
+    arg = np.empty(3 * m)
+    n_exp = 0
+    for i in range(m):
+        if kind[i] == 2 and square_of[i] < 0:
+            for c in range(3):
+                arg[n_exp + c] = _gauss_arg(dist2[grp[i], c], pa[i])
+            n_exp += 3
+    ex = np.empty(n_exp)
+    _exp_into(arg, ex, np.empty(2 * n_exp, np.int64), n_exp)
+    n_exp = 0
+    for i in range(m):
+        if kind[i] == 2 and square_of[i] < 0:
+            for c in range(3):
+                out[c, i] = ex[n_exp + c]
+            n_exp += 3
+    for t in range(m):
+        i = order[t]
+        g = grp[i]
+        src = square_of[i]
+        for c in range(3):
+            if src >= 0:
+                v = out[c, src]
+                out[c, i] = v * v
+            elif kind[i] == 0:
+                out[c, i] = dot[g, c]
+            elif kind[i] == 1:
+                base = dot[g, c] + pb[i]
+                v = base
+                for _ in range(int(pa[i]) - 1):
+                    v *= base
+                out[c, i] = v
+    return out[0].copy(), out[1].copy(), out[2].copy()
 
 
 @njit(**_OPTS)
@@ -1417,25 +1745,18 @@ def group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups):
 
 
 @njit(**_OPTS)
-def _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot, dist2):
-    """Dots and squared distances of the row ``x`` to SVs ``[j0, j0 + nb)`` for the local groups of ``tile``."""
+def _wks_tile_dots(tile, maps, x, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, dot):
+    """Dots of the row ``x`` with SVs ``[j0, j0 + nb)`` for the local groups of ``tile``."""
     gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
     ga = tg_ptr[tile]
     ng = tg_ptr[tile + 1] - ga
     stop_sv = j0 + nb
-    if use_dense:
+    if use_dense:  # terms of features where x is 0 are +-0: they leave the sums unchanged
         for lg in range(ng):
             g = tg_group[ga + lg]
             dl = dot[lg]
             dl[:nb] = 0.0
-            for u in range(gptr[g], gptr[g + 1]):
-                f = gfeat[u]
-                xf = x[f]
-                if xf == 0.0:
-                    continue
-                col = sv_dense_t[f, j0:stop_sv]
-                for b in range(nb):
-                    dl[b] += col[b] * xf
+            _dots4(sv_dense_t, j0, nb, gfeat, gptr[g], gptr[g + 1], x, dl, x, dl, False)
     else:
         dot[:ng, :nb] = 0.0
         for u in range(tf_ptr[tile], tf_ptr[tile + 1]):
@@ -1454,52 +1775,56 @@ def _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dens
                 for w in range(w0, w1):
                     dot[tf_lg[w], r] += a
                 kk += 1
-    for lg in range(ng):
-        g = tg_group[ga + lg]
-        sg = sqx[g]
-        dl = dot[lg]
-        d2 = dist2[lg]
-        sq = sv_sq_t[g, j0:stop_sv]
-        for b in range(nb):
-            d2[b] = (sg + sq[b]) - 2.0 * dl[b]
+
+
+@njit(**_OPTS)
+def _wks_values(t, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, dot,
+                out, xbuf, kbits):  # fmt: skip
+    """The values of value tile ``t`` (:func:`value_plan`) of the row ``x`` against SVs ``[j0, j0 + nb)``."""
+    vtile_ptr, vkind, vpa, vpb, kslot = values
+    v0 = vtile_ptr[t]
+    nv = vtile_ptr[t + 1] - v0
+    if nv == 0:
+        return
+    if not single:
+        _wks_tile_dots(t, maps, x, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, dot)
+    _tile_values(nb, v0, nv, dot, sv_sq_t, j0, sqx, maps[3], maps[2][t], vkind, vpa, vpb, maps[4], maps[5], maps[6],
+                 out, xbuf, kbits)  # fmt: skip
 
 
 @njit(**_OPTS)
 def _wks_rows(
     start, stop, out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t,
-    coef, weights, kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan,
-    chain_maps,
+    coef, weights, feat_ptr, feat_groups, n_groups, tile_ptr, values, maps, G, T, S, B,
 ):  # fmt: skip
     """Rows ``[start, stop)`` of :func:`weighted_kernel_sums`, tile by tile over the kernels.
 
-    Per row and block of support vectors, each kernel tile (:func:`kernel_tiles`)
-    gets the dot products and squared distances of its own feature groups
-    only, then its kernels' values; ``acc[o, b]`` adds ``weights[o, i] K_i``
-    over the tiles in order, so each support vector's kernel sum is still one
-    sequential sum over the kernels from the first.  Dot products: with one
-    feature group, from the support vectors' CSC columns of the row's
-    non-zero features (once per row); otherwise per tile group from a dense
-    transposed copy of the support vectors (``use_dense``) or from their CSC
-    columns of the tile's features.  Every path adds a group's products
-    ``sv_f x_f`` in increasing feature order (terms with ``x_f == 0`` are
-    skipped, other zero products add ``+-0`` to a sum that starts at ``+0``,
-    which changes no sum), so all give the numbers of a pass over each
-    support vector's sorted entries.
+    Per row and block of support vectors, the values several tiles need come
+    first (the pre-pass of :func:`value_plan`), then each kernel tile
+    (:func:`kernel_tiles`) gets the dot products and squared distances of
+    its own values' feature groups only, then its values; ``acc[o, b]`` adds
+    ``weights[o, i] K_i`` over the tiles in order, so each support vector's
+    kernel sum is still one sequential sum over the kernels from the first.
+    Dot products: with one feature group, from the support vectors' CSC
+    columns of the row's non-zero features (once per row); otherwise per tile
+    group from a dense transposed copy of the support vectors (``use_dense``)
+    or from their CSC columns of the tile's features.  Every path adds a
+    group's products ``sv_f x_f`` in increasing feature order (terms with
+    ``x_f == 0`` are skipped, other zero products add ``+-0`` to a sum that
+    starts at ``+0``, which changes no sum), so all give the numbers of a
+    pass over each support vector's sorted entries.
     """
     n_sv = coef.shape[1]
     n_out = weights.shape[0]
     n_tiles = tile_ptr.shape[0] - 1
-    gptr, gfeat, tg_ptr, tg_group, lgrp, lsq, torder, tf_ptr, tf_feat, tf_gptr, tf_lg = maps
+    kslot = values[4]
     single = n_groups == 1
     x = np.zeros(n_features)
     sqx = np.zeros(n_groups)
     all_dots = np.empty(n_sv if single else 0)
     dot = np.empty((G, B))
-    dist2 = np.empty((G, B))
     kv = np.empty((T, B))
-    c_kind, c_pa, c_pb = chain_plan
-    n_chain = c_kind.shape[0]
-    chainv = np.empty((n_chain, B))
+    sv = np.empty((S, B))
     acc = np.empty((n_out, B))
     xbuf = np.empty(B)
     kbits = np.empty(2 * B, np.int64)
@@ -1521,35 +1846,20 @@ def _wks_rows(
                     all_dots[sv_rows[kk]] += sv_vals[kk] * v
         for j0 in range(0, n_sv, B):
             nb = min(B, n_sv - j0)
-            if single:  # every tile's local group 0 is group 0
-                s0 = sqx[0]
+            if single:  # every value tile's local group 0 is group 0
                 for b in range(nb):
-                    d = all_dots[j0 + b]
-                    dot[0, b] = d
-                    dist2[0, b] = (s0 + sv_sq_t[0, j0 + b]) - 2.0 * d
-            if n_chain > 0:  # kernels of squaring chains that cross tiles, evaluated first (as one tile)
-                if not single:
-                    _wks_tile_dist(0, chain_maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
-                                   sv_sq_t, dot, dist2)  # fmt: skip
-                _tile_values(nb, 0, n_chain, dot, dist2, c_kind, c_pa, c_pb, chain_maps[4], chain_maps[5],
-                             chain_maps[6], chainv, xbuf, kbits)  # fmt: skip
+                    dot[0, b] = all_dots[j0 + b]
+            _wks_values(n_tiles, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
+                        sv_sq_t, dot, sv, xbuf, kbits)  # fmt: skip
             acc[:, :nb] = 0.0
             for tile in range(n_tiles):
-                k0 = tile_ptr[tile]
-                mt = tile_ptr[tile + 1] - k0
-                if not single:
-                    _wks_tile_dist(tile, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t,
-                                   dot, dist2)  # fmt: skip
-                _tile_values(nb, k0, mt, dot, dist2, kind, pa, pb, lgrp, lsq, torder, kv, xbuf, kbits)
-                if n_chain > 0:
-                    for u in range(mt):
-                        c = chain_slot[k0 + u]
-                        if c >= 0:
-                            kv[u, :nb] = chainv[c, :nb]
+                _wks_values(tile, single, values, maps, x, sqx, j0, nb, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense,
+                            sv_sq_t, dot, kv, xbuf, kbits)  # fmt: skip
                 for o in range(n_out):
                     ao = acc[o]
-                    for u in range(mt):
-                        _axpy(weights[o, k0 + u], kv[u], ao, nb)
+                    for i in range(tile_ptr[tile], tile_ptr[tile + 1]):
+                        u = kslot[i]
+                        _axpy(weights[o, i], kv[u] if u >= 0 else sv[-1 - u], ao, nb)
             for o in range(n_out):
                 s = out[t, o]
                 for b in range(nb):
@@ -1573,15 +1883,14 @@ def _axpy(w, x, acc, nb):
 @njit(parallel=True, **_OPTS)
 def _wks_parallel(
     out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals, sv_dense_t, use_dense, sv_sq_t, coef, weights,
-    kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
-    n_chunks,
+    feat_ptr, feat_groups, n_groups, tile_ptr, values, maps, G, T, S, B, n_chunks,
 ):  # fmt: skip
     n = indptr.shape[0] - 1
     for c in prange(n_chunks):
         _wks_rows(
             (n * c) // n_chunks, (n * (c + 1)) // n_chunks, out, indptr, indices, data, n_features, sv_ptr, sv_rows,
-            sv_vals, sv_dense_t, use_dense, sv_sq_t, coef, weights, kind, pa, pb, feat_ptr, feat_groups, n_groups,
-            tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
+            sv_vals, sv_dense_t, use_dense, sv_sq_t, coef, weights, feat_ptr, feat_groups, n_groups, tile_ptr, values,
+            maps, G, T, S, B,
         )  # fmt: skip
 
 
@@ -1604,51 +1913,6 @@ def _predicted_kernels(weights, kind, square_of):
             break
         keep[src] = True
     return np.flatnonzero(keep)
-
-
-def _predictor_tiles(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """The predictor's kernel tiles: ``partition.TILE_KERNELS`` kernels each, squaring chains or not.
-
-    (The predictor's numbers do not depend on its tiles.)  The members of
-    chains that span tiles (in a large bank, partners can lie far apart) are
-    evaluated first per block, as one extra tile (``chain_plan``,
-    ``chain_maps``), and their values copied into the tiles (``chain_slot``:
-    kernel -> row of that tile, or -1); the same values as a chain inside a tile.
-    """
-    m = len(kind)
-    square_of = np.asarray(square_of)
-    tile_ptr = np.append(np.arange(0, m, partition.TILE_KERNELS), m).astype(np.int64)
-    slot = np.full(m, -1, np.int64)
-    members = np.zeros(0, np.int64)
-    if np.any(square_of >= 0):
-        root = np.arange(m)
-        while True:
-            nxt = np.where(square_of[root] >= 0, square_of[root], root)
-            if np.array_equal(nxt, root):
-                break
-            root = nxt
-        tile = np.arange(m) // partition.TILE_KERNELS
-        lo = np.full(m, m)
-        hi = np.full(m, -1)
-        np.minimum.at(lo, root, tile)
-        np.maximum.at(hi, root, tile)
-        cross = lo[root] != hi[root]
-        members = np.flatnonzero(cross)
-    if len(members):
-        slot[members] = np.arange(len(members))
-        src = square_of[members]
-        c_sq = np.where(src >= 0, slot[np.maximum(src, 0)], -1).astype(square_of.dtype)
-        order = np.asarray(order)
-        c_order = slot[order[slot[order] >= 0]].astype(order.dtype)
-        chain_plan = (np.asarray(kind)[members], np.asarray(pa)[members], np.asarray(pb)[members])
-        chain_maps = _tile_maps(np.array([0, len(members)], np.int64), np.asarray(grp)[members], c_sq, c_order,
-                                feat_ptr, feat_groups, n_groups)  # fmt: skip
-        square_of = np.where(slot >= 0, -1, square_of).astype(square_of.dtype)
-    maps = _tile_maps(tile_ptr, grp, square_of, order, feat_ptr, feat_groups, n_groups)
-    if not len(members):
-        chain_plan = (np.asarray(kind)[:0], np.asarray(pa)[:0], np.asarray(pb)[:0])
-        chain_maps = maps
-    return tile_ptr, maps, slot, chain_plan, chain_maps
 
 
 def _used_support_vectors(coef, sv_sq_t, sv_indptr, sv_indices, sv_data, n_features):
@@ -1729,16 +1993,14 @@ def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indice
     if n == 0 or n_sv == 0 or m == 0:
         return out
     sv_ptr, sv_rows, sv_vals, sv_dense_t = _support_vector_passes(sv_indptr, sv_indices, sv_data, n_features, n_groups)
-    tile_ptr, maps, chain_slot, chain_plan, chain_maps = _predictor_tiles(
-        kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups
-    )
-    T = int(np.diff(tile_ptr).max())
-    G = max(int(np.diff(maps[2]).max()), int(np.diff(chain_maps[2]).max()))
-    B = min(_block_size(T), max(8, -(-n_sv // 8) * 8))
+    tile_ptr = kernel_tiles(square_of)
+    values, maps = value_plan(tile_ptr, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+    T, S, G = _value_sizes(values[0], maps)
+    B = min(_block_size(T + S), max(8, -(-n_sv // 8) * 8))
     args = (
         out, indptr, indices, data, n_features, sv_ptr, sv_rows, sv_vals,
         _NO_DENSE if sv_dense_t is None else sv_dense_t, sv_dense_t is not None, sv_sq_t, coef, weights,
-        kind, pa, pb, feat_ptr, feat_groups, n_groups, tile_ptr, maps, G, T, B, chain_slot, chain_plan, chain_maps,
+        feat_ptr, feat_groups, n_groups, tile_ptr, values, maps, G, T, S, B,
     )  # fmt: skip
     # Threads by work (rows x support vectors x kernels); rows are independent, so any split gives the same numbers.
     with parallel(min(threads_for(n * n_sv * m), max(1, n // 4))) as n_threads:

@@ -45,7 +45,7 @@ BIAS_CHECK_POINTS = 4000
 
 def guard_biases(
     spec: FitSpec, model: dict, data: TrainingInput, targets, class_weight, sample_weight, seed, *, few_iterations: bool
-) -> None:
+) -> tuple | None:
     """Check each unpolished problem's bias on a training sample; replace it where it is clearly wrong.
 
     On a stratified sample of :data:`BIAS_CHECK_POINTS` training points, a bias
@@ -59,6 +59,9 @@ def guard_biases(
     keeps the authors' bias unless it is worse than the majority class.  Each replacement is warned
     about (:class:`~mwumkl_dist.solvers.FewIterationsWarning`) and kept in
     ``fit_warnings_``.  Inputs whose rows cannot be read back (a kernel store) are left as they are.
+
+    Returns ``(rows, scores)``: the training rows scored and their decision values without the
+    biases (None when nothing was scored), for :attr:`mwumkl_dist.solvers.base.FittedModel.scored`.
     """
     # Points outside the support set where there are enough of them: a support point's own term inflates its
     # score (on a9a with 200 iterations: 21 % training error on all points, 24 % on the test set).
@@ -68,7 +71,7 @@ def guard_biases(
     rows = candidates[stratified_rows(data.y[candidates], BIAS_CHECK_POINTS, seed)]
     scoring = data.scoring_rows(rows, model["support_"])
     if scoring is None or not len(model["support_"]):
-        return
+        return None
     X, support = scoring
     scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
                         model["dual_coef_"], model["raw_kernel_weights_"], scoring_device(spec))  # fmt: skip
@@ -91,6 +94,7 @@ def guard_biases(
             warnings.warn(message, FewIterationsWarning, stacklevel=5)
             model["fit_warnings_"].append(message)
             model["intercept_"][k] = bias
+    return rows, scores
 
 
 def polish_model(model: dict, data: TrainingInput, targets, ridges, polish) -> dict:

@@ -67,12 +67,13 @@ class MWUSolver:
         if cache_info is not None:
             attrs["cache_info_"] = cache_info
         attrs.update(polish_model(attrs, data, task.targets, ridges, spec.polish))
+        scored = None
         if not attrs["polished_"]:
-            guard_biases(spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
-                         few_iterations=plan.warning is not None)  # fmt: skip
+            scored = guard_biases(spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
+                                  few_iterations=plan.warning is not None)  # fmt: skip
         relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n  # the folds scale C to their size
         per_point = None if plan.polished else plan.n_iter / n
-        return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity))
+        return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), scored)
 
     def _fit_selected_groups(self, spec: FitSpec, task: FitTask, selection: GroupSelection, attrs: dict):
         """A group selection (see :mod:`mwumkl_dist.solvers.groups`): the selection fit, then the model on
@@ -101,7 +102,7 @@ class MWUSolver:
             **{k: attrs[k] for k in ("C_path_", "selectivity_path_", "group_selection_path_") if k in attrs},
         )
         calibration = replace(model.calibration, selectivity=selection)
-        return FittedModel(out, calibration)
+        return FittedModel(out, calibration, model.scored)
 
     @staticmethod
     def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
