@@ -123,10 +123,16 @@ class Calibration:
 
 @dataclass
 class FittedModel:
-    """A solver's result: its fitted attributes by name, and how to calibrate its decision values."""
+    """A solver's result: its fitted attributes by name, and how to calibrate its decision values.
+
+    ``train_scores``: ``(rows, scores)``, training rows the solver scored the model on (the MWU bias
+    check) and its decision values there without biases, ``(len(rows), n_problems)``; None when it
+    scored none.  The driver's training-error check reuses them instead of predicting again.
+    """
 
     attributes: dict
     calibration: Calibration
+    train_scores: tuple | None = None
 
 
 class Solver(Protocol):
