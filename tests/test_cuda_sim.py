@@ -154,6 +154,10 @@ def _compare_shards(cpu, gpu, problem, n_steps, rng, check_partials=True):
     ia, ca, ha = cpu.support_margins(w)
     ib, cb, hb = gpu.support_margins(w)
     assert np.array_equal(ia, ib) and np.array_equal(ca, cb) and ha == hb
+    rows = np.arange(0, cpu.n_rows, 2)  # any rows, support or not: the training decision values' margins
+    for rounded in (True, False):
+        ra, rb = cpu.row_margins(rows, w, rounded), gpu.row_margins(rows, w, rounded)
+        assert np.array_equal(ra, rb) if rounded else ra == rb
     # superstep_scores: the tile partials a Dask kernel block returns
     ip, iq = int(pos_idx[0]), int(neg_idx[-1])
     coef = -rng.random(m)
@@ -347,10 +351,11 @@ def case_fit():
                 inv_trace = 1.0 / engine.traces()
                 engine.configure(inv_trace, ridge)
                 results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=8,
-                                         selectivity=selectivity))  # fmt: skip
+                                         selectivity=selectivity, rows_to_score=np.flatnonzero))  # fmt: skip
         a, b = results
         assert np.array_equal(a.kernel_weights, b.kernel_weights), selectivity
         assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias and np.array_equal(a.s, b.s), selectivity
+        assert np.array_equal(a.scores, b.scores), selectivity  # the support rows' decision values, read off V
     _check_resume(fits[0][0])
 
 
@@ -573,8 +578,9 @@ def case_transfers():
 def case_estimator():
     """``MWUMKLClassifier(device="cuda")``: fit and decision function equal to ``device="cpu"``'s.
 
-    The fit scores its training rows (the unpolished bias check, the majority check) on the GPU too, or,
-    where the GPU cannot hold the support vectors, on the CPU: the same model either way.
+    The unpolished fit's bias and majority checks read the training rows' decision values off ``V`` on
+    the GPU (no kernel sums); the predictor scores rows on the GPU too, or, where the GPU cannot hold
+    the support vectors, on the CPU: the same values either way.
     """
     from mwumkl_dist import MWUMKLClassifier
     from mwumkl_dist.data import cuda_shards as cuda
@@ -599,7 +605,7 @@ def case_estimator():
         gpu = MWUMKLClassifier(device="cuda", **params).fit(X, y)
     finally:
         cuda.weighted_kernel_sums = real
-    assert calls == [30, 30], calls  # the bias check and the majority check, on the GPU
+    assert calls == [], calls  # the bias check and the majority check: read off V, no predictor
     for name in ("support_", "dual_coef_", "intercept_", "kernel_weights_"):
         assert np.array_equal(getattr(cpu, name), getattr(gpu, name)), name
     assert np.array_equal(cpu.decision_function(X), gpu.decision_function(X))
@@ -642,11 +648,13 @@ def case_dask():
                     assert not isinstance(engine, DaskEngine) or engine.partial
                     inv_trace = 1.0 / engine.traces()
                     engine.configure(inv_trace, 0.05)
-                    solved = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=4)
+                    solved = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=4,
+                                       rows_to_score=lambda c: np.arange(1, len(c), 2))  # fmt: skip
                     results.append(solved)
     a, b = results
     assert np.array_equal(a.kernel_weights, b.kernel_weights)
     assert np.array_equal(a.alpha, b.alpha) and a.bias == b.bias
+    assert np.array_equal(a.scores, b.scores)  # kernel blocks' exact margins added on the driver
 
 
 def case_predict():

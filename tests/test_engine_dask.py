@@ -16,6 +16,7 @@ distributed = pytest.importorskip("distributed")
 
 from mwumkl_dist import MWUMKLClassifier  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
+from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
 from mwumkl_dist.data.problems import FeatureProblem, chain_safe_ranges  # noqa: E402
 from mwumkl_dist.engines.dask import DaskEngine, connect_client  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
@@ -109,6 +110,59 @@ def test_precomputed_kernels_on_dask(threaded_client, monkeypatch):
         ).fit(K, y)
         np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
         np.testing.assert_array_equal(clf.kernel_weights_, ref.kernel_weights_)
+
+
+@pytest.mark.parametrize("n_shards, n_kernel_shards", [(2, 1), (1, 3), (2, 2), (3, 3)])
+def test_training_scores_read_off_V_are_the_same_bits_in_every_layout(threaded_client, n_shards, n_kernel_shards):
+    """Row shards round their exact margins, kernel blocks send exact integers added on the driver: the same bits."""
+    from mwumkl_dist.data.problems import make_training_input
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.solvers.base import score_rows
+    from mwumkl_dist.solvers.mwu.iterate import solve
+    from mwumkl_dist.solvers.mwu.model import model_attributes
+
+    X, y = _data(d=16)  # 192 kernels: three kernel tiles
+    data = make_training_input(X, y, "paper-per-feature", estimator=None)
+    ridge = np.random.default_rng(4).uniform(0.001, 0.02, len(y))  # per point: support rows' ridge terms differ
+
+    def solved(engine):
+        with engine:
+            traces = engine.traces()
+            engine.configure(1.0 / traces, ridge)
+            result = solve(engine, inv_trace=1.0 / traces, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=40,
+                           rows_to_score=lambda counts: np.arange(1, len(counts), 2))  # fmt: skip
+            return result, traces
+
+    problem = data.binary(np.where(data.y == "yes", 1.0, -1.0))
+    (ref, traces), (got, _) = (
+        solved(LocalEngine(problem)),
+        solved(DaskEngine(problem, threaded_client, n_shards=n_shards, n_kernel_shards=n_kernel_shards)),
+    )
+    np.testing.assert_array_equal(got.scored_rows, ref.scored_rows)
+    np.testing.assert_array_equal(got.scores, ref.scores)
+    model = model_attributes([ref], data, ["yes"], traces)
+    rows = ref.scored_rows
+    assert np.isin(rows, model["support_"]).any() and not np.isin(rows, model["support_"]).all()
+    want = score_rows("paper-per-feature", data.kernel_names, 16, X[rows], model["support_"],
+                      model["support_vectors_"], model["dual_coef_"], model["raw_kernel_weights_"])[:, 0]  # fmt: skip
+    assert np.abs(ref.scores - want).max() < 1e-12 * np.abs(want).max()
+
+
+def test_the_bias_check_gives_the_local_model_in_every_layout(threaded_client):
+    rng = np.random.default_rng(0)
+    X = rng.random((300, 8))  # 96 kernels: two kernel tiles
+    y = np.where(np.sin(4 * X[:, 0]) + X[:, 1] + 0.8 * rng.standard_normal(300) > 1.3, "rare", "common")
+    params = dict(kernels="paper-per-feature", epsilon=0.5, C=1000.0, polish=False, selectivity="paper", solver="mwu")
+    with pytest.warns(FewIterationsWarning, match="re-chosen"):  # too few iterations: the bias is replaced
+        ref = MWUMKLClassifier(**params).fit(X, y)
+    for n_shards, n_kernel_shards in [(2, 1), (1, 2), (2, 2)]:
+        with pytest.warns(FewIterationsWarning, match="re-chosen"):
+            clf = MWUMKLClassifier(
+                **params, engine="dask", client=threaded_client, n_shards=n_shards, n_kernel_shards=n_kernel_shards
+            ).fit(X, y)
+        np.testing.assert_array_equal(clf.intercept_, ref.intercept_)
+        np.testing.assert_array_equal(clf.dual_coef_, ref.dual_coef_)
+        assert clf.fit_warnings_ == ref.fit_warnings_
 
 
 def test_local_threaded_mode_without_client():

@@ -18,6 +18,7 @@ zarr = pytest.importorskip("zarr")
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
 from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
+from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
 from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 from mwumkl_dist.stores import (  # noqa: E402
@@ -239,6 +240,22 @@ def test_kernel_store_from_npy_files(tmp_path):
     clf = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), n_shards=2).fit(store)
     _same_model(clf, ref)
     assert clf.kernel_names_ == ["lin", "rbf"]
+
+
+def test_a_kernel_store_fit_checks_its_bias_as_the_kernels_in_memory(tmp_path):
+    """The unpolished bias check reads the training rows' decision values off V: a store's scattered
+    kernel rows are never read, and the model is the in-memory kernels' one (the bias re-chosen too)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((300, 4))
+    y = np.where(np.sin(4 * X[:, 0]) + X[:, 1] + 0.8 * rng.standard_normal(300) > 1.3, "rare", "common")
+    store = write_kernel_store(tmp_path / "k.zarr", y, X=X, kernels="paper", chunk_rows=64)
+    params = dict(kernels="precomputed", epsilon=0.5, C=1000.0, polish=False, selectivity="paper")
+    with pytest.warns(FewIterationsWarning, match="re-chosen"):
+        ref = MWUMKLClassifier(**params).fit(_kernels_in_memory(X, "paper"), y)
+    with pytest.warns(FewIterationsWarning, match="re-chosen"):
+        clf = MWUMKLClassifier(**params, n_shards=2).fit(KernelStore(store.path))
+    _same_model(clf, ref)
+    assert clf.fit_warnings_ == ref.fit_warnings_
 
 
 # ----------------------------------------------------------------------------- bad stores

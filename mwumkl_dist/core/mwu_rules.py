@@ -61,6 +61,7 @@ __all__ = [
     "best_of",
     "reduce_candidates",
     "bias_and_scale",
+    "training_scores",
     "training_errors",
     "guarded_bias",
     "class_totals",
@@ -382,6 +383,36 @@ def bias_and_scale(pos_sum: float, neg_sum: float) -> tuple[float, float]:
     return (neg_sum - pos_sum) / total, 1.0 / total
 
 
+def training_scores(h, counts, ridge, y_pm, factor: float) -> np.ndarray:
+    """The final model's decision values without bias at training rows, from their margins in ``V``.
+
+    With the alpha counts ``a`` (``V_i = G_i a``, ``G_i = Y K_i Y / r_i + diag(ridge)``) and
+    ``sum_i mu_i = 1``, a row's margin is ``h_j = sum_i mu_i V_i[j] = y_j sum_l a_l y_l sum_i (mu_i / r_i)
+    K_i(x_j, x_l) + ridge_j a_j``.  The model's dual coefficients are ``a_l y_l factor`` (``factor = scale / T``,
+    :func:`bias_and_scale`), so its decision value without bias is ``factor y_j (h_j - ridge_j a_j)``: the
+    predictor's sum over the support vectors, read off ``V`` (equal to rounding; ``V`` is summed in another order).
+
+    Parameters
+    ----------
+    h : ndarray of shape (n_rows,)
+        The rows' margins ``sum_i mu_i V_i[j]`` (in counts, as ``V`` holds them).
+    counts : ndarray of shape (n_rows,)
+        The rows' alpha counts ``a_j``.
+    ridge : float or ndarray of shape (n_rows,)
+        The rows' ridges (the diagonal of ``G_i``).
+    y_pm : ndarray of shape (n_rows,)
+        The rows' labels, +1 or -1.
+    factor : float
+        ``scale / T``: the final dual coefficients are ``a_j y_j factor``.
+
+    Returns
+    -------
+    ndarray of shape (n_rows,)
+    """
+    h = np.asarray(h, dtype=np.float64)
+    return factor * np.asarray(y_pm, dtype=np.float64) * (h - ridge * np.asarray(counts, dtype=np.float64))
+
+
 def training_errors(scores, y_pm, weights=None) -> tuple[np.ndarray, np.ndarray]:
     """``(b, err)``: the weighted training error ``err[k]`` of ``sign(scores + b[k])`` for every distinct split.
 
@@ -469,6 +500,8 @@ class MWUResult:
     ``alpha`` is the final dual (``alpha / T`` scaled by ``1 / (P + N)``),
     ``kernel_weights`` the ``mu_i`` on the trace-normalised kernels (sum 1),
     ``bias`` the intercept, ``s`` the final ``alpha' G_i alpha`` in counts.
+    ``scores`` are the model's decision values without bias at the training rows ``scored_rows``
+    (:func:`training_scores`), where the solve was asked for them (else None).
     """
 
     alpha: np.ndarray
@@ -477,6 +510,8 @@ class MWUResult:
     n_iter: int
     s: np.ndarray
     interrupted: bool = False
+    scored_rows: np.ndarray | None = field(default=None, repr=False)
+    scores: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass

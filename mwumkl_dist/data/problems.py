@@ -368,6 +368,9 @@ class PrecomputedInput:
     def binary(self, y_pm):
         return PrecomputedProblem(self.K, y_pm)
 
+    def with_kernels(self, kernels):
+        raise ValueError("precomputed kernels have no feature groups to select")
+
     def subset(self, rows):
         if len(rows) == self.n_samples:
             return self
@@ -427,6 +430,9 @@ class _StoreData:
 
     def fold_data(self, kept, train, test):
         raise ValueError(f"{self.store.path}: cross-validate on cross_validation_input(), read into memory")
+
+    def with_kernels(self, kernels):
+        raise ValueError(f"{self.store.path}: a store's kernels are chosen when it is opened")
 
     def subset(self, rows):
         raise ValueError(

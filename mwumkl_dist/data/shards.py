@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mwumkl_dist.core.exact import exact_column_sums, exact_row_dots
+from mwumkl_dist.core.exact import exact_column_sums, exact_row_dots, exact_to_float
 from mwumkl_dist.core.mwu_rules import Candidate
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices import cpu as _columns
@@ -28,11 +28,16 @@ from mwumkl_dist.kernels.evaluation import (
 from mwumkl_dist.kernels.specs import KernelPlan
 
 __all__ = [
+    "MARGIN_CHUNK",
     "ShardBase",
     "FeatureShard",
     "PrecomputedShard",
     "sum_tile_partials",
 ]
+
+
+#: Rows whose exact margins :meth:`ShardBase.row_margins` forms at once (``N_LIMBS`` int64 limbs each, ~2 MB).
+MARGIN_CHUNK = 4096
 
 
 def sum_tile_partials(parts) -> np.ndarray:
@@ -168,6 +173,26 @@ class ShardBase:
         so that kernel blocks add up to exactly what one block of all kernels gives."""
         local = np.flatnonzero(self.alpha > 0)
         return local + self.row_offset, self.alpha[local], self._row_dots(local, np.asarray(weights, np.float64))
+
+    def row_margins(self, local, weights: np.ndarray, rounded: bool):
+        """``V_j . w`` over the block's kernels for its rows ``local`` (local indices), summed exactly.
+
+        ``rounded``: the block holds all the kernels, so each exact sum is rounded here, once
+        (float64 array); else the exact integers of :mod:`mwumkl_dist.core.exact`, which the engine
+        adds over the kernel blocks of the rows before rounding.  Either way the values do not
+        depend on the layout (nor on the thread count).
+        """
+        local = np.ascontiguousarray(local, dtype=np.int64)
+        if len(local) and (local.min() < 0 or local.max() >= self.n_rows):
+            raise IndexError(f"rows outside this block's {self.n_rows} rows")
+        weights = np.asarray(weights, np.float64)
+        parts = []
+        for start in range(0, len(local), MARGIN_CHUNK):  # bounded limb arrays, whatever the row count
+            sums = self._row_dots(local[start : start + MARGIN_CHUNK], weights)
+            parts.append(exact_to_float(sums) if rounded else sums)
+        if rounded:
+            return np.concatenate(parts) if parts else np.zeros(0)
+        return [x for part in parts for x in part]
 
     def _row_dots(self, local: np.ndarray, weights: np.ndarray) -> list[int]:
         """Exact ``sum_i fl(V[j, i] w_i)`` of the block's rows ``local`` (a GPU shard sums where ``V`` is)."""

@@ -21,6 +21,8 @@ class Engine(Protocol):
 
     n_kernels: int
     n_samples: int
+    #: The binary problem's labels, +1 or -1 (``(n_samples,)``).
+    y: np.ndarray
 
     def traces(self) -> np.ndarray:
         """``r_i = sum_j K_i(x_j, x_j)``, added up exactly over the shards (independent of the sharding)."""
@@ -50,6 +52,9 @@ class Engine(Protocol):
 
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
         """``(P, N)``: the sums of ``alpha_j h_j`` per class (see :func:`class_totals`)."""
+
+    def row_margins(self, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """``h_j = sum_i w_i V_i[j]`` of the increasing global ``rows``: exact sums rounded once (any sharding)."""
 
     def alpha_counts(self) -> np.ndarray:
         """The accumulated dual, in counts (+1/2 per pick), one per row."""

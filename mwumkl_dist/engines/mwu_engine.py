@@ -68,6 +68,7 @@ class MWUEngine:
         self.problem = problem
         self.n_samples = problem.n_samples
         self.n_kernels = problem.n_kernels
+        self.y = problem.y
         kernel_ranges = problem.kernel_ranges(n_kernel_shards)
         if len(kernel_ranges) < n_kernel_shards:
             warnings.warn(
@@ -201,6 +202,38 @@ class MWUEngine:
     def class_sums(self, weights: np.ndarray) -> tuple[float, float]:
         parts = self.pool.call("support_margins", lambda b: (self._kernel_slice(b, weights),), shared=self._by_kernels)
         return class_totals(parts, self.problem.y)
+
+    def row_margins(self, rows, weights: np.ndarray) -> np.ndarray:
+        """``h_j = sum_i w_i V_i[j]`` of the global ``rows`` (increasing), each an exact sum rounded once.
+
+        Each block gets its own rows; a block of all kernels rounds its sums, kernel blocks send exact
+        integers that are added per row here (see :meth:`ShardBase.row_margins
+        <mwumkl_dist.data.shards.ShardBase.row_margins>`): the same bits for any layout.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if (
+            rows.ndim != 1
+            or np.any(np.diff(rows) <= 0)
+            or (len(rows) and not 0 <= rows[0] <= rows[-1] < self.n_samples)
+        ):
+            raise ValueError(f"rows must be increasing indices in [0, {self.n_samples})")
+        spans = [np.searchsorted(rows, b.rows) for b in self.slots]
+
+        def args_for(b: Block) -> tuple:
+            lo, hi = np.searchsorted(rows, b.rows)
+            return rows[lo:hi] - b.rows[0], self._kernel_slice(b, weights), not self.partial
+
+        parts = self.pool.call("row_margins", args_for)
+        if not self.partial:
+            out = np.empty(len(rows))
+            for (lo, hi), part in zip(spans, parts):
+                out[lo:hi] = part
+            return out
+        totals = [0] * len(rows)
+        for (lo, _), part in zip(spans, parts):
+            for i, value in enumerate(part, start=lo):
+                totals[i] += value
+        return exact_to_float(totals)
 
     def replay(self, picks) -> None:
         """Bring freshly configured blocks to the state after ``picks`` (resume from a checkpoint)."""

@@ -3,8 +3,8 @@
 The shards' ``O(m n)`` state is not saved: ``V`` follows from the data and
 the log of picks (replaying them rebuilds it bit for bit), so a checkpoint
 holds the iteration, ``s``, the picks, the current candidates, the finished
-one-vs-rest problems and a fingerprint of the data, kernels and settings that
-a resume checks before it trusts the file.
+one-vs-rest problems (with their training decision values, where the solve scored rows) and a
+fingerprint of the data, kernels and settings that a resume checks before it trusts the file.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, pi
     }
     for k, r in enumerate(finished):
         arrays.update({f"done{k}_alpha": r.alpha, f"done{k}_weights": r.kernel_weights, f"done{k}_s": r.s})
+        if r.scored_rows is not None:  # its training decision values: a resumed fit checks its bias on the same
+            arrays.update({f"done{k}_scored_rows": r.scored_rows, f"done{k}_scores": r.scores})
     meta = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -117,6 +119,8 @@ def load_checkpoint(path, fp: str) -> dict:
                 f["n_iter"],
                 arrays[f"done{k}_s"],
                 f["interrupted"],
+                arrays.get(f"done{k}_scored_rows"),  # absent when not scored (and in older checkpoints)
+                arrays.get(f"done{k}_scores"),
             )
             for k, f in enumerate(meta["finished"])
         ]

@@ -125,14 +125,14 @@ class Calibration:
 class FittedModel:
     """A solver's result: its fitted attributes by name, and how to calibrate its decision values.
 
-    ``scored``: training rows the solver has already scored with the final model, as ``(rows,
-    decision values without the biases)``, or None; the driver's check against the majority class
-    reuses them when it would score the same rows (a random bank of 10^5 kernels spent seconds there).
+    ``train_scores``: ``(rows, scores)``, training rows the solver scored the model on (the MWU bias
+    check) and its decision values there without biases, ``(len(rows), n_problems)``; None when it
+    scored none.  The driver's training-error check reuses them instead of predicting again.
     """
 
     attributes: dict
     calibration: Calibration
-    scored: tuple | None = None
+    train_scores: tuple | None = None
 
 
 class Solver(Protocol):

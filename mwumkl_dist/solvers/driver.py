@@ -139,7 +139,7 @@ def fit_model(
     if note is not None:
         attrs["fit_warnings_"] = [note, *attrs.get("fit_warnings_", [])]
     if not nested:
-        check_against_majority(spec, task, attrs, model.scored)
+        check_against_majority(spec, task, attrs, model.train_scores)
     kernel_set = task.data.kernel_set
     if kernel_set is not None and kernel_set.scale is not None:  # a scaled family: its widths' unit
         attrs["kernel_scale_"] = kernel_set.scale.sigma()
@@ -239,16 +239,17 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
 MAJORITY_CHECK_POINTS = 4000
 
 
-def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, scored: tuple | None = None) -> None:
+def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scores=None) -> None:
     """Warn (and record in ``fit_warnings_``) when the model is no better than predicting the majority class.
 
     The error compared is the cross-validated one of the chosen ``C`` and selectivity when the fit
-    cross-validated them (``C="auto"``; the two-stage fit's weight stage), else the training error
-    on a stratified sample of :data:`MAJORITY_CHECK_POINTS` rows (optimistic: a model that is no
+    cross-validated them (``C="auto"``; the two-stage fit's weight stage), else the training error:
+    on the rows the solver scored the model on (``train_scores``, :attr:`FittedModel.train_scores
+    <mwumkl_dist.solvers.base.FittedModel.train_scores>`: an unpolished MWU fit's bias check), or on a
+    stratified sample of :data:`MAJORITY_CHECK_POINTS` rows (optimistic: a model that is no
     better even there is useless). Errors are weighted as ``C="auto"`` scores them (class and
     sample weights). Inputs whose rows cannot be read back (a kernel store) without a
-    cross-validated error are not checked. ``scored`` (:attr:`mwumkl_dist.solvers.base.FittedModel.scored`)
-    gives the decision values when the solver scored the same rows.
+    cross-validated error or ``train_scores`` are not checked.
     """
     y = task.data.y
     weights = score_weights(y, spec.class_weight, task.sample_weight)
@@ -258,10 +259,11 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, scored: tu
     if paths:
         error, what = min(paths), "cross-validated"
     else:
-        rows = auto.stratified_rows(y, MAJORITY_CHECK_POINTS, task.seed)
-        if scored is not None and np.array_equal(scored[0], rows):
-            decisions = scored[1] + attrs["intercept_"][None, :]
+        if train_scores is not None:  # scored already: no second prediction
+            rows, scores = train_scores
+            decisions = scores + np.asarray(attrs["intercept_"])[None, :]
         else:
+            rows = auto.stratified_rows(y, MAJORITY_CHECK_POINTS, task.seed)
             scoring = task.data.scoring_rows(rows, attrs["support_"])
             if scoring is None:
                 return

@@ -21,6 +21,7 @@ from mwumkl_dist.core.mwu_rules import (
     eps_prime,
     exponentiate,
     kernel_weights,
+    training_scores,
 )
 from mwumkl_dist.devices.threads import sigint_requests_stop
 from mwumkl_dist.engines.base import Engine
@@ -46,6 +47,7 @@ def solve(
     state: SolverState | None = None,
     on_state: Callable[[SolverState], None] | None = None,
     selectivity: float | None = None,
+    rows_to_score: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> MWUResult:
     """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
 
@@ -60,6 +62,10 @@ def solve(
     for every point, or an ``(n_samples,)`` array of per-point values (the
     engine's shards must be configured with the same).  ``selectivity`` sets the exponents'
     scale (:func:`exponent_scale`): ``None`` is the paper's rule.
+    ``rows_to_score(counts)`` names the training rows (increasing) whose decision values the result
+    brings (``scores``, without bias), given the alpha counts (the support set is known only now):
+    read off ``V`` while the engine still holds it (:func:`~mwumkl_dist.core.mwu_rules.training_scores`),
+    far cheaper than the predictor's kernel sums over the support vectors.
 
     The rules' ``m``-vectors live where the engine keeps them (:meth:`Engine.rules`): with GPU shards
     in this process on that GPU, so an iteration moves no ``m``-vector to the host; ``s`` is copied
@@ -101,4 +107,11 @@ def solve(
     pos_sum, neg_sum = engine.class_sums(mu)
     # alpha = counts / t, V = G counts: P (with alpha/t and V/t) = pos_sum / t^2.
     b, scale = bias_and_scale(pos_sum / t**2, neg_sum / t**2)
-    return MWUResult(counts / t * scale, mu, b, t, s, interrupted)
+    rows = scores = None
+    if rows_to_score is not None:
+        rows = np.asarray(rows_to_score(counts), dtype=np.int64)
+        h = engine.row_margins(rows, mu)
+        scores = training_scores(
+            h, counts[rows], ridge if np.ndim(ridge) == 0 else ridge[rows], engine.y[rows], scale / t
+        )
+    return MWUResult(counts / t * scale, mu, b, t, s, interrupted, rows, scores)

@@ -14,7 +14,16 @@ from mwumkl_dist.solvers.base import score_rows, scoring_device
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok, solve_l2_svm
 from mwumkl_dist.solvers.spec import FitSpec
 
-__all__ = ["BIAS_CHECK_POINTS", "guard_biases", "model_attributes", "polish_model"]
+__all__ = [
+    "BIAS_CHECK_POINTS",
+    "bias_check_rows",
+    "guard_biases",
+    "model_attributes",
+    "polish_model",
+    "polishes",
+    "rows_to_score",
+    "solved_scores",
+]
 
 
 def model_attributes(results, data: TrainingInput, targets, traces: np.ndarray) -> dict:
@@ -43,12 +52,65 @@ def model_attributes(results, data: TrainingInput, targets, traces: np.ndarray) 
 BIAS_CHECK_POINTS = 4000
 
 
+def bias_check_rows(y: np.ndarray, support: np.ndarray, seed) -> np.ndarray:
+    """The training rows an unpolished model's biases are checked on (increasing; see :func:`guard_biases`).
+
+    A stratified sample of :data:`BIAS_CHECK_POINTS` rows outside the support set ``support``, or of
+    all rows when too few are outside it (or they hold one class only).
+    """
+    # Points outside the support set where there are enough of them: a support point's own term inflates its
+    # score (on a9a with 200 iterations: 21 % training error on all points, 24 % on the test set).
+    n = len(y)
+    candidates = np.setdiff1d(np.arange(n), support)
+    if len(candidates) < min(BIAS_CHECK_POINTS, n) // 2 or len(np.unique(y[candidates])) < 2:
+        candidates = np.arange(n)
+    return candidates[stratified_rows(y[candidates], BIAS_CHECK_POINTS, seed)]
+
+
+def rows_to_score(y: np.ndarray, n_problems: int, seed):
+    """What :func:`~mwumkl_dist.solvers.mwu.iterate.solve` is asked to score for :func:`guard_biases`.
+
+    One problem: :func:`bias_check_rows` of its support set (its rows with alpha counts > 0).  Several
+    (one-vs-rest): all rows, since the check's rows depend on the union of all the problems' support
+    sets, known only after the last (``n`` margins per problem, the cost of one superstep's update).
+    """
+    if n_problems > 1:
+        return lambda counts: np.arange(len(y))
+    return lambda counts: bias_check_rows(y, np.flatnonzero(counts > 0), seed)
+
+
+def solved_scores(results, rows: np.ndarray) -> np.ndarray | None:
+    """Decision values without bias ``(len(rows), n_problems)`` at ``rows``, from the solves' ``scores``.
+
+    None when a result lacks some of the rows (e.g. a problem finished in a checkpoint resumed from).
+    """
+    out = np.empty((len(rows), len(results)))
+    for k, r in enumerate(results):
+        scored = r.scored_rows
+        if scored is None or not len(scored):
+            return None
+        at = np.minimum(np.searchsorted(scored, rows), len(scored) - 1)
+        if not np.array_equal(scored[at], rows):
+            return None
+        out[:, k] = r.scores[at]
+    return out
+
+
 def guard_biases(
-    spec: FitSpec, model: dict, data: TrainingInput, targets, class_weight, sample_weight, seed, *, few_iterations: bool
-) -> tuple | None:
+    spec: FitSpec,
+    model: dict,
+    data: TrainingInput,
+    targets,
+    class_weight,
+    sample_weight,
+    seed,
+    *,
+    few_iterations: bool,
+    results=None,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Check each unpolished problem's bias on a training sample; replace it where it is clearly wrong.
 
-    On a stratified sample of :data:`BIAS_CHECK_POINTS` training points, a bias
+    On a stratified sample of :data:`BIAS_CHECK_POINTS` training points (:func:`bias_check_rows`), a bias
     whose (class- and sample-weighted) error exceeds the majority class's, or,
     after ``few_iterations`` (far fewer than the plan's, see
     :func:`mwumkl_dist.solvers.auto.plan_iterations`), the best bias's by more than a
@@ -58,23 +120,28 @@ def guard_biases(
     be worse than predicting the majority class.  A fit with enough iterations
     keeps the authors' bias unless it is worse than the majority class.  Each replacement is warned
     about (:class:`~mwumkl_dist.solvers.FewIterationsWarning`) and kept in
-    ``fit_warnings_``.  Inputs whose rows cannot be read back (a kernel store) are left as they are.
+    ``fit_warnings_``.
 
-    Returns ``(rows, scores)``: the training rows scored and their decision values without the
-    biases (None when nothing was scored), for :attr:`mwumkl_dist.solvers.base.FittedModel.scored`.
+    The decision values come from the solves' ``results`` where they scored those rows
+    (:func:`solved_scores`: read off ``V``, no kernel evaluated), else from the predictor; inputs
+    whose rows cannot be read back (a kernel store) are then left as they are.
+
+    Returns
+    -------
+    (rows, scores) or None
+        The rows checked and the model's decision values there without biases,
+        ``(len(rows), n_problems)`` (for :func:`mwumkl_dist.solvers.driver.check_against_majority`);
+        None when nothing was checked.
     """
-    # Points outside the support set where there are enough of them: a support point's own term inflates its
-    # score (on a9a with 200 iterations: 21 % training error on all points, 24 % on the test set).
-    candidates = np.setdiff1d(np.arange(data.n_samples), model["support_"])
-    if len(candidates) < min(BIAS_CHECK_POINTS, data.n_samples) // 2 or len(np.unique(data.y[candidates])) < 2:
-        candidates = np.arange(data.n_samples)
-    rows = candidates[stratified_rows(data.y[candidates], BIAS_CHECK_POINTS, seed)]
-    scoring = data.scoring_rows(rows, model["support_"])
-    if scoring is None or not len(model["support_"]):
-        return None
-    X, support = scoring
-    scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
-                        model["dual_coef_"], model["raw_kernel_weights_"], scoring_device(spec))  # fmt: skip
+    rows = bias_check_rows(data.y, model["support_"], seed)
+    scores = None if results is None else solved_scores(results, rows)
+    if scores is None:
+        scoring = data.scoring_rows(rows, model["support_"])
+        if scoring is None or not len(model["support_"]):
+            return None
+        X, support = scoring
+        scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
+                            model["dual_coef_"], model["raw_kernel_weights_"], scoring_device(spec))  # fmt: skip
     classes = model["classes_"]
     for k, target in enumerate(targets):
         y_pm = np.where(data.y[rows] == target, 1.0, -1.0)
@@ -97,6 +164,25 @@ def guard_biases(
     return rows, scores
 
 
+def polishes(polish, data: TrainingInput, C: float, n_kernels: int) -> bool:
+    """Whether :func:`polish_model` re-solves a model (unless the iterations were interrupted).
+
+    ``polish=True`` where it cannot run raises ``ValueError`` naming why.
+    """
+    if polish is False:
+        return False
+    blocker = data.polish_blocker
+    if blocker is None and np.isinf(C):
+        blocker = "the hard margin (C = inf): the hulls may intersect"
+    if blocker is not None:
+        if polish is True:
+            raise ValueError(f"polish=True is not available for {blocker}")
+        return False
+    # All points, never the MWU support set alone: on noisy data (cod-rna) the support set is the
+    # overlap of the classes, and the exact solution on it alone has a useless bias (62 % error).
+    return polish is True or polish_budget_ok(data.n_samples, n_kernels)
+
+
 def polish_model(model: dict, data: TrainingInput, targets, ridges, polish) -> dict:
     """Re-solve each binary problem exactly on all points with the learned weights (see ``polish``).
 
@@ -104,20 +190,9 @@ def polish_model(model: dict, data: TrainingInput, targets, ridges, polish) -> d
     ``polished_`` and, when polished, the exact ``support_``, ``dual_coef_``,
     ``intercept_`` and ``support_vectors_`` replacing the MWU ones.
     """
-    if polish is False or model["interrupted_"]:
-        return {"polished_": False}
-    blocker = data.polish_blocker
-    if blocker is None and np.isinf(model["C_"]):
-        blocker = "the hard margin (C = inf): the hulls may intersect"
-    if blocker is not None:
-        if polish is True:
-            raise ValueError(f"polish=True is not available for {blocker}")
-        return {"polished_": False}
     weights = np.atleast_2d(model["raw_kernel_weights_"])
     n, m = data.n_samples, weights.shape[1]
-    # All points, never the MWU support set alone: on noisy data (cod-rna) the support set is the
-    # overlap of the classes, and the exact solution on it alone has a useless bias (62 % error).
-    if polish == "auto" and not polish_budget_ok(n, m):
+    if model["interrupted_"] or not polishes(polish, data, model["C_"], m):
         return {"polished_": False}
     coef = np.zeros((len(targets), n))
     intercept = np.array(model["intercept_"], dtype=np.float64)

@@ -133,11 +133,15 @@ def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
     )
 
 
-def solve_one_vs_rest(spec, data: TrainingInput, classes, settings: SolveSettings, client, resume=None):
+def solve_one_vs_rest(
+    spec, data: TrainingInput, classes, settings: SolveSettings, client, resume=None, rows_to_score=None
+):
     """Solve the binary problem of each one-vs-rest target in turn (resuming from a checkpoint when given one).
 
     Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.solvers.MWUResult` of
-    each problem solved, the kernels' traces and the engines' shard counters.
+    each problem solved, the kernels' traces and the engines' shard counters.  ``rows_to_score``
+    (see :func:`~mwumkl_dist.solvers.mwu.iterate.solve`) asks each problem solved here for its
+    decision values on training rows; problems finished in a checkpoint resumed from have none.
     Raises :class:`~mwumkl_dist.solvers.FitInterrupted` when a stop left some of
     several problems unsolved.  A lost Dask cluster (``ConnectionError``, e.g.
     :class:`~mwumkl_dist.engines.dask.SchedulerLostError`, or a shard that stopped
@@ -150,7 +154,7 @@ def solve_one_vs_rest(spec, data: TrainingInput, classes, settings: SolveSetting
     resumed = load_checkpoint(resume, fp) if resume is not None else None
     results: list[MWUResult] = list(resumed["finished"]) if resumed is not None else []
     try:
-        traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp)
+        traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score)
     except _cluster_failures(spec) as exc:
         raise _with_checkpoint_note(exc, spec, fp) from None
     if len(results) < len(targets):
@@ -165,7 +169,9 @@ def solve_one_vs_rest(spec, data: TrainingInput, classes, settings: SolveSetting
     return results, np.asarray(traces, dtype=np.float64), stats
 
 
-def _solve_problems(spec, data: TrainingInput, targets, settings: SolveSettings, client, resumed, results, fp):
+def _solve_problems(
+    spec, data: TrainingInput, targets, settings: SolveSettings, client, resumed, results, fp, rows_to_score=None
+):
     """Solve the binary problems not in ``results`` yet (appending to it); ``(traces, stats)``."""
     traces, stats = data.traces, []
     for k in range(len(results), len(targets)):
@@ -186,7 +192,7 @@ def _solve_problems(spec, data: TrainingInput, targets, settings: SolveSettings,
                 engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
                 n_iter=settings.n_iter, callback=progress_callback(spec, k, len(targets)),
                 callback_every=spec.callback_every, state=state, on_state=on_state,
-                selectivity=settings.selectivity,
+                selectivity=settings.selectivity, rows_to_score=rows_to_score,
             )  # fmt: skip
             stats.extend(engine.stats())
         results.append(result)

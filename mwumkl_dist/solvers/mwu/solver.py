@@ -21,7 +21,7 @@ from mwumkl_dist.data.weights import point_ridge, problem_weights
 from mwumkl_dist.solvers import auto
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.groups import GroupSelection, n_groups, selected_mask
-from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model
+from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model, polishes, rows_to_score
 from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -61,19 +61,26 @@ class MWUSolver:
         settings = SolveSettings(
             plan.epsilon, spec.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
         )
-        results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume)
+        # An unpolished model's bias check scores training rows: the solves read them off V (see guard_biases).
+        to_score = (
+            None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
+        )
+        results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
+                                                   rows_to_score=to_score)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
         cache_info = merge_cache_stats(stats)
         if cache_info is not None:
             attrs["cache_info_"] = cache_info
         attrs.update(polish_model(attrs, data, task.targets, ridges, spec.polish))
-        scored = None
+        train_scores = None
         if not attrs["polished_"]:
-            scored = guard_biases(spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
-                                  few_iterations=plan.warning is not None)  # fmt: skip
+            train_scores = guard_biases(
+                spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
+                few_iterations=plan.warning is not None, results=results,
+            )  # fmt: skip
         relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n  # the folds scale C to their size
         per_point = None if plan.polished else plan.n_iter / n
-        return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), scored)
+        return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), train_scores)
 
     def _fit_selected_groups(self, spec: FitSpec, task: FitTask, selection: GroupSelection, attrs: dict):
         """A group selection (see :mod:`mwumkl_dist.solvers.groups`): the selection fit, then the model on
@@ -102,7 +109,7 @@ class MWUSolver:
             **{k: attrs[k] for k in ("C_path_", "selectivity_path_", "group_selection_path_") if k in attrs},
         )
         calibration = replace(model.calibration, selectivity=selection)
-        return FittedModel(out, calibration, model.scored)
+        return FittedModel(out, calibration, model.train_scores)  # the same rows, and decision values
 
     @staticmethod
     def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
