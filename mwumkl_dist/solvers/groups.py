@@ -11,13 +11,13 @@ small ``C`` and a high selectivity weighs the kernels; the groups that carry at 
 :data:`GROUP_KEEP` of the heaviest group's weight are kept; the model is refitted on all the kernels of
 the kept groups with uniform weights (selectivity 0) at its own ``C``.  Dropped kernels get weight 0.
 
-Measured on E6's problems with per-feature kernels (3 splits, mean test error % / weight on the
-relevant kernels, the selection fits of :data:`AUTO_GROUP_SELECTIONS` and the refit ``C`` by
-cross-validation; the single-selection rule before it): ``make_classification`` k=4 of d=30 17.3 /
-0.93 (21.3 / 0.15), k=5 of 50 14.0 / 1.00 (19.0 / 0.10), ionosphere + 30 noise features 8.3 / 0.96
-(10.6 / 0.63), sonar + 30 noise 24.4 / 0.93 (28.2 / 0.67), breast cancer + 30 noise 4.4 / 1.00
-(5.3 / 0.23).  :func:`mwumkl_dist.solvers.auto.choose_C` scores these candidates beside the others
-and prefers a group selection within one standard error of the best (fewer inputs, the simpler model).
+Measured on E6 (``benchmarks/bench_selection.py``, per-feature kernels, medians over 3 splits, test error %
+/ weight on the relevant kernels, against the one-standard-error selectivity rule alone): ``make_classification``
+k=4 of d=30 18.0 / 1.00 (22.0 / 0.43), k=5 of 50 14.0 / 1.00 (18.0 / 0.10), ionosphere + 30 noise features
+9.1 / 1.00 (12.5 / 0.52), sonar + 30 noise 23.1 / 1.00 (26.9 / 0.67), breast cancer + 30 noise 4.1 / 1.00
+(4.7 / 0.23); k=2 of 10 keeps uniform weights (7.5 / 0.20; its Oracle 8.5).  :func:`mwumkl_dist.solvers.auto.choose_C`
+scores these candidates beside the others and prefers a group selection within one standard error of the
+best (fewer inputs, the simpler model).
 """
 
 from __future__ import annotations
