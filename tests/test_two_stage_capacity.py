@@ -41,7 +41,7 @@ def test_rank_cap_and_levels():
     assert two_stage.rank_cap(5000) == 566  # 8 sqrt(n)
     assert two_stage.rank_cap(3001) == two_stage.N_COMPONENTS  # never below the start
     assert two_stage.rank_cap(10**9) == two_stage.N_COMPONENTS_MAX
-    assert [two_stage.rank_cap(n) for n in (10**4, 10**5)] == [800, 2000]
+    assert [two_stage.rank_cap(n) for n in (10**4, 10**5)] == [800, 1400]
     assert two_stage.rank_levels(500, 1952) == [500, 1000, 1952]
     assert two_stage.rank_levels(500, 500) == [500]
     assert two_stage.rank_levels(500, 300) == [300]

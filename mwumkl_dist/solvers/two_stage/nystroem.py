@@ -55,9 +55,9 @@ N_COMPONENTS = 500
 #: rows) 500: 13.99 %, 955: 13.56 %; a9a (32,561) 500: 14.88 %, 1413: 14.84 % (SVC 14.93 %); twonorm and
 #: ringnorm (5,550) the same error at 500 and 596.  The linear solve costs ``O(n_A r^2)`` (``n_A`` rows on or
 #: inside the margin), so a rank growing as ``sqrt(n)`` costs ``O(n^2)``: the cap stops the growth at
-#: 62,500 rows, from where the fit is linear in ``n`` again (cod-rna at 10^5 rows: rank 2526 took 73 s
-#: CPU, 3.46 %; Nystroem(500, RBF) + LinearSVC 23 s, 3.61 %).
-N_COMPONENTS_MAX = 2000
+#: 30,625 rows, from where the fit is linear in ``n`` again.  E7's cod-rna at 10^5 rows (one thread, the
+#: same run): rank 1000 3.53 % in 9.0 s CPU, 1400 3.43 % in 11.1 s, 2000 3.43 % in 18.4 s.
+N_COMPONENTS_MAX = 1400
 RANK_PER_SQRT_N = 8.0
 #: The relative Nystroem residual ``mean_j (k(x_j, x_j) - |phi(x_j)|^2) / mean_j k(x_j, x_j)`` at which
 #: the rank stops growing, measured on :data:`RESIDUAL_POINTS` rows drawn after every landmark.  Kept
