@@ -105,7 +105,7 @@ class MWUSolver:
             C_=attrs["C_"],
             selectivity_=0.0,
             group_selection_=selection.describe(kept_groups, n_groups(kernels)),
-            fit_warnings_=[*attrs["fit_warnings_"], *out.get("fit_warnings_", [])],
+            fit_warnings_=list(dict.fromkeys([*attrs["fit_warnings_"], *out.get("fit_warnings_", [])])),  # said once
             **{k: attrs[k] for k in ("C_path_", "selectivity_path_", "group_selection_path_") if k in attrs},
         )
         calibration = replace(model.calibration, selectivity=selection)
