@@ -278,6 +278,8 @@ def test_local_cluster_script_fits_and_stops_everything(tmp_path):
             "--model",
             str(model),
             "--compare-local",
+            "--C",
+            "10",  # what C="auto" picks here: its cross-validation runs in the driver, not on the cluster
         ],
         env={"PYTHON": sys.executable, "DASK": dask_executable(), "TMPDIR": str(tmp_path)},
     )
