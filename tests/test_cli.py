@@ -183,7 +183,8 @@ def test_zero_based_svmlight_files(tmp_path, capsys):
     assert "train.svm" in capsys.readouterr().err
 
 
-def test_csv_string_labels_multiclass_predict_to_file(tmp_path):
+def test_csv_string_labels_multiclass_predict_to_file(tmp_path, capsys):
+    """In process (``main``): the subprocess runs above cover fit and predict end to end."""
     X, y = blobs(90, 3, 3, seed=2)
     names = np.array(["setosa", "versicolor", "virginica"])[y]
     train = tmp_path / "train.csv"
@@ -195,16 +196,15 @@ def test_csv_string_labels_multiclass_predict_to_file(tmp_path):
     np.savetxt(unlabelled, X[60:], delimiter=",", fmt="%.17g")
     model, out = tmp_path / "m.npz", tmp_path / "pred.txt"
 
-    proc = run_cli("fit", "--data", train, "--model", model, "--epsilon", "0.4", "--kernels", "paper")
-    assert proc.returncode == 0, proc.stderr
-    assert "3 classes (setosa, versicolor, virginica)" in proc.stdout
-    assert "3 one-vs-rest solves" in proc.stdout
-    assert "scaling          min-max to [0, 1]" in proc.stdout
-    assert "class 3/3: 100%" in proc.stderr
+    assert main(["fit", "--data", str(train), "--model", str(model), "--epsilon", "0.4", "--kernels", "paper"]) == 0
+    stdout, stderr = capsys.readouterr()
+    assert "3 classes (setosa, versicolor, virginica)" in stdout
+    assert "3 one-vs-rest solves" in stdout
+    assert "scaling          min-max to [0, 1]" in stdout
+    assert "class 3/3: 100%" in stderr
 
-    proc = run_cli("predict", "--model", model, "--data", unlabelled, "--output-file", out)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
+    assert main(["predict", "--model", str(model), "--data", str(unlabelled), "--output-file", str(out)]) == 0
+    assert capsys.readouterr().out == ""
     predicted = out.read_text().splitlines()
     assert predicted == scaled_predict(model, X[60:]).tolist()
     assert np.mean(np.array(predicted) == names[60:]) >= 0.9
@@ -276,8 +276,8 @@ def test_a_save_over_the_file_size_limit_keeps_the_previous_model(binary_files, 
     """The issue's ``(ulimit -f 12; mwumkl-dist fit ... --model model.npz)``: the older model stays, and loads."""
     resource = pytest.importorskip("resource")
     model = tmp_path / "model.npz"
-    args = ["fit", "--data", binary_files / "train.svm", "--model", model, "--C", "1", "-q"]
-    assert run_cli(*args).returncode == 0  # also warms numba's cache: the limited run writes no cache file
+    args = ["fit", "--data", str(binary_files / "train.svm"), "--model", str(model), "--C", "1", "-q"]
+    assert main(args) == 0  # also warms numba's cache (in this process): the limited run writes no cache file
     before = model.read_bytes()
     limit = len(before) // 2
 

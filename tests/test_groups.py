@@ -59,10 +59,16 @@ def _cv_error_of_group_selection(specs, X, y, selection, C, seed):
     return error
 
 
-def test_group_selection_keeps_the_informative_features_and_refits_on_them():
+@pytest.fixture(scope="module")
+def selected():
+    """A group-selecting fit (the informative features' groups kept), shared by the tests that only read it."""
     X, y = _problem()
+    return X, y, MWUMKLClassifier(_specs(), random_state=0).fit(X, y)
+
+
+def test_group_selection_keeps_the_informative_features_and_refits_on_them(selected):
+    X, y, clf = selected
     specs = _specs()
-    clf = MWUMKLClassifier(specs, random_state=0).fit(X, y)
     assert set(clf.group_selection_path_) == {(g, c) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID}
     chosen = clf.group_selection_
     assert chosen is not None and (chosen["groups_kept"], chosen["groups"]) == (2, N_FEATURES)
@@ -82,9 +88,8 @@ def test_group_selection_keeps_the_informative_features_and_refits_on_them():
     assert auto._within_one_standard_error(min(clf.group_selection_path_.values()), errors, len(y))
 
 
-def test_group_selection_survives_save_and_load(tmp_path):
-    X, y = _problem(1)
-    clf = MWUMKLClassifier(_specs(), random_state=0).fit(X, y)
+def test_group_selection_survives_save_and_load(selected, tmp_path):
+    X, y, clf = selected
     assert clf.group_selection_ is not None
     clf.save(tmp_path / "m.npz")
     back = MWUMKLClassifier.load(tmp_path / "m.npz")

@@ -80,24 +80,25 @@ def test_bad_weights_shape_is_refused():
         feature_weights(["linear", "poly:2"], np.ones(3), 2)
 
 
-def test_cli_fit_prints_selectivity_and_the_weight_summaries(tmp_path):
-    from test_cli import run_cli
+def test_cli_fit_prints_selectivity_and_the_weight_summaries(tmp_path, capsys):
+    """In process (``main``): test_cli.py runs the command line's ``fit`` end to end in subprocesses."""
+    from mwumkl_dist.cli import main
 
     X, y = make_classification(
         n_samples=200, n_features=6, n_informative=2, n_redundant=0, shuffle=False, flip_y=0.0, random_state=2
     )
     dump_svmlight_file(X, y, str(tmp_path / "train.svm"))
-    args = ["fit", "--data", tmp_path / "train.svm", "--model", tmp_path / "m.npz", "--kernels", "paper-per-feature"]
-    proc = run_cli(*args, "--C", "1", "--selectivity", "100")
-    assert proc.returncode == 0, proc.stderr
-    assert "selectivity 100, rho 0.5" in proc.stdout
-    effective = float(re.search(r"effective kernels ([\d.]+) of 72", proc.stdout).group(1))
+    args = ["fit", "--data", str(tmp_path / "train.svm"), "--model", str(tmp_path / "m.npz")]
+    args += ["--kernels", "paper-per-feature"]
+    assert main([*args, "--C", "1", "--selectivity", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "selectivity 100, rho 0.5" in out
+    effective = float(re.search(r"effective kernels ([\d.]+) of 72", out).group(1))
     assert effective < 10
-    per_feature = re.search(r"weight per feature: (\d) ([\d.]+), (\d) ([\d.]+)", proc.stdout)
+    per_feature = re.search(r"weight per feature: (\d) ([\d.]+), (\d) ([\d.]+)", out)
     assert {per_feature.group(1), per_feature.group(3)} == {"0", "1"}  # the informative features first
-    assert "weight per kernel type: " in proc.stdout
-    proc = run_cli(*args, "--C", "1", "--selectivity", "0")
-    assert proc.returncode == 0, proc.stderr
-    assert "effective kernels 72.0 of 72" in proc.stdout
-    proc = run_cli(*args, "--selectivity", "-1")
-    assert proc.returncode == 2 and "--selectivity" in proc.stderr
+    assert "weight per kernel type: " in out
+    assert main([*args, "--C", "1", "--selectivity", "0"]) == 0
+    assert "effective kernels 72.0 of 72" in capsys.readouterr().out
+    assert main([*args, "--selectivity", "-1"]) == 2
+    assert "--selectivity" in capsys.readouterr().err

@@ -252,7 +252,11 @@ def test_dask_engine_ships_each_block_its_ridge_rows(monkeypatch):
     # Kernel tiles of 2 (this process only: the threaded client's shards live here): the 5 kernels make
     # kernel blocks (blocks hold whole tiles; the reference below is computed with the same tiles).
     monkeypatch.setattr(partition, "TILE_KERNELS", 2)
+    from mwumkl_dist.engines import dask_pool
     from mwumkl_dist.engines.dask import DaskEngine
+
+    # The dropped block's worker counts as left, and no replacement ever joins: no need to wait 10 s for one.
+    monkeypatch.setattr(dask_pool, "REPLACEMENT_GRACE", 0.2)
 
     X, y = _data()
     problem = FeatureProblem(X, y, KernelSet(SPECS, X.shape[1]))
