@@ -256,3 +256,21 @@ def test_quick_run_all_experiments(tmp_path, monkeypatch):
     assert "wdbc" in e1["summary"]["datasets"]  # the real WDBC (scikit-learn)
     assert any("stand-in" in d for d in e1["summary"]["datasets"])
     assert "## E1" in report and "## E5" in report
+
+
+def test_report_puts_the_hand_written_notes_in_their_sections(tmp_path):
+    """``results/notes/EX.md`` opens section EX; another note is a section of its own at the end."""
+    from benchmarks import report
+
+    lines = ["# title", "", "## E1 — small sets", "", "generated E1", "", "## E7 — scale", "", "generated E7"]
+    notes = tmp_path / report.NOTES
+    assert report._with_notes(lines, notes) == lines  # no notes folder: unchanged
+    notes.mkdir()
+    (notes / "E7.md").write_text("E7 commentary\n")
+    (notes / "threads.md").write_text("## Threads\n\nthread figures\n")
+    assert report._with_notes(lines, notes) == [
+        *lines[:7], "", "E7 commentary", "", "generated E7", "## Threads", "", "thread figures", "",
+    ]  # fmt: skip
+    # The committed report is what the generator writes from the committed results and notes.
+    here = report.Path(report.__file__).resolve().parent
+    assert report.render(here / "results", here / "RESULTS.md") == (here / "RESULTS.md").read_text()
