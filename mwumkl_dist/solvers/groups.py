@@ -137,9 +137,9 @@ def chosen_selectivity(attributes: dict):
 
 # ----------------------------------------------------------------------------- bands of widths
 #
-# A family of Gaussian widths on one feature group (the default ``scaled`` family: 11 widths 2^-4 ... 2^1
-# sigma_0, and linear and polynomial kernels) combined with uniform weights is a kernel of many scales; where
-# the data want one scale, that mixture loses to a few neighbouring widths, and the selective combinations
+# A family of Gaussian widths on one feature group (the default ``scaled`` family: up to 11 widths
+# 2^-2.5 ... 2^2.5 sigma_0, and polynomials of degree 1-3) combined with uniform weights is a kernel of many
+# scales; where the data want one scale, that mixture loses to a few neighbouring widths, and the selective combinations
 # do not find them (the trace-normalised margin rewards the narrowest Gaussian).  ``selectivity="auto"``
 # therefore also scores bands of three neighbouring widths with uniform weights, each at the chosen C and
 # ten times it; a band wins when it beats the best other candidate by more than the standard error of their
