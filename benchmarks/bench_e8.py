@@ -34,7 +34,8 @@ MWUMKL                  ``MWUMKLClassifier()`` with the package's defaults, what
                         argument is passed: kernels, C, epsilon, selectivity, solver are the defaults' own
                         choices, their cross-validation inside the timed fit).  Recorded per split: the
                         number of kernels (``len(kernel_names_)``) and their names, ``C_``, ``selectivity_``,
-                        ``epsilon_``, ``solver_``, ``polished_``, ``fit_warnings_`` and any warning raised.
+                        ``epsilon_``, ``solver_``, ``polished_``, ``fit_warnings_``, the band of widths
+                        (``width_band_``) when one was chosen, and any warning raised.
                         An untimed warm-up fit on 100 generated points first loads numba's compiled kernels.
 SVC-RBF                 ``GridSearchCV(SVC(kernel="rbf"), {"C": 10^-2 ... 10^4 (7 values), "gamma": 2^-4 ...
                         2^4 (9 values) times g0}, cv=5)`` on the training part, ``g0 = 1 / (d var X)`` of the
@@ -376,6 +377,9 @@ def fit_predict(method: str, Xtr, ytr, Xte, *, seed: int, kernels=None, easymkl_
             fit_warnings=list(getattr(est, "fit_warnings_", []) or []),
             n_support=int(len(est.support_)),
         )
+        band = getattr(est, "width_band_", None)
+        if band is not None:  # a band of widths won selectivity="auto"
+            row["width_band"] = f"{band['first']}-{band['last']} of {band['widths']}"
     elif method == "SVC-RBF":
         best = est.best_params_
         row.update(

@@ -117,7 +117,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         (:mod:`mwumkl_dist.solvers.groups`): a strongly regularised, selective
         fit picks the feature groups, then the model is refitted on their
         kernels with uniform weights; it wins when within one standard error of
-        the best (``group_selection_`` says what it kept).  With a given ``C``
+        the best (``group_selection_`` says what it kept).  Gaussians of five or
+        more widths on one feature group (the default family) also try *bands*
+        of three neighbouring widths with uniform weights; a band wins only
+        when it is more than one standard error better than the rest
+        (``width_band_`` says which).  With a given ``C``
         it is 100 (nothing is cross-validated).  ``"paper"`` is the published rule, whose
         exponents ``eps' / (2 rho) sqrt(s_i)`` are on an absolute scale: after
         trace normalisation they barely differ and its weights stay uniform
@@ -294,6 +298,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     group_selection_path_ : dict
         Only with ``selectivity="auto"`` and kernels in several feature groups: the cross-validated
         error of each group selection, by ``(GroupSelection, C)``.
+    width_band_ : dict
+        Only when ``selectivity="auto"`` chose a band of Gaussian widths (see
+        :func:`mwumkl_dist.solvers.groups.width_bands`): the band's width ranks (``first``,
+        ``last``; 0 is the narrowest), its ``sigmas`` and how many ``widths`` there were.  The model
+        is the band's kernels with uniform weights at ``C_`` (``selectivity_`` is 0); the other
+        kernels' weights are 0.
+    width_band_path_ : dict
+        Only with ``selectivity="auto"`` and five or more Gaussian widths on one feature group: the
+        cross-validated error of each band, by ``(WidthBand, C)``.
     solver_ : str
         The solver used: "mwu" or "two-stage" (see ``solver``).
     weight_points_ : int

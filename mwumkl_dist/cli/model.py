@@ -329,6 +329,10 @@ def _describe_params(args, clf) -> str:
             f" on the {groups['groups_kept']} of {groups['groups']} feature groups a fit at C {groups['C']:g}, "
             f"selectivity {groups['selectivity']:g} kept"
         )
+    band = getattr(clf, "width_band_", None)
+    if band is not None:
+        sigmas = ", ".join(f"{s:.3g}" for s in band["sigmas"])
+        sel += f" on the Gaussians of widths {sigmas} (band {band['first']}-{band['last']} of {band['widths']} widths)"
     return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
 
 

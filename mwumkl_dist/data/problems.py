@@ -155,6 +155,9 @@ class TrainingInput(Protocol):
     def with_kernels(self, kernels) -> TrainingInput:
         """The same rows with ``kernels``, some of this input's own in their order (feature inputs only)."""
 
+    def kernel_traces(self) -> np.ndarray:
+        """Every kernel's trace ``sum_j K_i(x_j, x_j)`` on the training rows (feature inputs only)."""
+
     def subset(self, rows: np.ndarray) -> TrainingInput:
         """The same input on the training points ``rows`` only (sorted; e.g. those of non-zero sample weight).
 
@@ -322,6 +325,9 @@ class FeatureInput(_FeatureData):
     def with_kernels(self, kernels) -> FeatureInput:
         return FeatureInput(self.X, self.y, list(kernels))
 
+    def kernel_traces(self) -> np.ndarray:
+        return kernel_traces(self.kernel_set, self._csr)
+
     def rows_in_memory(self, rows) -> FeatureInput:
         """The training input of ``rows`` (the two-stage fit's weight subsample)."""
         return self.subset(rows)
@@ -482,6 +488,10 @@ class DataStoreInput(_StoreData):
 
     def with_kernels(self, kernels) -> DataStoreInput:
         return DataStoreInput(self.store, list(kernels))
+
+    def kernel_traces(self) -> np.ndarray:
+        """Summed over the store's chunks in row order (one pass over the store)."""
+        return sum(kernel_traces(self.kernel_set, block) for block in _store_blocks(self.store))
 
     def scoring_rows(self, rows, support):
         return self.store.take_rows(rows), support

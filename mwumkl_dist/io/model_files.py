@@ -100,6 +100,7 @@ def _model_meta(estimator) -> dict:
         ),
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
         "group_selection_": getattr(estimator, "group_selection_", None),
+        "width_band_": getattr(estimator, "width_band_", None),
     }
 
 
@@ -274,6 +275,8 @@ def _estimator_from(cls, meta: dict, data):
         est.kernel_scale_ = float(meta["kernel_scale_"])
     if meta.get("group_selection_") is not None:
         est.group_selection_ = dict(meta["group_selection_"])
+    if meta.get("width_band_") is not None:
+        est.width_band_ = dict(meta["width_band_"])
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

@@ -20,11 +20,14 @@ from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
 from mwumkl_dist.solvers.groups import (
+    AUTO_BAND_C_FACTORS,
     AUTO_GROUP_C_GRID,
     AUTO_GROUP_SELECTIONS,
     GroupSelection,
+    WidthBand,
     n_groups,
     selected_kernels,
+    width_bands,
 )
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
@@ -261,7 +264,7 @@ def choose_C(
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
-) -> tuple[float, object, dict, dict, dict]:
+) -> tuple[float, object, dict, dict, dict, dict]:
     """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
     selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
@@ -277,6 +280,11 @@ def choose_C(
     also score the group selections of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_SELECTIONS`,
     each refitted at the ``C`` of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_C_GRID`; the best of
     them wins when it is within one standard error of the best candidate of all (fewer inputs).
+    Gaussians of five or more widths on one feature group also score bands of three neighbouring
+    widths (:func:`~mwumkl_dist.solvers.groups.width_bands`) with uniform weights at ``C`` and
+    :data:`~mwumkl_dist.solvers.groups.AUTO_BAND_C_FACTORS` times it; the best band wins only when it
+    is better than the best other candidate by more than the standard error of their paired difference
+    on the cross-validated rows (:meth:`_FoldScorer.paired_standard_error`; the whole family stays the rule).
     Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
     folds run side by side) on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
@@ -301,29 +309,29 @@ def choose_C(
     Returns
     -------
     C : float
-    selectivity : float, str or GroupSelection
-        A :class:`~mwumkl_dist.solvers.groups.GroupSelection` when a group selection won (then
-        ``C`` is its refit's).
-    C_path, selectivity_path, group_path : dict
+    selectivity : float, str, GroupSelection or WidthBand
+        A :class:`~mwumkl_dist.solvers.groups.GroupSelection` when a group selection won, a
+        :class:`~mwumkl_dist.solvers.groups.WidthBand` when a band of widths won (then ``C`` is its fit's).
+    C_path, selectivity_path, group_path, band_path : dict
         The cross-validated error of each candidate (empty when none was cross-validated);
-        ``group_path`` is keyed by ``(GroupSelection, C)``.
+        ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``.
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
         C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
         C = _first_best(C_path)
-    selectivity, selectivity_path, group_path = start, {}, {}
+    selectivity, selectivity_path, group_path, band_path = start, {}, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
         found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
@@ -336,7 +344,19 @@ def choose_C(
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
                 selectivity, C = pick
-    return float(C), selectivity, C_path, selectivity_path, group_path
+        bands = scorer.width_bands
+        if bands:
+            # The best other candidate (groups and bands never both apply: one feature group against several).
+            others = {(c, start): e for c, e in C_path.items()}
+            others.update({(C, s): e for s, e in selectivity_path.items()})
+            rival = _first_best(others)
+            candidates = [(C * f, b) for b in bands for f in AUTO_BAND_C_FACTORS]
+            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))}
+            band, band_C = _first_best(band_path)
+            margin = others[rival] - band_path[band, band_C]
+            if margin > scorer.paired_standard_error((band_C, band), rival):
+                selectivity, C = band, band_C
+    return float(C), selectivity, C_path, selectivity_path, group_path, band_path
 
 
 @dataclass(frozen=True)
@@ -360,12 +380,21 @@ class _FoldScorer:
     iterations_per_point: float | None
     #: Each fold's kernels kept by a group selection, by (selection, fold): one selection fit per fold.
     _selected: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Each scored candidate's loss on every cross-validated row (in fold order), by ``(C, selectivity)``:
+    #: what :meth:`paired_standard_error` compares.
+    _losses: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def selects_groups(self) -> bool:
         """Whether group selections are candidates: kernels in two or more feature groups (no random bank)."""
         kernel_set = self.cv.kernel_set
         return kernel_set is not None and kernel_set.bank is None and n_groups(kernel_set.specs) > 1
+
+    @property
+    def width_bands(self) -> list:
+        """The bands of Gaussian widths scored as candidates (:func:`~mwumkl_dist.solvers.groups.width_bands`)."""
+        kernel_set = self.cv.kernel_set
+        return [] if kernel_set is None or kernel_set.bank is not None else width_bands(kernel_set.specs)
 
     @classmethod
     def make(cls, fit, spec, cv, seed, sample_weight, polished, iterations_per_point):
@@ -392,7 +421,8 @@ class _FoldScorer:
         candidate's error adds its folds' shares in fold order: the same for any thread count.  A
         :class:`~mwumkl_dist.solvers.groups.GroupSelection` as the selectivity is that selection refitted
         at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
-        selection fit per fold, shared by every refit ``C``, first, side by side).
+        selection fit per fold, shared by every refit ``C``, first, side by side); a
+        :class:`~mwumkl_dist.solvers.groups.WidthBand` is the band's kernels alone with selectivity 0.
         """
         k = len(self.folds)
         selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
@@ -406,23 +436,41 @@ class _FoldScorer:
         out = []
         for i, (C, selectivity) in enumerate(candidates):
             error = 0.0
-            for part in parts[i * k : (i + 1) * k]:
+            for part, _ in parts[i * k : (i + 1) * k]:
                 error += part
+            self._losses[C, selectivity] = np.concatenate([losses for _, losses in parts[i * k : (i + 1) * k]])
             if self.spec.verbose:
                 logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
             out.append(error)
         return out
 
-    def _fold_error(self, C, selectivity, k: int) -> float:
-        """Fold ``k``'s share of the cross-validated error."""
+    def paired_standard_error(self, a, b) -> float:
+        """The standard error of the difference of two scored candidates' cross-validated errors.
+
+        From their losses on the same rows (``n / (n - 1)`` times the sum of the squared deviations of
+        the rows' differences, square-rooted): far smaller than either error's binomial standard error
+        when the two candidates mostly agree, as a band of widths and its whole family do.
+        """
+        d = self._losses[a] - self._losses[b]
+        n = len(d)
+        return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
+
+    def _fold_error(self, C, selectivity, k: int) -> tuple[float, np.ndarray]:
+        """Fold ``k``'s share of the cross-validated error, and each of its test rows' share of it."""
         if isinstance(selectivity, GroupSelection):
             attrs, decisions = self._fit_fold(k, C, 0.0, self._selected[selectivity, k])
+        elif isinstance(selectivity, WidthBand):
+            kernels = self.fold_kernels[k]
+            band = [spec for spec, keep in zip(kernels, selectivity.mask(kernels)) if keep]
+            attrs, decisions = self._fit_fold(k, C, 0.0, band)
         else:
             attrs, decisions = self._fit_fold(k, C, selectivity)
         test = self.rows[self.folds[k][1]]
         predicted = predicted_labels(attrs["classes_"], decisions)
         test_weights = None if self.scoring is None else self.scoring[test]
-        return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds)
+        wrong = (predicted != self.cv.y[test]).astype(np.float64)
+        share = wrong / len(test) if test_weights is None else wrong * test_weights / np.sum(test_weights)
+        return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds), share / len(self.folds)
 
     def _fit_fold(self, k: int, C, selectivity, kernels=None):
         """Fold ``k``'s fit (on its kernels, or ``kernels``) and its decision values on the fold's test rows."""

@@ -20,7 +20,7 @@ from mwumkl_dist.data.store_problems import merge_cache_stats
 from mwumkl_dist.data.weights import point_ridge, problem_weights
 from mwumkl_dist.solvers import auto
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
-from mwumkl_dist.solvers.groups import GroupSelection, n_groups, selected_mask
+from mwumkl_dist.solvers.groups import GroupSelection, WidthBand, n_groups, selected_mask
 from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model, polishes, rows_to_score
 from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
 from mwumkl_dist.solvers.spec import FitSpec
@@ -54,7 +54,7 @@ class MWUSolver:
             problem_weights(data.y, task.classes, t, task.class_weight, task.sample_weight) for t in task.targets
         ]
         ridge, selectivity = self._choose_ridge(spec, task, plan, point_weights, attrs)
-        if isinstance(selectivity, GroupSelection):
+        if isinstance(selectivity, (GroupSelection, WidthBand)):
             return self._fit_selected_groups(spec, task, selectivity, attrs)
         attrs["selectivity_"] = selectivity
         ridges = [point_ridge(ridge, w) for w in point_weights]
@@ -82,31 +82,42 @@ class MWUSolver:
         per_point = None if plan.polished else plan.n_iter / n
         return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), train_scores)
 
-    def _fit_selected_groups(self, spec: FitSpec, task: FitTask, selection: GroupSelection, attrs: dict):
-        """A group selection (see :mod:`mwumkl_dist.solvers.groups`): the selection fit, then the model on
-        the kept groups' kernels with selectivity 0 at the chosen ``C``; dropped kernels get weight 0."""
+    def _fit_selected_groups(self, spec: FitSpec, task: FitTask, selection, attrs: dict):
+        """A group selection or a band of widths (see :mod:`mwumkl_dist.solvers.groups`): the model on the
+        kept kernels with selectivity 0 at the chosen ``C``; the other kernels get weight 0.  A group
+        selection first runs its selection fit, which says which groups stay."""
         data, n = task.data, task.data.n_samples
         relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
-        chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
-                          probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
-        chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
         kernels = list(data.kernels)
-        mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep)
+        if isinstance(selection, WidthBand):
+            mask = selection.mask(kernels)
+            traces = data.kernel_traces()
+            described = {"width_band_": selection.describe(kernels)}
+        else:
+            chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
+                              probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
+            chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
+            mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep)
+            traces = chosen["kernel_traces_"]
         kept = [k for k, keep in zip(kernels, mask) if keep]
+        if isinstance(selection, GroupSelection):
+            described = {"group_selection_": selection.describe(n_groups(kept), n_groups(kernels))}
         model = self.fit(
             replace(spec, C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=data.with_kernels(kept))
         )
         out = model.attributes
         for name in ("kernel_weights_", "raw_kernel_weights_"):
             out[name] = _on_all_kernels(out[name], mask)
-        out["kernel_traces_"] = chosen["kernel_traces_"]
-        kept_groups = n_groups(kept)
+        if isinstance(selection, WidthBand):  # the fit's own traces, the others' from the rows
+            traces[mask] = out["kernel_traces_"]
+        out["kernel_traces_"] = traces
+        paths = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
         out.update(
             C_=attrs["C_"],
             selectivity_=0.0,
-            group_selection_=selection.describe(kept_groups, n_groups(kernels)),
+            **described,
             fit_warnings_=list(dict.fromkeys([*attrs["fit_warnings_"], *out.get("fit_warnings_", [])])),  # said once
-            **{k: attrs[k] for k in ("C_path_", "selectivity_path_", "group_selection_path_") if k in attrs},
+            **{k: attrs[k] for k in paths if k in attrs},
         )
         calibration = replace(model.calibration, selectivity=selection)
         return FittedModel(out, calibration, model.train_scores)  # the same rows, and decision values
@@ -124,7 +135,7 @@ class MWUSolver:
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
-        C, selectivity, attrs["C_path_"], selectivity_path, group_path = auto.choose_C(
+        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path = auto.choose_C(
             spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed, sample_weight=task.sample_weight,
             iterations_per_point=per_point, choose_selectivity=selectivity == "auto",
         )  # fmt: skip
@@ -132,6 +143,8 @@ class MWUSolver:
             attrs["selectivity_path_"] = selectivity_path
         if group_path:
             attrs["group_selection_path_"] = group_path
+        if band_path:
+            attrs["width_band_path_"] = band_path
         attrs["C_"] = C if spec.scale_C else C * n
         return base_ridge(C, n, scale_C=True), selectivity
 

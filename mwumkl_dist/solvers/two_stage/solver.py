@@ -239,7 +239,8 @@ class TwoStageSolver:
 
 #: Attributes of the two-stage model that are the weight stage's.
 _FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
-                      "group_selection_path_", "n_iter_", "interrupted_")  # fmt: skip
+                      "group_selection_path_", "width_band_", "width_band_path_", "n_iter_",
+                      "interrupted_")  # fmt: skip
 
 
 def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases) -> bool:
