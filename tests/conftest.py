@@ -73,6 +73,23 @@ def record_nested_fits(monkeypatch) -> list:
     return calls
 
 
+@pytest.fixture
+def fold_selectivities(monkeypatch) -> list:
+    """The selectivity of every fold fit the automatic choices and Platt's folds run, in order (a spy on
+    ``auto.fold_spec``)."""
+    from mwumkl_dist.solvers import auto
+
+    seen = []
+    fold_spec = auto.fold_spec
+
+    def spy(spec, **kwargs):
+        seen.append(kwargs.get("selectivity"))
+        return fold_spec(spec, **kwargs)
+
+    monkeypatch.setattr(auto, "fold_spec", spy)
+    return seen
+
+
 @pytest.fixture(autouse=True)
 def _idle_machine_for_the_default_threads(monkeypatch):
     """Tests see no other process's load: the default thread count is every core (tests of the load patch it)."""

@@ -97,17 +97,8 @@ def test_group_selection_survives_save_and_load(selected, tmp_path):
     np.testing.assert_array_equal(back.decision_function(X), clf.decision_function(X))
 
 
-def test_probabilities_are_calibrated_on_the_group_selected_model(monkeypatch):
-    from mwumkl_dist.solvers import driver
-
-    seen = []
-    fold_spec = auto.fold_spec
-
-    def spy(spec, **kwargs):
-        seen.append(kwargs.get("selectivity"))
-        return fold_spec(spec, **kwargs)
-
-    monkeypatch.setattr(driver.auto, "fold_spec", spy)
+def test_probabilities_are_calibrated_on_the_group_selected_model(fold_selectivities):
+    seen = fold_selectivities
     X, y = _problem(2)
     clf = MWUMKLClassifier(_specs(), random_state=0, probability=True).fit(X, y)
     assert clf.group_selection_ is not None

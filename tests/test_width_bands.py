@@ -117,20 +117,12 @@ def test_folds_fit_the_band_kernels_alone(monkeypatch):
 
 
 @pytest.mark.timeout(120)
-def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, tmp_path):
+def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, fold_selectivities):
     from argparse import Namespace
 
     from mwumkl_dist.cli.model import _describe_params
-    from mwumkl_dist.solvers import driver
 
-    seen = []
-    fold_spec = auto.fold_spec
-
-    def spy(spec, **kwargs):
-        seen.append(kwargs.get("selectivity"))
-        return fold_spec(spec, **kwargs)
-
-    monkeypatch.setattr(driver.auto, "fold_spec", spy)
+    seen = fold_selectivities
     X, y = _problem(2)
     clf, _ = _fit_with_errors(monkeypatch, 0.1, X, y, probability=True)
     assert seen[-5:] == [WidthBand(0, 2)] * 5  # Platt's folds refit the band itself
