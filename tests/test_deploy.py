@@ -486,8 +486,17 @@ def test_slurm_driver_help_and_clear_error_without_jobqueue(tmp_path, capsys, mo
     assert "no 'jobqueue: slurm:' section" in capsys.readouterr().err
 
 
+def _needs_dask_jobqueue():
+    """Skip without dask-jobqueue, never importing it here: its runner module replaces this process's SIGINT
+    handler at import (``signal.signal(SIGINT, lambda *_: sys.exit())``), which later tests would inherit."""
+    import importlib.util
+
+    if importlib.util.find_spec("dask_jobqueue") is None:
+        pytest.skip("dask-jobqueue is not installed")
+
+
 def test_slurm_driver_job_script():
-    pytest.importorskip("dask_jobqueue")
+    _needs_dask_jobqueue()
     result = run_slurm_driver(["--dry-run", "--queue", "cpu", "--account", "proj"])
     assert result.returncode == 0, result.stderr
     assert "#SBATCH -p cpu" in result.stdout and "#SBATCH -A proj" in result.stdout
@@ -511,7 +520,7 @@ for job in "$@"; do kill -TERM -- "-$job" 2>/dev/null || true; done
 
 @pytest.mark.slow
 def test_slurm_driver_with_stand_in_sbatch(tmp_path):
-    pytest.importorskip("dask_jobqueue")
+    _needs_dask_jobqueue()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL)):

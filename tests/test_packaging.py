@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = {
     "cryptography": "cryptography",
     "cvxpy": "cvxpy",
+    "dask_jobqueue": "dask-jobqueue",  # test_deploy finds it without importing it (see _needs_dask_jobqueue)
     "distributed": "dask",
     "pandas": "pandas",
     "yaml": "pyyaml",
@@ -26,7 +27,6 @@ DISTRIBUTIONS = {
 }
 #: Modules that may stay missing in CI, and why.
 OPTIONAL = {
-    "dask_jobqueue": "the SLURM deployment's driver only (deploy/slurm); its tests check the clear error without it",
     "threadpoolctl": "a scikit-learn dependency, always there; importorskip only guards odd installs",
     "resource": "the standard library's POSIX module (absent on Windows)",
 }
@@ -48,8 +48,10 @@ def test_the_test_extra_brings_every_module_the_tests_skip_without():
     for path in (REPO / "tests").glob("test_*.py"):
         if path.name == Path(__file__).name:
             continue
-        skipped_on |= set(re.findall(r'importorskip\("([A-Za-z_][A-Za-z0-9_.]*)"', path.read_text()))
-    assert "cryptography" in skipped_on  # the TLS cases of test_dask_channel.py
+        text = path.read_text()
+        skipped_on |= set(re.findall(r'importorskip\("([A-Za-z_][A-Za-z0-9_.]*)"', text))
+        skipped_on |= set(re.findall(r'find_spec\("([A-Za-z_][A-Za-z0-9_.]*)"\) is None', text))
+    assert {"cryptography", "dask_jobqueue"} <= skipped_on  # TLS cases of test_dask_channel.py; the Slurm driver
     for module in sorted(skipped_on - set(OPTIONAL)):
         assert module in DISTRIBUTIONS, f"tests skip without {module!r}: add it to DISTRIBUTIONS or OPTIONAL here"
         dist = DISTRIBUTIONS[module]

@@ -377,6 +377,9 @@ class PrecomputedInput:
     def with_kernels(self, kernels):
         raise ValueError("precomputed kernels have no feature groups to select")
 
+    def kernel_traces(self):
+        raise ValueError("precomputed kernels: their traces come with the fit")
+
     def subset(self, rows):
         if len(rows) == self.n_samples:
             return self
@@ -439,6 +442,9 @@ class _StoreData:
 
     def with_kernels(self, kernels):
         raise ValueError(f"{self.store.path}: a store's kernels are chosen when it is opened")
+
+    def kernel_traces(self):
+        raise ValueError(f"{self.store.path}: a kernel store's traces come with the fit")
 
     def subset(self, rows):
         raise ValueError(
