@@ -246,3 +246,21 @@ def test_multiclass_problems_share_the_landmarks(always_grow):
     assert est.dual_coef_.shape == (3, len(est.support_)) and est.nystroem_residual_.shape == (3,)
     assert len(est.support_) == two_stage.rank_cap(600)
     assert np.mean(est.predict(X) == y) > 0.8
+
+
+@pytest.mark.timeout(120)
+def test_a_smooth_combination_at_a_weak_ridge_keeps_the_hessian_positive_definite(monkeypatch):
+    """Wide Gaussians on 4 features (K(L, L) with eigenvalues down to 1e-12 of the largest) at C = 1000 and
+    1400 landmarks: with those eigenvalues kept (the old rcond, 1e-12) the projected Gram's rounding made the
+    Newton Hessian indefinite (LinAlgError); the map drops them (nystroem.RCOND) and the fit is good."""
+    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(two_stage_solver.TwoStageSolver(), n_components=1400))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(12000, 4))
+    y = np.where(X[:, 0] + 0.5 * np.sin(6 * X[:, 1]) + 0.2 * rng.normal(size=len(X)) > 0.75, 1, -1)
+    params = dict(kernels="gaussian:1.5,gaussian:2.1,gaussian:3", C=1000.0, selectivity=0.0, solver="two-stage")
+    clf = MWUMKLClassifier(**params, random_state=0).fit(X, y)
+    assert clf.n_components_ < 1400 and clf.score(X, y) > 0.85
+    # The map keeps only eigenvalues above RCOND of the largest.
+    L = X[nystroem.landmark_order(len(X), 0)[:1400]]
+    fmap = nystroem.nystroem_map(KernelSet(params["kernels"], 4), L, np.full(3, 1.0 / 3.0))
+    assert fmap.eigenvalues.min() > nystroem.RCOND * fmap.eigenvalues.max() and fmap.rank < 1400

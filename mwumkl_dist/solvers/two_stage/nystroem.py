@@ -214,11 +214,21 @@ class NystroemMap:
         return self.eigenvalues * (self.projection.T @ padded)
 
 
-def nystroem_map(kernel_set: KernelSet, landmarks, weights, rcond: float = 1e-12) -> NystroemMap:
+#: Eigenvalues of ``K(L, L)`` below this fraction of the largest are dropped from a Nystroem map.  The
+#: features divide by the square roots of the kept ones, and the Newton solve projects Gram matrices of the
+#: kernel columns through the map: a rounding error of the columns' Gram grows by ``1 / s_min``.  At 1e-12
+#: a smooth combination (a band of the widest Gaussians, cod-rna at 10^5 rows) kept eigenvalues near
+#: 1e-9 and the Hessian lost its positive definiteness; what 1e-9 drops changes the kernel by at most
+#: ``rank * 1e-9`` of its largest eigenvalue.
+RCOND = 1e-9
+
+
+def nystroem_map(kernel_set: KernelSet, landmarks, weights, rcond: float = RCOND) -> NystroemMap:
     """The Nystroem map of ``sum_i weights[i] K_i`` on ``landmarks``.
 
-    Eigenvalues of ``K(L, L)`` below ``rcond`` times the largest are dropped (a
-    rank-deficient combination, e.g. a linear kernel on few features, or repeated landmarks).
+    Eigenvalues of ``K(L, L)`` below ``rcond`` times the largest are dropped (:data:`RCOND`; a
+    rank-deficient or very smooth combination, e.g. a linear kernel on few features, repeated
+    landmarks, wide Gaussians).
     """
     weights = np.asarray(weights, dtype=np.float64)
     K = combined_kernel(kernel_set, landmarks, landmarks, weights)
