@@ -144,3 +144,19 @@ def test_a_band_from_a_data_store_is_the_band_from_memory(monkeypatch, tmp_path)
     assert from_store.width_band_ == from_memory.width_band_ and from_store.width_band_["first"] == 0
     np.testing.assert_array_equal(from_store.dual_coef_, from_memory.dual_coef_)
     np.testing.assert_allclose(from_store.kernel_traces_, from_memory.kernel_traces_, rtol=1e-12)
+
+
+@pytest.mark.timeout(120)
+def test_the_two_stage_weight_stage_scores_bands_only_on_data_near_its_size(monkeypatch):
+    """A band chosen on the weight sample is too smooth for far more rows (two_stage.solver.BAND_TRANSFER)."""
+    from dataclasses import replace
+
+    from mwumkl_dist.solvers import driver
+    from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
+
+    X, y = _problem(4, n=1200)
+    for weight_points, scored in ((200, True), (100, False)):  # 1200 rows: 6 and 12 times the sample
+        solver = replace(two_stage_solver.TwoStageSolver(), weight_points=weight_points, n_components=50)
+        monkeypatch.setitem(driver.SOLVERS, "two-stage", solver)
+        clf = MWUMKLClassifier(_specs(), solver="two-stage", random_state=0).fit(X, y)
+        assert hasattr(clf, "width_band_path_") is scored and clf.weight_points_ == weight_points

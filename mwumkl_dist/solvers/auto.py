@@ -344,7 +344,7 @@ def choose_C(
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
                 selectivity, C = pick
-        bands = scorer.width_bands
+        bands = scorer.width_bands if spec.width_bands else []
         if bands:
             # The best other candidate (groups and bands never both apply: one feature group against several).
             others = {(c, start): e for c, e in C_path.items()}

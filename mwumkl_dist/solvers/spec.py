@@ -215,6 +215,9 @@ class FitSpec:
     class_weight: object = None
     probability: bool = False
     solver: str = "auto"
+    #: Not a parameter: whether ``selectivity="auto"`` may score bands of Gaussian widths (the two-stage
+    #: fit's weight stage turns them off where its sample is far smaller than the data; see its solver).
+    width_bands: bool = True
 
     @classmethod
     def from_params(cls, params: dict) -> FitSpec:
