@@ -55,7 +55,7 @@ class MWUSolver:
         ]
         ridge, selectivity = self._choose_ridge(spec, task, plan, point_weights, attrs)
         if isinstance(selectivity, (GroupSelection, WidthBand)):
-            return self._fit_selected_groups(spec, task, selectivity, attrs)
+            return self._fit_kernel_subset(spec, task, selectivity, attrs)
         attrs["selectivity_"] = selectivity
         ridges = [point_ridge(ridge, w) for w in point_weights]
         settings = SolveSettings(
@@ -82,7 +82,7 @@ class MWUSolver:
         per_point = None if plan.polished else plan.n_iter / n
         return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), train_scores)
 
-    def _fit_selected_groups(self, spec: FitSpec, task: FitTask, selection, attrs: dict):
+    def _fit_kernel_subset(self, spec: FitSpec, task: FitTask, selection, attrs: dict):
         """A group selection or a band of widths (see :mod:`mwumkl_dist.solvers.groups`): the model on the
         kept kernels with selectivity 0 at the chosen ``C``; the other kernels get weight 0.  A group
         selection first runs its selection fit, which says which groups stay."""
