@@ -20,7 +20,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_after_cl
 def test_quick_run_reports_both_thread_counts(tmp_path):
     out = tmp_path / "after.json"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MWUMKL_NUM_THREADS")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeat", "1", "--datasets-dir", str(tmp_path),
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeat", "1",
                            "--out", str(out)], capture_output=True, text=True, timeout=170, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
