@@ -47,7 +47,7 @@ from mwumkl_dist.kernels.evaluation import combined_kernel, kernel_matrices, ker
 from . import datasets as D
 from .common import run_info
 
-METHODS = ("MWUMKL", "MWUMKL-paper", "Uniform", "EasyMKL", "Oracle")
+METHODS = ("MWUMKL", "MWUMKL-auto", "MWUMKL-paper", "Uniform", "EasyMKL", "Oracle")
 UNIFORM_C_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0)
 EASY_LAMBDAS = (0.1, 0.3, 0.5)
 EASY_SVC_C = 100.0
@@ -187,11 +187,18 @@ def _easymkl(kernels, Xtr, ytr, Xte, seed):
 
 
 def run_one(method, kernels, rel, Xtr, ytr, Xte, seed):
-    """Predictions on ``Xte`` and the kernel weights (over all kernels) of one method."""
+    """Predictions on ``Xte`` and the kernel weights (over all kernels) of one method.
+
+    ``MWUMKL-auto`` (the estimator with no argument at all, its own kernels) returns its feature weights
+    instead: its kernels are not the problem's.
+    """
     kernels = list(kernels)
     if method == "MWUMKL":
         clf = MWUMKLClassifier(kernels=kernels).fit(Xtr, ytr)
         return clf.predict(Xte), clf.kernel_weights_
+    if method == "MWUMKL-auto":
+        clf = MWUMKLClassifier().fit(Xtr, ytr)
+        return clf.predict(Xte), clf.feature_weights_
     if method == "MWUMKL-paper":
         clf = MWUMKLClassifier(kernels=kernels, selectivity="paper").fit(Xtr, ytr)
         return clf.predict(Xte), clf.kernel_weights_
@@ -208,6 +215,17 @@ def run_one(method, kernels, rel, Xtr, ytr, Xte, seed):
 
 
 # ----------------------------------------------------------------------------- driver
+
+
+def _mass(method, family, weights, kernels, rel, n_features):
+    """The weight on the relevant kernels; for MWUMKL-auto (feature weights) the weight on the relevant kernels'
+    features, and None on the bandwidth problems (its widths are its own, not the problem's)."""
+    if method != "MWUMKL-auto":
+        return float(weights[rel].sum())
+    if family == "b":
+        return None
+    relevant = feature_weights(kernels, rel / rel.sum(), n_features) > 0
+    return float(weights[relevant].sum())
 
 
 def run(quick: bool, out: Path, datasets_dir=None, methods=METHODS) -> dict:
@@ -233,7 +251,7 @@ def run(quick: bool, out: Path, datasets_dir=None, methods=METHODS) -> dict:
                 "n_train": len(ytr),
                 "n_kernels": len(kernels),
                 "relevant_kernels": int(rel.sum()),
-                "mass": float(w[rel].sum()),
+                "mass": _mass(method, family, w, kernels, rel, X.shape[1]),
                 "effective_kernels": float(1.0 / np.sum(w**2)),
                 "error": float(np.mean(pred != yte)),
                 "seconds": seconds,
@@ -241,7 +259,8 @@ def run(quick: bool, out: Path, datasets_dir=None, methods=METHODS) -> dict:
             rows.append(row)
             print(json.dumps(row), flush=True)
             if seed == 0 and family in ("a", "c"):
-                examples.setdefault(name, {})[method] = feature_weights(kernels, w, X.shape[1]).tolist()
+                per_feature = w if method == "MWUMKL-auto" else feature_weights(kernels, w, X.shape[1])
+                examples.setdefault(name, {})[method] = np.asarray(per_feature).tolist()
                 examples[name]["truth"] = feature_weights(kernels, rel / rel.sum(), X.shape[1]).tolist()
     summary = summarise(rows)
     doc = {"info": info, "quick": quick, "rows": rows, "summary": summary, "feature_weights": examples}
@@ -267,10 +286,15 @@ def summarise(rows) -> list[dict]:
                     "splits": len(sel),
                     "n_kernels": sel[0]["n_kernels"],
                     "relevant_kernels": sel[0]["relevant_kernels"],
-                    **{k: float(np.median([r[k] for r in sel])) for k in MEASURES},
+                    **{k: _median([r[k] for r in sel]) for k in MEASURES},
                 }
             )
     return out
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
 
 
 def markdown(summary) -> str:
@@ -282,7 +306,8 @@ def markdown(summary) -> str:
     for s in summary:
         lines.append(
             f"| {s['family']} | {s['problem']} | {s['n_kernels']} ({s['relevant_kernels']}) | {s['method']} | "
-            f"{s['mass']:.2f} | {s['effective_kernels']:.1f} | {100 * s['error']:.1f} % | {s['seconds']:.2f} |"
+            f"{'-' if s['mass'] is None else format(s['mass'], '.2f')} | {s['effective_kernels']:.1f} | "
+            f"{100 * s['error']:.1f} % | {s['seconds']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -300,7 +325,7 @@ def figure(out: Path, examples: dict) -> None:
         d = len(by_method["truth"])
         x = np.arange(d)
         ax.bar(x, by_method["truth"], color="lightgray", label="relevant (truth, uniform over them)")
-        for method, style in (("MWUMKL", "r-o"), ("EasyMKL", "g-^"), ("MWUMKL-paper", "m:")):
+        for method, style in (("MWUMKL", "r-o"), ("MWUMKL-auto", "b--s"), ("EasyMKL", "g-^"), ("MWUMKL-paper", "m:")):
             if method in by_method:
                 ax.plot(x, by_method[method], style, ms=3, lw=1, label=method)
         ax.set_title(f"{name}: learned weight per feature (seed 0)")

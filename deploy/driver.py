@@ -80,7 +80,7 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     model = parser.add_argument_group("model")
-    model.add_argument("--kernels", default="scaled", metavar="SPEC", help="kernel family (default 'scaled')")
+    model.add_argument("--kernels", default="auto", metavar="SPEC", help="kernel family (default 'auto')")
     model.add_argument(
         "--epsilon",
         type=epsilon_or_auto,

@@ -53,8 +53,21 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernels : str, KernelSpec or list, default="scaled"
-        The base kernels.  A spec string such as ``"scaled"`` (14 kernels on
+    kernels : str, KernelSpec or list, default="auto"
+        The base kernels.  ``"auto"`` offers the ``"scaled"`` family below and
+        kernels on feature subsets, and lets cross-validation choose (see
+        :mod:`mwumkl_dist.solvers.structure`): a selective MWU fit screens
+        Gaussians on every feature and on feature pairs (all of them for up to
+        20 features, else a seeded draw of pairs and triples); the features
+        that carry its weight get a model of their own (a joint band of
+        Gaussians on them and the kernels of the heaviest screened subsets),
+        for 1, 2, 4, ... kept features, each cross-validated like the other
+        candidates.  Such a structured model replaces the all-features family
+        only when it is better by more than the standard error of their
+        paired difference; ``structure_`` then says which features and
+        subsets it kept, and ``kernel_names_`` holds its kernels (otherwise
+        the scaled family's).  Where no feature subset stands out the model
+        is the scaled family's.  A spec string such as ``"scaled"`` (14 kernels on
         all features: polynomial degrees 1-3 and 11 Gaussians whose widths
         ``2^-2.5 ... 2^2.5 sigma_0`` are set from the training data's own scale,
         ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``;
@@ -257,9 +270,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     kernel_traces_ : ndarray of shape (n_kernels,)
         Traces ``r_i`` of the base kernels on the training data.
     kernel_names_ : list of str
-        The base kernels, as spec strings (the scaled families' widths as numbers).
+        The base kernels, as spec strings (the scaled families' widths as numbers); with
+        ``kernels="auto"`` the kernels of the model it chose (the scaled family's, or a
+        structured model's, see ``structure_``).
     kernel_scale_ : float
-        Only with a scaled family (``kernels="scaled"``, the default) or a
+        Only with a scaled family (``kernels="scaled"`` or ``"auto"``, the default) or a
         random bank with scaled widths: the data's scale ``sigma_0`` its
         Gaussian widths are multiples of.
     n_threads_ : int
@@ -307,6 +322,18 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     width_band_path_ : dict
         Only with ``selectivity="auto"`` and five or more Gaussian widths on one feature group: the
         cross-validated error of each band, by ``(WidthBand, C)``.
+    structure_ : dict
+        Only when ``kernels="auto"`` chose a structured model (see ``kernels``): the kept
+        ``features`` (ascending) and ``subsets`` (screened feature subsets that keep their own
+        kernels, heaviest first), ``top`` (how many features were kept), ``screened_kernels``
+        (how many kernels the screen weighed) and the screen's ``feature_weights`` (one per
+        feature, summing to 1: the evidence the features were ranked by).  The model's kernels
+        (``kernel_names_``) are the kept features' joint band and the kept subsets' kernels, with
+        uniform weights at ``C_`` (``selectivity_`` is 0).
+    structure_path_ : dict
+        Only with ``kernels="auto"`` on two or more features, ``C="auto"`` and ``selectivity="auto"``:
+        the cross-validated error of each structured candidate, by
+        ``(FeatureStructure(top), C)`` (each fold screening its own training rows).
     solver_ : str
         The solver used: "mwu" or "two-stage" (see ``solver``).
     weight_points_ : int
@@ -354,7 +381,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        kernels="scaled",
+        kernels="auto",
         epsilon="auto",
         C="auto",
         rho=0.5,

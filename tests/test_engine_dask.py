@@ -376,3 +376,16 @@ def test_a_later_fit_reuses_the_shard_threads_and_starts_none(threaded_client, m
     monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name) or start(self))
     fit(X, y)
     assert not [name for name in started if name.startswith(("mwumkl-shard", "mwumkl-channel"))], started
+
+
+def test_a_structured_default_model_is_the_local_one_on_dask(threaded_client):
+    """kernels="auto": the structure search runs on the driver (in memory), the final fit on its own kernels on the
+    shards; the same model as the local engine's."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(240, 6))
+    y = np.where(np.sin(2 * np.pi * X[:, 0]) * np.sin(2 * np.pi * X[:, 1]) > 0, 1, -1)
+    local = MWUMKLClassifier(random_state=0).fit(X, y)
+    on_dask = MWUMKLClassifier(random_state=0, engine="dask", client=threaded_client, n_shards=2).fit(X, y)
+    assert local.structure_["features"] == [0, 1] and on_dask.structure_ == local.structure_
+    assert list(on_dask.kernel_names_) == list(local.kernel_names_)
+    _assert_same_model(on_dask, local, X)

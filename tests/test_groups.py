@@ -10,14 +10,17 @@ from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.kernels import Gaussian, Polynomial
 from mwumkl_dist.solvers import auto
 from mwumkl_dist.solvers.groups import (
+    AUTO_BAND_C_FACTORS,
     AUTO_GROUP_C_GRID,
     AUTO_GROUP_SELECTIONS,
     GroupSelection,
+    group_ladder,
     kept_groups,
     n_groups,
     selected_kernels,
     selected_mask,
 )
+from mwumkl_dist.solvers.structure import STRUCTURE_RUNGS
 
 N_FEATURES = 6
 
@@ -42,6 +45,8 @@ def test_groups_are_the_features_a_kernel_reads():
     assert kept_groups(specs, weights, keep=0.5) == {(0,), (1, 2)}
     assert selected_mask(specs, weights, keep=0.5).tolist() == [True, True, True, False]
     assert selected_kernels(specs, weights, keep=0.7) == specs[:2]
+    # The top k groups instead of a threshold (ties to the first).
+    assert kept_groups(specs, weights, top=1) == {(0,)} and kept_groups(specs, weights, top=2) == {(0,), (1, 2)}
     # One-vs-rest: a group kept for any problem is kept.
     both = np.array([[0.9, 0.1, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]])
     assert kept_groups(specs, both, keep=0.5) == {(0,), None}
@@ -53,7 +58,7 @@ def _cv_error_of_group_selection(specs, X, y, selection, C, seed):
     folds = list(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
     for a, b in folds:
         chooser = MWUMKLClassifier(specs, C=selection.C, selectivity=selection.selectivity).fit(X[a], y[a])
-        kept = selected_kernels(specs, chooser.kernel_weights_, selection.keep)
+        kept = selected_kernels(specs, chooser.kernel_weights_, selection.keep, selection.top)
         model = MWUMKLClassifier(kept, C=C, selectivity=0.0).fit(X[a], y[a])
         error += np.mean(model.predict(X[b]) != y[b]) / len(folds)
     return error
@@ -69,7 +74,11 @@ def selected():
 def test_group_selection_keeps_the_informative_features_and_refits_on_them(selected):
     X, y, clf = selected
     specs = _specs()
-    assert set(clf.group_selection_path_) == {(g, c) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID}
+    # The threshold selections at every refit C, and the ladder of the top 1, 2, 4 groups at the chosen C and 10 C.
+    base_C = auto._first_best(clf.C_path_)
+    ladder = {(g, base_C * f) for g in group_ladder(N_FEATURES, STRUCTURE_RUNGS) for f in AUTO_BAND_C_FACTORS}
+    assert [g.top for g in group_ladder(N_FEATURES, STRUCTURE_RUNGS)] == [1, 2, 4]
+    assert set(clf.group_selection_path_) == {(g, c) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID} | ladder
     chosen = clf.group_selection_
     assert chosen is not None and (chosen["groups_kept"], chosen["groups"]) == (2, N_FEATURES)
     # Its path entries are the cross-validated errors of select-then-refit, each fold selecting its own groups.
@@ -78,7 +87,7 @@ def test_group_selection_keeps_the_informative_features_and_refits_on_them(selec
     # Only the informative features carry weight; the weights cover every kernel and sum to 1.
     assert clf.kernel_weights_.shape == (len(specs),) and clf.kernel_weights_.sum() == pytest.approx(1.0)
     assert np.all(clf.feature_weights_[2:] == 0.0) and np.all(clf.feature_weights_[:2] > 0.0)
-    assert clf.selectivity_ == 0.0 and clf.C_ in AUTO_GROUP_C_GRID
+    assert clf.selectivity_ == 0.0 and clf.C_ in {c for _, c in clf.group_selection_path_}
     # The model is the fit on the kept groups' kernels with uniform weights at the chosen C, bit for bit.
     ref = MWUMKLClassifier(_specs([0, 1]), C=clf.C_, selectivity=0.0, random_state=0).fit(X, y)
     np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))
@@ -103,7 +112,8 @@ def test_probabilities_are_calibrated_on_the_group_selected_model(fold_selectivi
     clf = MWUMKLClassifier(_specs(), random_state=0, probability=True).fit(X, y)
     assert clf.group_selection_ is not None
     # Platt's five folds refit the same regime: the group selection itself, not selectivity="auto"'s default.
-    assert seen[-5:] == [GroupSelection(clf.group_selection_["C"], clf.group_selection_["selectivity"])] * 5
+    chosen = clf.group_selection_
+    assert seen[-5:] == [GroupSelection(chosen["C"], chosen["selectivity"], chosen["keep"], chosen.get("top"))] * 5
     proba = clf.predict_proba(X)
     np.testing.assert_array_equal(np.argmax(proba, axis=1) == 1, clf.decision_function(X) > 0)
 

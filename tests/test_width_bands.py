@@ -160,3 +160,47 @@ def test_the_two_stage_weight_stage_scores_bands_only_on_data_near_its_size(monk
         monkeypatch.setitem(driver.SOLVERS, "two-stage", solver)
         clf = MWUMKLClassifier(_specs(), solver="two-stage", random_state=0).fit(X, y)
         assert hasattr(clf, "width_band_path_") is scored and clf.weight_points_ == weight_points
+
+
+def test_auto_bands_go_beyond_the_family_where_the_optimum_is_at_its_edge(monkeypatch):
+    """``kernels="auto"``: bands on a ladder of widths beyond the scaled family's (its memorising widths
+    included); the narrowest band best, one band narrower is scored too, and the winner is a model on its own
+    Gaussians."""
+    from mwumkl_dist.kernels.evaluation import data_scale, scale_sample_rows
+    from mwumkl_dist.solvers.groups import AUTO_BAND_CENTRES, AUTO_BAND_EXPONENTS, auto_band_ladder
+
+    X, y = _problem(3)
+    scored = []
+
+    def errors(self, candidates):
+        scored.extend(candidates)
+        n, out = len(self.rows), []
+        for C, s in candidates:
+            # every band better the narrower it is (centre rank c: 0.05 + 0.01 c), everything else 0.2
+            error = 0.05 + 0.01 * (s.first + 1) if isinstance(s, WidthBand) else 0.2
+            losses = np.zeros(n)
+            losses[: round(error * n)] = 1.0 / n
+            self._losses[C, s] = losses
+            out.append(float(np.sum(losses)))
+        return out
+
+    monkeypatch.setattr(auto._FoldScorer, "errors", errors)
+    clf = MWUMKLClassifier(random_state=0).fit(X, y)
+    sigma0 = data_scale([X], 3, X[scale_sample_rows(len(X))]).sigma()
+    ladder = auto_band_ladder(sigma0)
+    assert ladder == pytest.approx([sigma0 * 2.0**e for e in AUTO_BAND_EXPONENTS])
+    centres = [(b.first + b.last) // 2 for _, b in scored if isinstance(b, WidthBand)]
+    # The family's bands, then one step beyond the narrowest (rank 3), not two.
+    assert centres == [c for c in AUTO_BAND_CENTRES for _ in AUTO_BAND_C_FACTORS] + [3, 3]
+    assert clf.width_band_ == {"first": 2, "last": 4, "sigmas": list(ladder[2:5]), "widths": 19, "own_kernels": True}
+    # The model is the band's own three Gaussians (2^-3.5 ... 2^-2.5 sigma_0: the family's narrowest and beyond).
+    assert [spec.sigma for spec in _gaussians(clf.kernel_names_)] == pytest.approx(ladder[2:5])
+    assert ladder[2:5] == pytest.approx([sigma0 * 2.0**e for e in (-3.5, -3.0, -2.5)])
+    assert clf.kernel_weights_ == pytest.approx(np.full(3, 1.0 / 3.0))
+    assert chosen_selectivity(vars(clf)) == WidthBand(2, 4, tuple(ladder[2:5]))
+
+
+def _gaussians(names):
+    from mwumkl_dist.kernels import KernelSet
+
+    return KernelSet(list(names), 3).specs

@@ -76,7 +76,7 @@ def _model_options() -> argparse.ArgumentParser:
     """The options of the estimator, shared by ``demo`` and ``fit``."""
     model = Parser(add_help=False)
     group = model.add_argument_group("model")
-    group.add_argument("--kernels", type=kernel_spec, default="scaled", metavar="SPEC", help=KERNEL_SPEC_HELP)
+    group.add_argument("--kernels", type=kernel_spec, default="auto", metavar="SPEC", help=KERNEL_SPEC_HELP)
     group.add_argument(
         "--epsilon",
         type=epsilon_or_auto,
@@ -333,7 +333,27 @@ def _describe_params(args, clf) -> str:
     if band is not None:
         sigmas = ", ".join(f"{s:.3g}" for s in band["sigmas"])
         sel += f" on the Gaussians of widths {sigmas} (band {band['first']}-{band['last']} of {band['widths']} widths)"
+    structure = getattr(clf, "structure_", None)
+    if structure is not None:
+        sel += f"; {describe_structure(structure, getattr(clf, 'feature_names_in_', None))}"
     return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
+
+
+def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
+    """One line on a structured model (``structure_``): the kept features and the subsets with kernels of their own."""
+
+    def label(f):
+        return str(names[f]) if names is not None else f"x{f}"
+
+    features = structure["features"]
+    shown = ", ".join(label(f) for f in features[:limit]) + (
+        f" (first {limit} of {len(features)})" * (len(features) > limit)
+    )
+    text = f"structure: a model on {len(features)} of the features ({shown})"
+    subsets = structure.get("subsets") or []
+    if subsets:
+        text += "; with kernels of their own: " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
+    return text
 
 
 def _weight_summary(clf, limit: int = 10) -> list[str]:

@@ -43,7 +43,7 @@ from mwumkl_dist.kernels.evaluation import (
     scale_sample_rows,
     support_vector_sums,
 )
-from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet
+from mwumkl_dist.kernels.specs import BankKernelNames, DataScale, KernelSet
 
 __all__ = [
     "Problem",
@@ -153,7 +153,10 @@ class TrainingInput(Protocol):
         """``(X, support)`` for the predictor's decision values of training ``rows`` (None: not readable)."""
 
     def with_kernels(self, kernels) -> TrainingInput:
-        """The same rows with ``kernels``, some of this input's own in their order (feature inputs only)."""
+        """The same rows with ``kernels`` (closed-form kernel specs; feature inputs only)."""
+
+    def data_scale(self) -> DataScale:
+        """The rows' :class:`~mwumkl_dist.kernels.specs.DataScale` (feature inputs only; computed once)."""
 
     def kernel_traces(self) -> np.ndarray:
         """Every kernel's trace ``sum_j K_i(x_j, x_j)`` on the training rows (feature inputs only)."""
@@ -325,6 +328,11 @@ class FeatureInput(_FeatureData):
     def with_kernels(self, kernels) -> FeatureInput:
         return FeatureInput(self.X, self.y, list(kernels))
 
+    def data_scale(self) -> DataScale:
+        if self.kernel_set.scale is None:  # concrete kernels: the rows' scale was not needed until now
+            self.kernel_set.scale = _data_scale(self.X)
+        return self.kernel_set.scale
+
     def kernel_traces(self) -> np.ndarray:
         return kernel_traces(self.kernel_set, self._csr)
 
@@ -376,6 +384,9 @@ class PrecomputedInput:
 
     def with_kernels(self, kernels):
         raise ValueError("precomputed kernels have no feature groups to select")
+
+    def data_scale(self):
+        raise ValueError("precomputed kernels have no feature rows to scale kernels by")
 
     def kernel_traces(self):
         raise ValueError("precomputed kernels: their traces come with the fit")
@@ -443,6 +454,9 @@ class _StoreData:
     def with_kernels(self, kernels):
         raise ValueError(f"{self.store.path}: a store's kernels are chosen when it is opened")
 
+    def data_scale(self):
+        raise ValueError(f"{self.store.path}: a kernel store has no feature rows to scale kernels by")
+
     def kernel_traces(self):
         raise ValueError(f"{self.store.path}: a kernel store's traces come with the fit")
 
@@ -458,6 +472,11 @@ def _data_scale(X):
     return data_scale([X], X.shape[1], X[scale_sample_rows(X.shape[0])])
 
 
+def _store_scale(store: DataStore) -> DataScale:
+    """The scale of a data store's rows (one pass over its chunks)."""
+    return data_scale(_store_blocks(store), store.n_features, store.take_rows(scale_sample_rows(store.n_samples)))
+
+
 def _store_blocks(store: DataStore):
     """A data store's rows, one chunk-aligned block at a time."""
     for a, b in store.row_ranges(-(-store.n_samples // store.chunk_rows)):
@@ -471,12 +490,7 @@ class DataStoreInput(_StoreData):
         super().__init__(store)
         self.n_features_in = store.n_features
 
-        def scale():
-            return data_scale(
-                _store_blocks(store), store.n_features, store.take_rows(scale_sample_rows(store.n_samples))
-            )
-
-        self.kernel_set = KernelSet(kernels, store.n_features, scale=scale)
+        self.kernel_set = KernelSet(kernels, store.n_features, scale=functools.partial(_store_scale, store))
         # concrete widths: a subset of the rows keeps these kernels
         self.kernels = self.kernel_set.specs if self.kernel_set.bank is None else self.kernel_set.bank
         self.kernel_names = self.kernel_set.names()
@@ -494,6 +508,11 @@ class DataStoreInput(_StoreData):
 
     def with_kernels(self, kernels) -> DataStoreInput:
         return DataStoreInput(self.store, list(kernels))
+
+    def data_scale(self) -> DataScale:
+        if self.kernel_set.scale is None:
+            self.kernel_set.scale = _store_scale(self.store)
+        return self.kernel_set.scale
 
     def kernel_traces(self) -> np.ndarray:
         """Summed over the store's chunks in row order (one pass over the store)."""

@@ -101,6 +101,7 @@ def _model_meta(estimator) -> dict:
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
         "group_selection_": getattr(estimator, "group_selection_", None),
         "width_band_": getattr(estimator, "width_band_", None),
+        "structure_": getattr(estimator, "structure_", None),
     }
 
 
@@ -277,6 +278,8 @@ def _estimator_from(cls, meta: dict, data):
         est.group_selection_ = dict(meta["group_selection_"])
     if meta.get("width_band_") is not None:
         est.width_band_ = dict(meta["width_band_"])
+    if meta.get("structure_") is not None:
+        est.structure_ = dict(meta["structure_"])
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

@@ -8,6 +8,7 @@ that gives far too few iterations for an unpolished fit, and ``random_state``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
@@ -18,19 +19,33 @@ import numpy as np
 from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
+from mwumkl_dist.kernels.specs import screening_kernels, searches_structure
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_fit, fold_map, predicted_labels
 from mwumkl_dist.solvers.groups import (
     AUTO_BAND_C_FACTORS,
     AUTO_GROUP_C_GRID,
     AUTO_GROUP_SELECTIONS,
     GroupSelection,
     WidthBand,
+    auto_width_bands,
+    group_ladder,
+    more_bands,
     n_groups,
     selected_kernels,
     width_bands,
 )
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.structure import (
+    SCREEN_C,
+    SCREEN_EPSILON,
+    SCREEN_SELECTIVITY,
+    STRUCTURE_RUNGS,
+    FeatureStructure,
+    Screen,
+    structure_rungs,
+    structured_kernels,
+)
 
 __all__ = [
     "AUTO_EPS_POLISHED",
@@ -54,6 +69,7 @@ __all__ = [
     "AUTO_SELECTIVITY_SEARCH_START",
     "AUTO_SELECTIVITY_STORE",
     "solver_selectivity",
+    "screen_spec",
 ]
 
 logger = logging.getLogger("mwumkl_dist")
@@ -241,6 +257,13 @@ def fold_spec(
     )
 
 
+def screen_spec(spec: FitSpec, kernels) -> FitSpec:
+    """The specification of a structure screen on ``kernels`` (see :mod:`mwumkl_dist.solvers.structure`):
+    local, quiet, unpolished, at the screen's ``C``, selectivity and epsilon."""
+    return fold_spec(spec, polished=False, C=SCREEN_C, selectivity=SCREEN_SELECTIVITY, epsilon=SCREEN_EPSILON,
+                     max_iter=None, kernels=list(kernels))  # fmt: skip
+
+
 def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | None:
     """What :func:`mwumkl_dist.solvers.mwu.solve` takes for a checked, non-"auto" ``selectivity``.
 
@@ -312,26 +335,28 @@ def choose_C(
     selectivity : float, str, GroupSelection or WidthBand
         A :class:`~mwumkl_dist.solvers.groups.GroupSelection` when a group selection won, a
         :class:`~mwumkl_dist.solvers.groups.WidthBand` when a band of widths won (then ``C`` is its fit's).
-    C_path, selectivity_path, group_path, band_path : dict
+    C_path, selectivity_path, group_path, band_path, structure_path : dict
         The cross-validated error of each candidate (empty when none was cross-validated);
-        ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``.
+        ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``,
+        ``structure_path`` by ``(FeatureStructure, C)``.
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}, {}
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}, {}
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
         C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
         C = _first_best(C_path)
-    selectivity, selectivity_path, group_path, band_path = start, {}, {}, {}
+    base_C = C
+    selectivity, selectivity_path, group_path, band_path, structure_path = start, {}, {}, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
         found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
@@ -339,6 +364,8 @@ def choose_C(
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
         if scorer.selects_groups:
             candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
+            ladder = group_ladder(n_groups(cv.kernel_set.specs), STRUCTURE_RUNGS)
+            candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
             group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates))}
             pick = _first_best(group_path)
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
@@ -353,10 +380,37 @@ def choose_C(
             candidates = [(C * f, b) for b in bands for f in AUTO_BAND_C_FACTORS]
             band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))}
             band, band_C = _first_best(band_path)
+            for _ in range(2):  # kernels="auto": the neighbours of the best band, then one beyond an edge
+                more = scorer.more_bands(band, {b for b, _ in band_path})
+                if not more:
+                    break
+                candidates = [(C * f, b) for b in more for f in AUTO_BAND_C_FACTORS]
+                band_path.update({(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))})
+                band, band_C = _first_best(band_path)
             margin = others[rival] - band_path[band, band_C]
             if margin > scorer.paired_standard_error((band_C, band), rival):
                 selectivity, C = band, band_C
-    return float(C), selectivity, C_path, selectivity_path, group_path, band_path
+        if scorer.searches_structure:
+            # Against the best of every candidate scored so far, by the paired rule as for bands.
+            others = {(c, start): e for c, e in C_path.items()}
+            others.update({(base_C, s): e for s, e in selectivity_path.items()})
+            others.update({(c, g): e for (g, c), e in group_path.items()})
+            others.update({(c, b): e for (b, c), e in band_path.items()})
+            rival = _first_best(others)
+            # Every rung at the chosen C, then the fewest features within a paired standard error of the best
+            # rung (the simpler model) also at 10 C.
+            rungs = structure_rungs(scorer.n_features)
+            structure_path = {(r, base_C): e for r, e in zip(rungs, scorer.errors([(base_C, r) for r in rungs]))}
+            best = _first_best(structure_path)
+            rung = next(r for r in rungs if structure_path[r, base_C] - structure_path[best]
+                        <= scorer.paired_standard_error((base_C, r), best[::-1]))  # fmt: skip
+            for f in AUTO_BAND_C_FACTORS[1:]:
+                structure_path[rung, base_C * f] = scorer.errors([(base_C * f, rung)])[0]
+            rung, rung_C = _first_best({key: e for key, e in structure_path.items() if key[0] == rung})
+            margin = others[rival] - structure_path[rung, rung_C]
+            if margin > scorer.paired_standard_error((rung_C, rung), rival):
+                selectivity, C = FeatureStructure(rung.top, scorer.mean_screen()), rung_C
+    return float(C), selectivity, C_path, selectivity_path, group_path, band_path, structure_path
 
 
 @dataclass(frozen=True)
@@ -378,11 +432,37 @@ class _FoldScorer:
     sample_weight: np.ndarray | None
     polished: bool
     iterations_per_point: float | None
+    seed: int = 0
     #: Each fold's kernels kept by a group selection, by (selection, fold): one selection fit per fold.
     _selected: dict = field(default_factory=dict, compare=False, repr=False)
     #: Each scored candidate's loss on every cross-validated row (in fold order), by ``(C, selectivity)``:
     #: what :meth:`paired_standard_error` compares.
     _losses: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Each group selection fit's kernel weights, by (C, selectivity, fold).
+    _selection_weights: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Each fold's structure screen (see :mod:`mwumkl_dist.solvers.structure`), by fold.
+    _screens: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.cv.n_features_in)
+
+    @functools.cached_property
+    def screening_kernels(self) -> list:
+        """The structure search's screening kernels on the cross-validated rows' scale (empty: no search)."""
+        kernel_set = self.cv.kernel_set
+        if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
+            return []
+        return screening_kernels(self.cv.data_scale(), self.seed)
+
+    @property
+    def searches_structure(self) -> bool:
+        """Whether structured candidates are scored: ``kernels="auto"`` on feature rows with two or more features."""
+        return bool(self.screening_kernels)
+
+    def mean_screen(self) -> Screen:
+        """The folds' screens averaged: the structure the final model keeps its features from."""
+        return Screen.mean(self._screens[k] for k in range(len(self.folds)))
 
     @property
     def selects_groups(self) -> bool:
@@ -392,9 +472,22 @@ class _FoldScorer:
 
     @property
     def width_bands(self) -> list:
-        """The bands of Gaussian widths scored as candidates (:func:`~mwumkl_dist.solvers.groups.width_bands`)."""
+        """The bands of Gaussian widths scored as candidates (:func:`~mwumkl_dist.solvers.groups.width_bands`;
+        with ``kernels="auto"`` :func:`~mwumkl_dist.solvers.groups.auto_width_bands`, on the ladder that goes
+        beyond the scaled family's widths, memorising ones included: the cross-validation decides)."""
         kernel_set = self.cv.kernel_set
-        return [] if kernel_set is None or kernel_set.bank is not None else width_bands(kernel_set.specs)
+        if kernel_set is None or kernel_set.bank is not None:
+            return []
+        if self.searches_structure:
+            return auto_width_bands(self.cv.data_scale().sigma())
+        return width_bands(kernel_set.specs)
+
+    def more_bands(self, band, scored) -> list:
+        """The bands to score next after ``scored`` (``kernels="auto"`` only, see
+        :func:`~mwumkl_dist.solvers.groups.more_bands`)."""
+        if not (self.searches_structure and band.sigmas):
+            return []
+        return more_bands(band, self.cv.data_scale().sigma(), scored)
 
     @classmethod
     def make(cls, fit, spec, cv, seed, sample_weight, polished, iterations_per_point):
@@ -412,7 +505,8 @@ class _FoldScorer:
         # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
         cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
         fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
-        return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point)
+        return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point,
+                   seed)  # fmt: skip
 
     def errors(self, candidates) -> list[float]:
         """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
@@ -426,11 +520,20 @@ class _FoldScorer:
         """
         k = len(self.folds)
         selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
-        todo = [(s, f) for s in selections for f in range(k) if (s, f) not in self._selected]
-        chosen = fold_map(lambda job: self._fit_fold(job[1], job[0].C, job[0].selectivity)[0]["kernel_weights_"],
-                          todo, doing="choosing C by cross-validation")  # fmt: skip
-        for (selection, f), weights in zip(todo, chosen):
-            self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep)
+        # One selection fit per (C, selectivity) and fold, shared by the selections that keep groups differently.
+        todo = list(dict.fromkeys((s.C, s.selectivity, f) for s in selections for f in range(k)
+                                  if (s.C, s.selectivity, f) not in self._selection_weights))  # fmt: skip
+        chosen = fold_map(lambda job: self._selection_fit(*job), todo, doing="choosing C by cross-validation")
+        self._selection_weights.update(zip(todo, chosen))
+        for selection in selections:
+            for f in range(k):
+                weights = self._selection_weights[selection.C, selection.selectivity, f]
+                self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep,
+                                                                selection.top)  # fmt: skip
+        if any(isinstance(s, FeatureStructure) for _, s in candidates):
+            todo = [f for f in range(k) if f not in self._screens]
+            screens = fold_map(self._screen_fold, todo, doing="screening feature subsets")
+            self._screens.update(zip(todo, screens))
         jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
         parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
         out = []
@@ -455,14 +558,32 @@ class _FoldScorer:
         n = len(d)
         return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
 
+    def _selection_fit(self, C, selectivity, k: int) -> np.ndarray:
+        """The kernel weights of a group selection fit on fold ``k``'s training rows (nothing scored)."""
+        train = self.rows[self.folds[k][0]]
+        spec = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
+        attrs = fold_fit(self.fit, spec, self.cv, self.fold_kernels[k], train, self.sample_weight,
+                         doing="choosing C by cross-validation")  # fmt: skip
+        return attrs["kernel_weights_"]
+
+    def _screen_fold(self, k: int) -> Screen:
+        """The structure screen of fold ``k``'s training rows."""
+        train = self.rows[self.folds[k][0]]
+        spec = screen_spec(self.spec, self.screening_kernels)
+        attrs = fold_fit(self.fit, spec, self.cv, self.screening_kernels, train, self.sample_weight,
+                         doing="screening feature subsets")  # fmt: skip
+        return Screen.of(self.screening_kernels, attrs["kernel_weights_"], self.n_features)
+
     def _fold_error(self, C, selectivity, k: int) -> tuple[float, np.ndarray]:
         """Fold ``k``'s share of the cross-validated error, and each of its test rows' share of it."""
-        if isinstance(selectivity, GroupSelection):
+        if isinstance(selectivity, FeatureStructure):
+            kernels = structured_kernels(self.cv.data_scale(), self._screens[k], selectivity.top)[0]
+            attrs, decisions = self._fit_fold(k, C, 0.0, kernels)
+        elif isinstance(selectivity, GroupSelection):
             attrs, decisions = self._fit_fold(k, C, 0.0, self._selected[selectivity, k])
         elif isinstance(selectivity, WidthBand):
-            kernels = self.fold_kernels[k]
-            band = [spec for spec, keep in zip(kernels, selectivity.mask(kernels)) if keep]
-            attrs, decisions = self._fit_fold(k, C, 0.0, band)
+            attrs, decisions = self._fit_fold(k, C, 0.0, selectivity.kernels(self.fold_kernels[k]))
         else:
             attrs, decisions = self._fit_fold(k, C, selectivity)
         test = self.rows[self.folds[k][1]]
@@ -473,12 +594,21 @@ class _FoldScorer:
         return weighted_error(predicted, self.cv.y[test], test_weights) / len(self.folds), share / len(self.folds)
 
     def _fit_fold(self, k: int, C, selectivity, kernels=None):
-        """Fold ``k``'s fit (on its kernels, or ``kernels``) and its decision values on the fold's test rows."""
+        """Fold ``k``'s fit (on its kernels, or ``kernels``) and its decision values on the fold's test rows.
+
+        A polished fold at selectivity 0 runs no MWU iteration (``max_iter=0``): its weights are uniform
+        whatever the iterations do, and the polish solves its SVM exactly, so the model is the same.
+        """
         (a, b) = self.folds[k]
         train, test = self.rows[a], self.rows[b]
-        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
-                         n_train=len(train), C=C, selectivity=selectivity)  # fmt: skip
         kernels = self.fold_kernels[k] if kernels is None else kernels
+        weights_only = (
+            self.polished and self.iterations_per_point is None and isinstance(selectivity, float)
+            and selectivity == 0.0 and polish_budget_ok(len(train), getattr(kernels, "n_kernels", None) or len(kernels))
+        )  # fmt: skip
+        fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
+                         n_train=len(train), C=C, selectivity=selectivity,
+                         **({"max_iter": 0} if weights_only else {}))  # fmt: skip
         return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
                               doing="choosing C by cross-validation")  # fmt: skip
 

@@ -37,6 +37,7 @@ __all__ = [
     "Solver",
     "drop_zero_weights",
     "fold_decisions",
+    "fold_fit",
     "fold_map",
     "predicted_labels",
     "model_decisions",
@@ -191,11 +192,23 @@ def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, t
     """
     X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
     spec = replace(spec, **kernel_params)
-    data = make_training_input(X_train, cv.y[train], spec.kernels, estimator=None)
+    attributes = _fold_attributes(fit, spec, X_train, cv.y[train], sample_weight, train, doing)
+    return attributes, model_decisions(spec.kernels, attributes, X_test, scoring_device(spec))
+
+
+def fold_fit(fit: Fitter, spec: FitSpec, cv: TrainingInput, kernels, train, sample_weight, *, doing: str) -> dict:
+    """``spec``'s fit on rows ``train`` of ``cv`` with ``kernels``: its attributes, nothing scored (e.g. a
+    selection's or a screen's fit, whose weights are all that is wanted).  Run it through :func:`fold_map`."""
+    X_train, _, kernel_params = cv.fold_data(kernels, train, train[:0])
+    return _fold_attributes(fit, replace(spec, **kernel_params), X_train, cv.y[train], sample_weight, train, doing)
+
+
+def _fold_attributes(fit: Fitter, spec: FitSpec, X_train, y_train, sample_weight, train, doing: str) -> dict:
+    data = make_training_input(X_train, y_train, spec.kernels, estimator=None)
     attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
     if attributes["interrupted_"]:
         raise FitInterrupted(f"interrupted while {doing}; nothing was fitted")
-    return attributes, model_decisions(spec.kernels, attributes, X_test, scoring_device(spec))
+    return attributes
 
 
 def fold_map(run: Callable, folds, *, doing: str) -> list:

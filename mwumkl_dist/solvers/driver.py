@@ -255,7 +255,8 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
     weights = score_weights(y, spec.class_weight, task.sample_weight)
     majority = min(weighted_error(np.full(len(y), c), y, weights) for c in task.classes)
     paths = [*attrs.get("C_path_", {}).values(), *attrs.get("selectivity_path_", {}).values(),
-             *attrs.get("group_selection_path_", {}).values(), *attrs.get("width_band_path_", {}).values()]  # fmt: skip
+             *attrs.get("group_selection_path_", {}).values(), *attrs.get("width_band_path_", {}).values(),
+             *attrs.get("structure_path_", {}).values()]  # fmt: skip
     if paths:
         error, what = min(paths), "cross-validated"
     else:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mwumkl_dist.kernels.specs import GAUSSIAN
+from mwumkl_dist.kernels.specs import GAUSSIAN, Gaussian
 
 __all__ = [
     "AUTO_BAND_C_FACTORS",
@@ -34,8 +34,15 @@ __all__ = [
     "AUTO_GROUP_SELECTIONS",
     "GROUP_KEEP",
     "GroupSelection",
+    "AUTO_GROUP_LADDER_FIT",
+    "group_ladder",
     "WidthBand",
     "width_bands",
+    "AUTO_BAND_EXPONENTS",
+    "AUTO_BAND_CENTRES",
+    "auto_band_ladder",
+    "auto_width_bands",
+    "more_bands",
     "chosen_selectivity",
     "feature_groups",
     "kept_groups",
@@ -50,29 +57,35 @@ GROUP_KEEP = 0.2
 
 @dataclass(frozen=True)
 class GroupSelection:
-    """A selection fit's settings: size-relative ``C``, selectivity, and the :data:`GROUP_KEEP` threshold.
+    """A selection fit's settings: size-relative ``C``, selectivity, and which groups it keeps.
 
     As a fit's ``selectivity`` (with the refit's ``C`` as its ``C``) it means: fit with these
-    settings, keep the feature groups that carry at least ``keep`` of the heaviest group's weight,
-    and fit again on the kernels of those groups with selectivity 0.
+    settings, keep the feature groups that carry at least ``keep`` of the heaviest group's weight
+    (or, with ``top``, the ``top`` heaviest groups), and fit again on the kernels of those groups
+    with selectivity 0.
     """
 
     C: float
     selectivity: float
     keep: float = GROUP_KEEP
+    top: int | None = None
 
     def __str__(self) -> str:
-        return f"groups(C={self.C:g}, selectivity={self.selectivity:g})"
+        kept = "" if self.top is None else f", top {self.top}"
+        return f"groups(C={self.C:g}, selectivity={self.selectivity:g}{kept})"
 
     def describe(self, n_kept: int, n_groups: int) -> dict:
         """What the fitted attribute ``group_selection_`` records."""
-        return {
+        out = {
             "C": float(self.C),
             "selectivity": float(self.selectivity),
             "keep": float(self.keep),
             "groups_kept": int(n_kept),
             "groups": int(n_groups),
         }
+        if self.top is not None:
+            out["top"] = int(self.top)
+        return out
 
 
 #: ``selectivity="auto"`` scores group selections from these selection fits: the sparse ends of the
@@ -81,6 +94,18 @@ class GroupSelection:
 AUTO_GROUP_SELECTIONS = (GroupSelection(0.1, 300.0), GroupSelection(1.0, 100.0))
 #: ... each refitted at these size-relative ``C``.
 AUTO_GROUP_C_GRID = (1.0, 10.0, 100.0, 1000.0)
+#: ... and a ladder of the ``top`` heaviest groups of one selection fit at a moderate selectivity, whose weights
+#: rank the groups rather than collapse onto a few (see :mod:`mwumkl_dist.solvers.structure`; E6's
+#: make_classification k=5 of d=50 keeps 3 of the 5 informative features at a threshold of 0.2, ionosphere
+#: with 30 noise features 7 of its 34): the rungs of :data:`~mwumkl_dist.solvers.structure.STRUCTURE_RUNGS`
+#: below the group count, each refitted at the chosen ``C`` and ten times it.
+AUTO_GROUP_LADDER_FIT = (0.1, 30.0)
+
+
+def group_ladder(n: int, rungs) -> list[GroupSelection]:
+    """The ladder's group selections for ``n`` feature groups: ``top`` = each of ``rungs`` below ``n``."""
+    C, selectivity = AUTO_GROUP_LADDER_FIT
+    return [GroupSelection(C, selectivity, top=int(k)) for k in rungs if k < n]
 
 
 def feature_groups(specs) -> list:
@@ -88,8 +113,9 @@ def feature_groups(specs) -> list:
     return [getattr(spec, "features", None) for spec in specs]
 
 
-def kept_groups(specs, weights, keep: float = GROUP_KEEP) -> set:
-    """The feature groups whose summed kernel weight is at least ``keep`` times the heaviest group's.
+def kept_groups(specs, weights, keep: float = GROUP_KEEP, top: int | None = None) -> set:
+    """The feature groups whose summed kernel weight is at least ``keep`` times the heaviest group's
+    (with ``top``: the ``top`` heaviest groups, ties to the first).
 
     ``weights``: one row per binary problem (one-vs-rest) or one vector; a group is kept when it is
     kept for any problem (the refit's kernels are shared by all of them).
@@ -101,21 +127,22 @@ def kept_groups(specs, weights, keep: float = GROUP_KEEP) -> set:
     kept: set = set()
     for row in np.atleast_2d(np.asarray(weights, dtype=np.float64)):
         totals = np.bincount(member, weights=row, minlength=len(names))
-        top = totals.max()
-        if top > 0:
-            kept.update(names[i] for i in np.flatnonzero(totals >= keep * top))
+        if top is not None:
+            kept.update(names[i] for i in np.argsort(-totals, kind="stable")[: int(top)])
+        elif totals.max() > 0:
+            kept.update(names[i] for i in np.flatnonzero(totals >= keep * totals.max()))
     return kept
 
 
-def selected_mask(specs, weights, keep: float = GROUP_KEEP) -> np.ndarray:
+def selected_mask(specs, weights, keep: float = GROUP_KEEP, top: int | None = None) -> np.ndarray:
     """Which kernels of ``specs`` are in the groups :func:`kept_groups` keeps."""
-    kept = kept_groups(specs, weights, keep)
+    kept = kept_groups(specs, weights, keep, top)
     return np.array([group in kept for group in feature_groups(specs)], dtype=bool)
 
 
-def selected_kernels(specs, weights, keep: float = GROUP_KEEP) -> list:
+def selected_kernels(specs, weights, keep: float = GROUP_KEEP, top: int | None = None) -> list:
     """The kernels of ``specs`` in the groups :func:`kept_groups` keeps, in their order."""
-    return [spec for spec, kept in zip(specs, selected_mask(specs, weights, keep)) if kept]
+    return [spec for spec, kept in zip(specs, selected_mask(specs, weights, keep, top)) if kept]
 
 
 def n_groups(specs) -> int:
@@ -128,11 +155,11 @@ def chosen_selectivity(attributes: dict):
     its :class:`WidthBand` when it kept a band of widths."""
     band = attributes.get("width_band_")
     if band is not None:
-        return WidthBand(band["first"], band["last"])
+        return WidthBand(band["first"], band["last"], tuple(band["sigmas"]) if band.get("own_kernels") else ())
     chosen = attributes.get("group_selection_")
     if chosen is None:
         return attributes.get("selectivity_")
-    return GroupSelection(chosen["C"], chosen["selectivity"], chosen["keep"])
+    return GroupSelection(chosen["C"], chosen["selectivity"], chosen["keep"], chosen.get("top"))
 
 
 # ----------------------------------------------------------------------------- bands of widths
@@ -157,10 +184,13 @@ class WidthBand:
 
     As a fit's ``selectivity`` it means: fit on those kernels only (the others get weight 0) with
     selectivity 0.  Ranks count the distinct widths of the kernel set's Gaussians (one feature group).
+    With ``sigmas`` (``kernels="auto"``, see :func:`auto_width_bands`) the band is those Gaussians on all
+    features, whatever the kernel set holds, and the ranks count :func:`auto_band_ladder`'s widths.
     """
 
     first: int
     last: int
+    sigmas: tuple = ()
 
     def __str__(self) -> str:
         return f"widths({self.first}-{self.last})"
@@ -168,18 +198,63 @@ class WidthBand:
     def mask(self, specs) -> np.ndarray:
         """Which kernels of ``specs`` are in the band."""
         ladder = _width_ladder(specs)
-        band = set(ladder[self.first : self.last + 1])
+        band = set(self.sigmas or ladder[self.first : self.last + 1])
         return np.array([_sigma(spec) in band for spec in specs], dtype=bool)
+
+    def kernels(self, specs) -> list:
+        """The band's kernels: its Gaussians on all features (with ``sigmas``), else those of ``specs`` in it."""
+        if self.sigmas:
+            return [Gaussian(sigma=s) for s in self.sigmas]
+        return [spec for spec, keep in zip(specs, self.mask(specs)) if keep]
 
     def describe(self, specs) -> dict:
         """What the fitted attribute ``width_band_`` records: the ranks, the widths, how many there were."""
-        ladder = _width_ladder(specs)
-        return {
+        ladder = AUTO_BAND_EXPONENTS if self.sigmas else _width_ladder(specs)
+        out = {
             "first": int(self.first),
             "last": int(self.last),
-            "sigmas": [float(s) for s in ladder[self.first : self.last + 1]],
+            "sigmas": [float(s) for s in (self.sigmas or ladder[self.first : self.last + 1])],
             "widths": len(ladder),
         }
+        if self.sigmas:  # the model is the band's own kernels (kernels="auto")
+            out["own_kernels"] = True
+        return out
+
+
+#: ``kernels="auto"`` scores its bands on a ladder of widths ``2^e sigma_0`` that goes beyond the scaled family's
+#: (``2^-2.5 ... 2^2.5``, the narrowest of which its uniform mixture leaves out where they would memorise) by two
+#: octaves either way, so that a band at the edge of the family can be extended (see :func:`auto_width_bands`).
+AUTO_BAND_EXPONENTS = tuple(k / 2.0 for k in range(-9, 10))
+#: The bands first scored: centred on every other width of the scaled family's (ladder ranks 5, 7, ..., 13).
+AUTO_BAND_CENTRES = (5, 7, 9, 11, 13)
+
+
+def auto_band_ladder(sigma0: float) -> tuple:
+    """The widths :data:`AUTO_BAND_EXPONENTS` times ``sigma0``, narrowest first."""
+    return tuple(float(sigma0 * 2.0**e) for e in AUTO_BAND_EXPONENTS)
+
+
+def auto_width_bands(sigma0: float, centres=AUTO_BAND_CENTRES) -> list:
+    """The bands of three neighbouring widths of :func:`auto_band_ladder` centred on ``centres`` (ladder ranks)."""
+    ladder = auto_band_ladder(sigma0)
+    return [WidthBand(c - 1, c + 1, ladder[c - 1 : c + 2]) for c in centres if 1 <= c < len(ladder) - 1]
+
+
+def more_bands(band: WidthBand, sigma0: float, scored) -> list:
+    """The bands to score after ``scored`` when ``band`` is the best of them (``kernels="auto"``).
+
+    First the two bands centred one rank either side of the best one (the coarse bands are centred on every
+    other width), where not scored yet; once those are, one band two ranks beyond the best when it is the
+    narrowest or the widest scored (the cross-validation's optimum at the edge of what was tried).  Empty when
+    there is nothing more to try (or the ladder ends).
+    """
+    centre = (band.first + band.last) // 2
+    centres = {(b.first + b.last) // 2 for b in scored}
+    nearby = [c for c in (centre - 1, centre + 1) if c not in centres]
+    if not nearby:
+        step = -2 if centre == min(centres) else 2 if centre == max(centres) else 0
+        nearby = [centre + step] if step and centre + step not in centres else []
+    return auto_width_bands(sigma0, nearby)
 
 
 #: ``selectivity="auto"`` scores each band at these multiples of the chosen size-relative ``C`` (a band

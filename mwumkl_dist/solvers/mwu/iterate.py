@@ -51,6 +51,10 @@ def solve(
 ) -> MWUResult:
     """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
 
+    ``n_iter = 0`` runs none: the weights are uniform (those of every fit at selectivity 0, see
+    :func:`~mwumkl_dist.core.mwu_rules.kernel_weights`) and the dual is zero, for a fit whose model the
+    exact polish solves (a cross-validation fold at selectivity 0, where the iterations change nothing).
+
     ``callback(info)`` is called every ``callback_every`` iterations and at the
     end; returning ``True`` stops early (the model is built from the
     iterations done).  Ctrl-C (SIGINT, when solving in the main thread or
@@ -73,6 +77,9 @@ def solve(
     """
     eps_p = eps_prime(epsilon, rho)
     ridge = check_ridge(ridge, engine.n_samples)
+    if n_iter == 0 and state is None:  # weights only (see MWUSolver): uniform, the dual left to the exact polish
+        m = engine.n_kernels
+        return MWUResult(np.zeros(engine.n_samples), np.full(m, 1.0 / m), 0.0, 0, np.zeros(m), False, None, None)
     if state is None:
         pos, neg = engine.initial_candidates()
         state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)

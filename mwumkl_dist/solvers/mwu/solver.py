@@ -18,12 +18,14 @@ from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.store_problems import merge_cache_stats
 from mwumkl_dist.data.weights import point_ridge, problem_weights
+from mwumkl_dist.kernels.specs import screening_kernels
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
+from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, fold_fit, fold_map
 from mwumkl_dist.solvers.groups import GroupSelection, WidthBand, n_groups, selected_mask
 from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model, polishes, rows_to_score
 from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.structure import FeatureStructure, Screen, structured_kernels
 
 __all__ = ["MWUSolver"]
 
@@ -46,6 +48,8 @@ class MWUSolver:
             epsilon="auto" if spec.epsilon is None else spec.epsilon, max_iter=spec.max_iter, rho=spec.rho,
             polish=spec.polish, C=spec.C, n_samples=n, n_kernels=m, in_memory=data.polish_blocker is None,
         )  # fmt: skip
+        if plan.n_iter == 0 and not (plan.polished and polishes(spec.polish, data, 1.0, m)):
+            raise ValueError("max_iter=0 leaves the model to the exact polish, which this fit does not run")
         attrs = {"classes_": task.classes, "solver_": "mwu", "epsilon_": plan.epsilon, "fit_warnings_": []}
         if plan.warning is not None:  # before any fitting, C="auto"'s included
             warnings.warn(plan.warning, FewIterationsWarning, stacklevel=4)
@@ -54,6 +58,8 @@ class MWUSolver:
             problem_weights(data.y, task.classes, t, task.class_weight, task.sample_weight) for t in task.targets
         ]
         ridge, selectivity = self._choose_ridge(spec, task, plan, point_weights, attrs)
+        if isinstance(selectivity, FeatureStructure):
+            return self._fit_structure(spec, task, selectivity, attrs)
         if isinstance(selectivity, (GroupSelection, WidthBand)):
             return self._fit_kernel_subset(spec, task, selectivity, attrs)
         attrs["selectivity_"] = selectivity
@@ -85,10 +91,14 @@ class MWUSolver:
     def _fit_kernel_subset(self, spec: FitSpec, task: FitTask, selection, attrs: dict):
         """A group selection or a band of widths (see :mod:`mwumkl_dist.solvers.groups`): the model on the
         kept kernels with selectivity 0 at the chosen ``C``; the other kernels get weight 0.  A group
-        selection first runs its selection fit, which says which groups stay."""
+        selection first runs its selection fit, which says which groups stay.  A band of ``kernels="auto"``
+        (its own Gaussians, not a part of the kernel set) is a model on its own kernels."""
         data, n = task.data, task.data.n_samples
         relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
         kernels = list(data.kernels)
+        if isinstance(selection, WidthBand) and selection.sigmas:
+            described = {"width_band_": selection.describe(kernels)}
+            return self._fit_own_kernels(spec, task, selection.kernels(kernels), described, selection, attrs)
         if isinstance(selection, WidthBand):
             mask = selection.mask(kernels)
             traces = data.kernel_traces()
@@ -97,7 +107,7 @@ class MWUSolver:
             chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
                               probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
             chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
-            mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep)
+            mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep, selection.top)
             traces = chosen["kernel_traces_"]
         kept = [k for k, keep in zip(kernels, mask) if keep]
         if isinstance(selection, GroupSelection):
@@ -111,16 +121,55 @@ class MWUSolver:
         if isinstance(selection, WidthBand):  # the fit's own traces, the others' from the rows
             traces[mask] = out["kernel_traces_"]
         out["kernel_traces_"] = traces
-        paths = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
-        out.update(
-            C_=attrs["C_"],
-            selectivity_=0.0,
-            **described,
-            fit_warnings_=list(dict.fromkeys([*attrs["fit_warnings_"], *out.get("fit_warnings_", [])])),  # said once
-            **{k: attrs[k] for k in paths if k in attrs},
-        )
+        out.update(C_=attrs["C_"], selectivity_=0.0, **described, **_kept_from_search(attrs, out))
         calibration = replace(model.calibration, selectivity=selection)
         return FittedModel(out, calibration, model.train_scores)  # the same rows, and decision values
+
+    def _fit_own_kernels(self, spec: FitSpec, task: FitTask, kernels, described: dict, selection, attrs: dict):
+        """The model on ``kernels`` (not the input's) with selectivity 0 at the chosen ``C``: a structured model or
+        a band of ``kernels="auto"``.  Its kernels are the model's (``kernel_names_``); ``described`` records the
+        choice, and ``selection`` is what probabilities' folds refit."""
+        data, n = task.data, task.data.n_samples
+        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
+        own = data.with_kernels(kernels)
+        model = self.fit(replace(spec, C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=own))
+        out = model.attributes
+        out.update(kernel_names_=own.kernel_names, C_=attrs["C_"], selectivity_=0.0, **described,
+                   **_kept_from_search(attrs, out))  # fmt: skip
+        return FittedModel(out, replace(model.calibration, selectivity=selection), model.train_scores)
+
+    def _fit_structure(self, spec: FitSpec, task: FitTask, structure: FeatureStructure, attrs: dict):
+        """The structured candidate (see :mod:`mwumkl_dist.solvers.structure`): the model on the kernels of the
+        ``structure.top`` heaviest features of the screen (cross-validation's, or one of this fit's rows), with
+        selectivity 0 at the chosen ``C``.  Its kernels are the model's (``kernel_names_``)."""
+        screen = structure.screen if structure.screen is not None else self._screen(spec, task)
+        kernels, features, subsets = structured_kernels(task.data.data_scale(), screen, structure.top)
+        described = {
+            "structure_": {
+                "top": int(structure.top),
+                "features": [int(f) for f in features],
+                "subsets": [[int(f) for f in s] for s in subsets],
+                "screened_kernels": int(screen.n_kernels),
+                "feature_weights": [float(w) for w in screen.feature_weights],
+            }
+        }
+        # Probabilities' folds screen their own rows (the averaged screen has seen their held-out rows).
+        return self._fit_own_kernels(spec, task, kernels, described, FeatureStructure(structure.top), attrs)
+
+    @staticmethod
+    def _screen(spec: FitSpec, task: FitTask) -> Screen:
+        """The structure screen of (a stratified sample of at most ``AUTO_C_POINTS`` of) the fit's rows."""
+        cv = task.data.cross_validation_input(auto.AUTO_C_POINTS, task.seed)
+        if cv is None:
+            raise ValueError("a structured model needs feature rows to screen (not a kernel store)")
+        rows = auto.stratified_rows(cv.y, auto.AUTO_C_POINTS, task.seed)
+        kernels = screening_kernels(cv.data_scale(), task.seed)
+        attrs = fold_map(
+            lambda _: fold_fit(task.fit, auto.screen_spec(spec, kernels), cv, kernels, rows, task.sample_weight,
+                               doing="screening feature subsets"),
+            [0], doing="screening feature subsets",
+        )[0]  # fmt: skip
+        return Screen.of(kernels, attrs["kernel_weights_"], cv.n_features_in)
 
     @staticmethod
     def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
@@ -135,7 +184,7 @@ class MWUSolver:
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
-        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path = auto.choose_C(
+        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path, structure_path = auto.choose_C(
             spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed, sample_weight=task.sample_weight,
             iterations_per_point=per_point, choose_selectivity=selectivity == "auto",
         )  # fmt: skip
@@ -145,8 +194,20 @@ class MWUSolver:
             attrs["group_selection_path_"] = group_path
         if band_path:
             attrs["width_band_path_"] = band_path
+        if structure_path:
+            attrs["structure_path_"] = structure_path
         attrs["C_"] = C if spec.scale_C else C * n
         return base_ridge(C, n, scale_C=True), selectivity
+
+
+#: The cross-validation paths a model on some of the kernels keeps from the search that chose it.
+_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "structure_path_")
+
+
+def _kept_from_search(attrs: dict, refit: dict) -> dict:
+    """The search's paths, and its warnings before the refit's (each said once)."""
+    warnings_ = list(dict.fromkeys([*attrs["fit_warnings_"], *refit.get("fit_warnings_", [])]))
+    return {"fit_warnings_": warnings_, **{k: attrs[k] for k in _PATHS if k in attrs}}
 
 
 def _on_all_kernels(values, mask: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ import numpy as np
 
 from mwumkl_dist.data.weights import problem_weights
 from mwumkl_dist.devices.threads import one_blas_thread
+from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.groups import chosen_selectivity
@@ -120,6 +121,10 @@ class TwoStageSolver:
         weights = task.fit(weight_spec, data.rows_in_memory(rows), seed=task.seed, sample_weight=sub_weight)
         if not np.array_equal(weights["classes_"], task.classes):
             raise ValueError("the weight subsample misses a class; the two-stage solver needs every class in it")
+        chosen = _chosen_kernels(data, weights)
+        if chosen is not None:  # kernels="auto" chose kernels of its own (a structure): all rows take them
+            data = data.with_kernels(chosen)
+            task = replace(task, data=data)
         clock.append(time.process_time())
         with linear_shards(
             data,
@@ -140,6 +145,8 @@ class TwoStageSolver:
                         " ".join(f"{t:.1f}" for t in stage_seconds[2:]))  # fmt: skip
         C_rel = float(weights["C_"])
         attrs.update(weight_points_=len(rows), C_=C_rel if spec.scale_C else C_rel * n)
+        if chosen is not None:
+            attrs["kernel_names_"] = data.kernel_names
         # the folds are polished MWU fits: the polish solves the same SVM exactly
         return FittedModel(attrs, Calibration(C_rel, polished=True, selectivity=chosen_selectivity(weights)))
 
@@ -248,10 +255,17 @@ class TwoStageSolver:
         return np.ones(task.data.n_samples) if weights is None else np.asarray(weights, dtype=np.float64)
 
 
+def _chosen_kernels(data, weights: dict) -> list | None:
+    """The kernels the weight stage's model is on, where they are not ``data``'s (else None)."""
+    if data.kernel_set.bank is not None or list(weights["kernel_names_"]) == list(data.kernel_names):
+        return None
+    return KernelSet(list(weights["kernel_names_"]), data.n_features_in).specs
+
+
 #: Attributes of the two-stage model that are the weight stage's.
 _FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
-                      "group_selection_path_", "width_band_", "width_band_path_", "n_iter_",
-                      "interrupted_")  # fmt: skip
+                      "group_selection_path_", "width_band_", "width_band_path_", "structure_", "structure_path_",
+                      "n_iter_", "interrupted_")  # fmt: skip
 
 
 def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases) -> bool:
