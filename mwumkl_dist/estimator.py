@@ -21,10 +21,12 @@ from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_train
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
+from mwumkl_dist.plotting import plot_model, plot_panel
 from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.driver import fit_model
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.summary import fit_summary
 
 logger = logging.getLogger("mwumkl_dist")
 
@@ -495,6 +497,50 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         A dict, or a list of dicts (one per one-vs-rest problem).
         """
         return self._weights_per(kernel_type_weights)
+
+    # ------------------------------------------------------------------ summary and pictures
+
+    def summary(self, X=None, y=None) -> str:
+        """What the fitted model is, what the fit chose and why, its errors and weights, as text.
+
+        The kernels, each automatic choice with its reason, the cross-validated error of the chosen
+        settings with its standard error, the number of iterations and support vectors, the biases
+        and the weights per kernel type, per Gaussian width and per feature (the largest).  Given the
+        training data ``X, y`` it adds the training error (on a stratified sample of at most 4000
+        rows) and the majority-class error (``y`` alone gives the latter).
+        See :func:`mwumkl_dist.summary.fit_summary`.
+        """
+        check_is_fitted(self)
+        return "\n".join(fit_summary(self, X, y))
+
+    def plot(self, kind="all", *, ax=None, path=None):
+        """A picture of the fitted model (needs matplotlib: ``pip install 'mwumkl-dist[plot]'``).
+
+        Parameters
+        ----------
+        kind : {"all", "weights", "path", "features"}, default="all"
+            ``"weights"``: the kernel weights (bars by width, or a map of feature groups x kernels);
+            ``"path"``: the cross-validated error of each candidate C, selectivity, group selection
+            and band of widths, with one standard error bars; ``"features"``: the weight per input
+            feature; ``"all"``: those that apply, side by side.
+        ax : matplotlib Axes, optional
+            Draw one ``kind`` (not ``"all"``) on it.
+        path : str or path-like, optional
+            Also save the figure there (PNG, SVG, PDF, ... from the extension).
+
+        Returns
+        -------
+        matplotlib Figure (``ax``'s figure when given)
+        """
+        check_is_fitted(self)
+        if ax is None:
+            return plot_model(self, kind, path)
+        if kind == "all":
+            raise ValueError("plot(ax=...) draws one kind: 'weights', 'path' or 'features', not 'all'")
+        plot_panel(self, kind, ax)
+        if path is not None:
+            ax.figure.savefig(path)
+        return ax.figure
 
     # ------------------------------------------------------------------ predict
 

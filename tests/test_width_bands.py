@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,7 @@ def _fit_with_errors(monkeypatch, band_error, X, y, *, same_rows=True, **params)
     (``same_rows``: those the others get wrong too) or from the tenth row on; the final fits are real."""
     scored = []
 
-    def errors(self, candidates):
+    def errors(self, candidates, what=""):
         scored.extend(candidates)
         n, out = len(self.rows), []
         for C, s in candidates:
@@ -118,9 +120,7 @@ def test_folds_fit_the_band_kernels_alone(monkeypatch):
 
 @pytest.mark.timeout(120)
 def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, fold_selectivities):
-    from argparse import Namespace
-
-    from mwumkl_dist.cli.model import _describe_params
+    from mwumkl_dist.summary import chosen_lines
 
     seen = fold_selectivities
     X, y = _problem(2)
@@ -129,9 +129,12 @@ def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, fold_selectivi
     proba, order = clf.predict_proba(X), np.argsort(clf.decision_function(X))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert np.all(np.diff(proba[order, 1]) >= 0)  # Platt's sigmoid of the band model's decision values
-    args = Namespace(epsilon="auto", C="auto", scale_C=True, rho=0.5)
-    summary = _describe_params(args, clf)
-    assert "selectivity 0 on the Gaussians of widths 0.1, 0.2, 0.4 (band 0-2 of 7 widths)" in summary
+    summary = "\n".join(chosen_lines(clf))
+    assert "width band       Gaussians of widths 0.1, 0.2, 0.4 (ranks 0-2 of 7): better than" in summary
+    assert "selectivity      0: uniform weights on the kept kernels" in summary
+    assert re.search(
+        r"^C {16}[\d.]+ \(size-relative, ridge 1/\(C n\)\): the C of the chosen band of widths", summary, re.M
+    )
 
 
 def test_a_band_from_a_data_store_is_the_band_from_memory(monkeypatch, tmp_path):

@@ -16,7 +16,14 @@ from mwumkl_dist.cli.progress import progress_bar
 from mwumkl_dist.io.files import load_data
 from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
-__all__ = ["add_store_commands", "cmd_store_data", "cmd_store_kernels", "cmd_store_info"]
+__all__ = [
+    "add_store_commands",
+    "cmd_store_data",
+    "cmd_store_kernels",
+    "cmd_store_info",
+    "load_labels",
+    "read_npy_kernels",
+]
 
 
 def add_store_commands(subparsers, parents=()):
@@ -92,7 +99,8 @@ def cmd_store_data(args) -> int:
     return 0
 
 
-def _load_labels(path: str) -> np.ndarray:
+def load_labels(path: str) -> np.ndarray:
+    """Labels from a 1-d ``.npy`` array or a text file, one per line (numbers where they all are)."""
     if path.endswith(".npy"):
         y = np.load(path, allow_pickle=False)
     else:
@@ -107,7 +115,7 @@ def _load_labels(path: str) -> np.ndarray:
     return y
 
 
-def _read_npy_kernels(paths) -> tuple[list, list[str]]:
+def read_npy_kernels(paths) -> tuple[list, list[str]]:
     """The (n, n) matrices of ``--npy`` files (memory-mapped) and their names."""
     mats, names = [], []
     for f in paths:
@@ -163,9 +171,9 @@ def cmd_store_kernels(args) -> int:
                 chunk_kernels=args.chunk_kernels, source=args.input, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
         else:
-            mats, names = _read_npy_kernels(args.npy)
+            mats, names = read_npy_kernels(args.npy)
             store = write_kernel_store(
-                args.output, _load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+                args.output, load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
     finally:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mwumkl_dist.core import mwu_rules as mwu
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_map, predicted_labels
@@ -264,7 +265,7 @@ def choose_C(
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
-) -> tuple[float, object, dict, dict, dict, dict]:
+) -> tuple[float, object, dict, dict, dict, dict, dict]:
     """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
     selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
@@ -315,31 +316,34 @@ def choose_C(
     C_path, selectivity_path, group_path, band_path : dict
         The cross-validated error of each candidate (empty when none was cross-validated);
         ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``.
+    chosen : dict
+        The chosen candidate's cross-validation (:meth:`_FoldScorer.record`; empty when none was
+        cross-validated): what the fitted attribute ``cross_validation_`` records.
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}, {}
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}, {}
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
-        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
+        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID], "choosing C")))
         C = _first_best(C_path)
     selectivity, selectivity_path, group_path, band_path = start, {}, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
-        found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
+        found = dict(zip(todo, scorer.errors([(C, s) for s in todo], "choosing the selectivity")))
         selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
         if scorer.selects_groups:
             candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
-            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates))}
+            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
             pick = _first_best(group_path)
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
@@ -351,12 +355,12 @@ def choose_C(
             others.update({(C, s): e for s, e in selectivity_path.items()})
             rival = _first_best(others)
             candidates = [(C * f, b) for b in bands for f in AUTO_BAND_C_FACTORS]
-            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))}
+            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates, "bands of widths"))}
             band, band_C = _first_best(band_path)
             margin = others[rival] - band_path[band, band_C]
             if margin > scorer.paired_standard_error((band_C, band), rival):
                 selectivity, C = band, band_C
-    return float(C), selectivity, C_path, selectivity_path, group_path, band_path
+    return float(C), selectivity, C_path, selectivity_path, group_path, band_path, scorer.record((C, selectivity))
 
 
 @dataclass(frozen=True)
@@ -414,7 +418,7 @@ class _FoldScorer:
         fold_kernels = [cv.kernels_with_trace(rows[a]) for a, _ in folds]
         return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point)
 
-    def errors(self, candidates) -> list[float]:
+    def errors(self, candidates, what: str = "cross-validation") -> list[float]:
         """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
 
         All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
@@ -423,16 +427,20 @@ class _FoldScorer:
         at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
         selection fit per fold, shared by every refit ``C``, first, side by side); a
         :class:`~mwumkl_dist.solvers.groups.WidthBand` is the band's kernels alone with selectivity 0.
+        ``what`` names the search in the ``"cross-validation"`` progress phase.
         """
         k = len(self.folds)
         selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
         todo = [(s, f) for s in selections for f in range(k) if (s, f) not in self._selected]
-        chosen = fold_map(lambda job: self._fit_fold(job[1], job[0].C, job[0].selectivity)[0]["kernel_weights_"],
-                          todo, doing="choosing C by cross-validation")  # fmt: skip
-        for (selection, f), weights in zip(todo, chosen):
-            self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep)
         jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
-        parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
+        description = f"{what}: {len(candidates)} candidates x {k} folds on {len(self.rows)} rows"
+        with progress.phase("cross-validation", len(todo) + len(jobs), unit="fits", description=description) as step:
+            chosen = fold_map(lambda job: self._fit_fold(job[1], job[0].C, job[0].selectivity)[0]["kernel_weights_"],
+                              todo, doing="choosing C by cross-validation", step=step)  # fmt: skip
+            for (selection, f), weights in zip(todo, chosen):
+                self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep)
+            parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation",
+                             step=step)  # fmt: skip
         out = []
         for i, (C, selectivity) in enumerate(candidates):
             error = 0.0
@@ -451,9 +459,16 @@ class _FoldScorer:
         the rows' differences, square-rooted): far smaller than either error's binomial standard error
         when the two candidates mostly agree, as a band of widths and its whole family do.
         """
-        d = self._losses[a] - self._losses[b]
-        n = len(d)
-        return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
+        return _standard_error_of_sum(self._losses[a] - self._losses[b])
+
+    def record(self, candidate) -> dict:
+        """A scored candidate's cross-validation: its ``error``, the ``standard_error`` of that error (from
+        its per-row losses, as :meth:`paired_standard_error`), the ``rows`` scored and the ``folds``."""
+        if candidate not in self._losses:
+            return {}
+        losses = self._losses[candidate]
+        return {"error": float(np.sum(losses)), "standard_error": _standard_error_of_sum(losses),
+                "rows": len(self.rows), "folds": len(self.folds)}  # fmt: skip
 
     def _fold_error(self, C, selectivity, k: int) -> tuple[float, np.ndarray]:
         """Fold ``k``'s share of the cross-validated error, and each of its test rows' share of it."""
@@ -481,6 +496,12 @@ class _FoldScorer:
         kernels = self.fold_kernels[k] if kernels is None else kernels
         return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
                               doing="choosing C by cross-validation")  # fmt: skip
+
+
+def _standard_error_of_sum(d: np.ndarray) -> float:
+    """The standard error of ``sum(d)`` for per-row shares ``d`` of an error (inf for one row)."""
+    n = len(d)
+    return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.store_problems import merge_cache_stats
@@ -96,7 +97,8 @@ class MWUSolver:
         else:
             chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
                               probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
-            chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
+            with progress.stage("group selection fit"):
+                chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
             mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep)
             traces = chosen["kernel_traces_"]
         kept = [k for k, keep in zip(kernels, mask) if keep]
@@ -111,7 +113,7 @@ class MWUSolver:
         if isinstance(selection, WidthBand):  # the fit's own traces, the others' from the rows
             traces[mask] = out["kernel_traces_"]
         out["kernel_traces_"] = traces
-        paths = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
+        paths = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "cross_validation_")
         out.update(
             C_=attrs["C_"],
             selectivity_=0.0,
@@ -135,7 +137,7 @@ class MWUSolver:
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
-        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path = auto.choose_C(
+        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path, chosen = auto.choose_C(
             spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed, sample_weight=task.sample_weight,
             iterations_per_point=per_point, choose_selectivity=selectivity == "auto",
         )  # fmt: skip
@@ -145,6 +147,8 @@ class MWUSolver:
             attrs["group_selection_path_"] = group_path
         if band_path:
             attrs["width_band_path_"] = band_path
+        if chosen:
+            attrs["cross_validation_"] = chosen
         attrs["C_"] = C if spec.scale_C else C * n
         return base_ridge(C, n, scale_C=True), selectivity
 
