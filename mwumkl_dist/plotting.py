@@ -20,6 +20,7 @@ from mwumkl_dist.inspection import feature_weights, kernel_type_weights, short_k
 from mwumkl_dist.kernels.specs import Gaussian, KernelSet
 
 __all__ = [
+    "MATPLOTLIB_MISSING",
     "PLOT_KINDS",
     "plot_cv_path",
     "plot_feature_weights",
@@ -35,15 +36,16 @@ PLOT_KINDS = ("weights", "path", "features")
 MAX_ROWS = 30
 
 
+#: The error without matplotlib.
+MATPLOTLIB_MISSING = "plotting needs matplotlib, which is not installed: pip install 'mwumkl-dist[plot]'"
+
+
 def pyplot():
     """``matplotlib.pyplot``, or an ``ImportError`` saying how to install it."""
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError(
-            "plotting needs matplotlib, which is not installed: pip install 'mwumkl-dist[plot]' "
-            "(or pip install matplotlib)"
-        ) from None
+        raise ImportError(MATPLOTLIB_MISSING) from None
     return plt
 
 
@@ -227,9 +229,9 @@ def plot_panel(model, kind: str, ax=None):
 def plot_model(model, kind: str = "all", path=None, *, dpi: int = 100):
     """A figure of the ``kind`` panel (``"weights"``, ``"path"``, ``"features"``) or of all that apply.
 
-    ``"all"`` leaves out the path of a fit that cross-validated nothing and the feature weights of
-    precomputed kernels.  ``path``: also save the figure there (the format from its extension).
-    Returns the figure.
+    ``"all"`` leaves out the path of a fit that cross-validated nothing and the feature weights where
+    they are all alike (kernels on all the features) or there are none (precomputed kernels).
+    ``path``: also save the figure there (the format from its extension).  Returns the figure.
     """
     if kind != "all" and kind not in _PANELS:
         raise ValueError(f"kind must be 'all' or one of {', '.join(PLOT_KINDS)}, got {kind!r}")
@@ -247,6 +249,9 @@ def plot_model(model, kind: str = "all", path=None, *, dpi: int = 100):
 def _applies(model, kind: str) -> bool:
     if kind == "path":
         return _has_path(model)
-    if kind == "features":
-        return not _is_precomputed(model)
+    if kind == "features":  # kernels on all the features weigh them all alike: nothing to see
+        if _is_precomputed(model):
+            return False
+        per_feature = feature_weights(model.kernel_names_, _mean_weights(model), model.n_features_in_)
+        return not np.allclose(per_feature, per_feature.mean(), rtol=1e-9, atol=0)
     return True

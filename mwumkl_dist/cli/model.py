@@ -42,7 +42,16 @@ from mwumkl_dist.solvers.spec import SOLVER_NAMES
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
 from mwumkl_dist.summary import fit_summary, weights_table
 
-__all__ = ["add_model_commands", "cmd_demo", "cmd_fit", "cmd_predict", "cmd_evaluate", "PREDICT_OUTPUTS"]
+__all__ = [
+    "add_model_commands",
+    "cmd_demo",
+    "cmd_fit",
+    "cmd_predict",
+    "cmd_evaluate",
+    "load_model_or_fail",
+    "DEFAULT_KERNELS",
+    "PREDICT_OUTPUTS",
+]
 
 #: The kernels of ``fit`` and ``demo`` when ``--kernels`` is not given (a kernel store: its own).
 DEFAULT_KERNELS = "scaled"
@@ -336,14 +345,15 @@ def _existing_file(path: str, option: str) -> str:
     return path
 
 
-def _load_model(path: str, n_jobs=None):
+def load_model_or_fail(path: str, n_jobs=None, *, option: str = "--model"):
     """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
 
     The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
+    Errors are one line naming ``option`` and the file.
     """
-    _existing_file(path, "--model")
+    _existing_file(path, option)
     if not zipfile.is_zipfile(path):
-        raise CommandError(f"--model {path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
+        raise CommandError(f"{option} {path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
     model, scaling = load_model_file(path)
     model.set_params(n_jobs=n_jobs)
     return model, scaling
@@ -642,7 +652,7 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
-    model, scaling = _load_model(args.model, args.n_jobs)
+    model, scaling = load_model_or_fail(args.model, args.n_jobs)
     if args.output_file is not None:
         _check_writable(args.output_file, "predictions")
     X, _ = _load_points(args, model, scaling, labels="auto")
@@ -659,7 +669,7 @@ def cmd_predict(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
-    model, scaling = _load_model(args.model, args.n_jobs)
+    model, scaling = load_model_or_fail(args.model, args.n_jobs)
     X, y = _load_points(args, model, scaling)
     if args.data is None and len(y) != X.shape[1]:
         raise CommandError(f"--labels {args.labels}: {len(y)} labels for the {X.shape[1]} points of --kernels-npy")
