@@ -57,7 +57,8 @@ def main(argv):
     print("kernels         " + ", ".join(reference.kernel_names_))
 
     # Part 1: a local cluster of 2 worker processes (1 thread each), through a Client.
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    # dashboard_address=":0": the scheduler always serves HTTP; on a free port, not the often taken 8787.
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         with Client(cluster) as client:
             start = time.perf_counter()
             clf = MWUMKLClassifier(engine="dask", client=client, n_shards=2, **PARAMS).fit(X_train, y_train)

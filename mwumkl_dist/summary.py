@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mwumkl_dist.inspection import feature_weights, kernel_family_weights, kernel_type_weights, short_kernel_name
+from mwumkl_dist.solvers.auto import stratified_rows
 
 __all__ = ["CHOICES", "LABEL_WIDTH", "chosen_lines", "error_lines", "fit_summary", "weight_lines", "weights_table"]
 
@@ -135,8 +136,6 @@ def chosen_lines(model) -> list[str]:
 
 
 def _training_error(model, X, y, seed: int) -> tuple[float, str]:
-    from mwumkl_dist.solvers.auto import stratified_rows
-
     rows = stratified_rows(y, TRAINING_ERROR_POINTS, seed)
     where = f"all {len(y)} training rows"
     if len(rows) < len(y):

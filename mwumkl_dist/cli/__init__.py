@@ -19,6 +19,7 @@ import sys
 import warnings
 
 from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
+from mwumkl_dist.cli.cluster import add_cluster_command
 from mwumkl_dist.cli.model import add_model_commands
 from mwumkl_dist.cli.plot import add_plot_command
 from mwumkl_dist.cli.store import add_store_commands
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_commands(sub, common)
     add_plot_command(sub, [common])
     add_store_commands(sub, [common])
+    add_cluster_command(sub, [common])
     return parser
 
 

@@ -150,16 +150,19 @@ class _Reporter:
 _current: contextvars.ContextVar[_Reporter | None] = contextvars.ContextVar("mwumkl_progress", default=None)
 
 
-def phase(name: str, total: int | None = None, *, unit: str = "", description: str = "") -> Phase:
+def phase(name: str, total: int | None = None, *, unit: str = "", description: str = "", done: int = 0) -> Phase:
     """Open phase ``name`` of ``total`` units (None: unknown) in this thread's reporter; a silent phase without one.
 
-    Use it as a context manager (closing it reports the end when ``total`` was unknown).
+    ``done``: units done already (a fit resumed from a checkpoint).  Use it as a context manager
+    (closing it reports the end when ``total`` was unknown or not reached).
     """
     reporter = _current.get()
     if reporter is None:
         return _silent()
     text = ": ".join([*reporter.stages, description or name])
-    return Phase(reporter.sink, name, total, unit, text).start()
+    step = Phase(reporter.sink, name, total, unit, text)
+    step.done = int(done)
+    return step.start()
 
 
 @contextlib.contextmanager

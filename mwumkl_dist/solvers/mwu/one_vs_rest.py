@@ -187,7 +187,8 @@ def _solve_problems(
             on_state = None
             if spec.checkpoint is not None:
                 on_state = Checkpointer(spec.checkpoint, spec.checkpoint_every, fp, k, results)
-            with iterations_phase(settings.n_iter, k, len(targets), problem.n_samples) as step:
+            done = 0 if state is None else state.iteration
+            with iterations_phase(settings.n_iter, k, len(targets), problem.n_samples, done) as step:
                 result = solve(
                     engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
                     n_iter=settings.n_iter, progress=step, callback_every=spec.callback_every, state=state,
@@ -251,7 +252,8 @@ def resume_state(resumed: dict, problem: Problem, engine: Engine) -> SolverState
     )
 
 
-def iterations_phase(n_iter: int, k: int, n_problems: int, n_samples: int) -> progress.Phase:
-    """The ``"iterations"`` progress phase of binary problem ``k`` of ``n_problems``."""
+def iterations_phase(n_iter: int, k: int, n_problems: int, n_samples: int, done: int = 0) -> progress.Phase:
+    """The ``"iterations"`` progress phase of binary problem ``k`` of ``n_problems`` (``done``: resumed there)."""
     which = f", class {k + 1} of {n_problems}" if n_problems > 1 else ""
-    return progress.phase("iterations", n_iter, unit="it", description=f"MWU iterations on {n_samples} rows{which}")
+    description = f"MWU iterations on {n_samples} rows{which}"
+    return progress.phase("iterations", n_iter, unit="it", description=description, done=done)
