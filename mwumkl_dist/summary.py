@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mwumkl_dist.inspection import feature_weights, kernel_family_weights, kernel_type_weights, short_kernel_name
+from mwumkl_dist.io.files import format_label
 from mwumkl_dist.solvers.auto import stratified_rows
 
 __all__ = ["CHOICES", "LABEL_WIDTH", "chosen_lines", "error_lines", "fit_summary", "weight_lines", "weights_table"]
@@ -163,7 +164,9 @@ def error_lines(model, X=None, y=None, *, seed: int = 0) -> list[str]:
         labels, counts = np.unique(np.asarray(y), return_counts=True)
         top = int(np.argmax(counts))
         majority = 1.0 - counts[top] / counts.sum()
-        lines.append(_line("majority class", f"{_percent(majority)} error (always predicting {labels[top]})"))
+        lines.append(
+            _line("majority class", f"{_percent(majority)} error (always predicting {format_label(labels[top])})")
+        )
     return lines
 
 

@@ -22,6 +22,7 @@ from mwumkl_dist.cli.args import (
     UsageError,
     add_zero_based_argument,
     epsilon_or_auto,
+    existing_file,
     kernel_spec,
     n_jobs,
     positive_float,
@@ -140,8 +141,8 @@ def _model_options() -> argparse.ArgumentParser:
         choices=SOLVER_NAMES,
         default="auto",
         help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
-        "then a linear solver on Nystroem features of the learned kernel (time ~ n); auto (default): "
-        f"two-stage from {AUTO_TWO_STAGE_POINTS} in-memory points",
+        "then a linear solver on Nystroem features of the learned kernel (time ~ n; data files and data stores, "
+        f"not kernel stores); auto (default): two-stage from {AUTO_TWO_STAGE_POINTS} points",
     )
     group.add_argument(
         "--no-scale-C",
@@ -221,7 +222,11 @@ def _add_fit(sub, parents):
         "--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
     )
     dist.add_argument(
-        "--scheduler-timeout", type=positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
+        "--scheduler-timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds to reach the scheduler (default 10)",
     )
     dist.add_argument(
         "--worker-timeout",
@@ -336,22 +341,13 @@ def _note_compiling(quiet: bool = False) -> None:
         print(f"{PROG}: {COMPILING_NOTE}", file=sys.stderr, flush=True)
 
 
-def _existing_file(path: str, option: str) -> str:
-    """``path``, or a one-line error naming ``option`` when it is a directory or does not exist."""
-    if os.path.isdir(path):
-        raise CommandError(f"{option} {path}: is a directory, not a file")
-    if not os.path.exists(path):
-        raise CommandError(f"{option} {path}: no such file")
-    return path
-
-
 def load_model_or_fail(path: str, n_jobs=None, *, option: str = "--model"):
     """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
 
     The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
     Errors are one line naming ``option`` and the file.
     """
-    _existing_file(path, option)
+    existing_file(path, option)
     if not zipfile.is_zipfile(path):
         raise CommandError(f"{option} {path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
     model, scaling = load_model_file(path)
@@ -369,17 +365,17 @@ def _load_points(args, model, scaling, labels=True):
                 f"--model {args.model}: fitted on precomputed kernels, it predicts from test kernels: give "
                 "--kernels-npy K.npy ((m, n_test, n_train)) instead of --data"
             )
-        X, y = load_data(_existing_file(args.data, "--data"), n_features=model.n_features_in_, labels=labels,
+        X, y = load_data(existing_file(args.data, "--data"), n_features=model.n_features_in_, labels=labels,
                          zero_based=ZERO_BASED[args.zero_based])  # fmt: skip
         return (X if scaling is None else scaling.transform(X)), y
     if not precomputed:
         raise CommandError(f"--kernels-npy: --model {args.model} was fitted on features: give --data FILE")
-    mats, _ = read_npy_kernels([_existing_file(f, "--kernels-npy") for f in args.kernels_npy])
+    mats, _ = read_npy_kernels([existing_file(f, "--kernels-npy") for f in args.kernels_npy])
     K = np.stack([np.asarray(k, dtype=np.float64) for k in mats])
     label_file = getattr(args, "labels", None)
     if labels is True and label_file is None:
         raise CommandError("--kernels-npy: evaluate needs the points' labels too (--labels FILE)")
-    return K, (None if label_file is None else load_labels(_existing_file(label_file, "--labels")))
+    return K, (None if label_file is None else load_labels(existing_file(label_file, "--labels")))
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -460,7 +456,7 @@ def _training_data(args):
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store ('store kernels' writes one)")
         args.kernels = args.kernels or DEFAULT_KERNELS
-        X, y = load_data(_existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
+        X, y = load_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
@@ -531,9 +527,7 @@ def _describe_scaling(args, scaling) -> str:
 def _describe_data(source: str, X, n: int, d, classes) -> str:
     labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
     if d is None:  # a kernel store: its rows are points, it has no features
-        return (
-            f"{source}: {n} points, {X.n_kernels} precomputed kernels (kernel store), {len(classes)} classes ({labels})"
-        )
+        return f"{source}: {n} points, {X.n_kernels} precomputed kernels, {len(classes)} classes ({labels})"
     return f"{source}: {n} points, {d} features, {len(classes)} classes ({labels})"
 
 
