@@ -56,11 +56,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     kernels : str, KernelSpec or list, default="scaled"
-        The base kernels.  A spec string such as ``"scaled"`` (14 kernels on
-        all features: polynomial degrees 1-3 and 11 Gaussians whose widths
+        The base kernels.  A spec string such as ``"scaled"`` (on all
+        features: polynomial degrees 1-3 and up to 11 Gaussians whose widths
         ``2^-2.5 ... 2^2.5 sigma_0`` are set from the training data's own scale,
-        ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``;
-        ``kernel_scale_`` records ``sigma_0``), ``"scaled-per-feature"`` (14
+        ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``, less
+        those too narrow for the data's nearest-neighbour distances;
+        ``kernel_scale_`` records ``sigma_0``, ``kernel_names_`` the kernels
+        used), ``"scaled-per-feature"`` (3 polynomials and 11 Gaussians
         per feature, each at its feature's scale), ``"paper"`` (the paper's 12
         kernels, widths fixed at 1 to 16: for data scaled to [0, 1]),
         ``"paper-per-feature"`` (12 per feature),
@@ -216,13 +218,20 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         kernels (a minute on a cold cache), so a fixed short limit would
         rebuild healthy shards.
     callback : callable or None, default=None
-        Called as ``callback(info)`` with a :class:`mwumkl_dist.solvers.mwu.ProgressInfo`
-        every ``callback_every`` iterations; returning ``True`` stops the fit
-        early, keeping the iterations done.
+        Called as ``callback(info)`` with a :class:`mwumkl_dist.ProgressInfo`
+        for every phase of the fit (``info.phase``: ``"cross-validation"``,
+        ``"iterations"``, ``"polish"``, ``"nystroem"``, ``"columns"``,
+        ``"newton"``, ``"calibration"``; ``info.done`` of ``info.total`` units,
+        ``total`` None where unknown): at each phase's start, as its units
+        complete, and in the MWU iterations every ``callback_every`` iterations
+        (with ``info.s``).  Returning ``True`` there stops the fit early,
+        keeping the iterations done; in other phases the answer is ignored.
     callback_every : int, default=100
-        Iterations between callback calls (and log lines when ``verbose``).
+        Iterations between the callback's calls in the MWU iterations.
     verbose : int, default=0
-        Log progress to the ``mwumkl_dist`` logger at INFO level.
+        Log every phase of the fit to the ``mwumkl_dist`` logger at INFO level:
+        its start, each further tenth (or 10 s), its end, with an estimate of
+        the time left.
     random_state : int, RandomState instance or None, default=0
         Seeds the random choices of ``C="auto"``: its subsample, its folds and,
         from a data store, the chunks it reads; and ``probability``'s folds.
