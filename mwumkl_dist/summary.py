@@ -14,8 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from mwumkl_dist.data.problems import is_precomputed
 from mwumkl_dist.inspection import feature_weights, kernel_family_weights, kernel_type_weights, short_kernel_name
 from mwumkl_dist.io.files import format_label
+from mwumkl_dist.io.zarr_format import DataStore, KernelStore
 from mwumkl_dist.solvers.auto import stratified_rows
 
 __all__ = ["CHOICES", "LABEL_WIDTH", "chosen_lines", "error_lines", "fit_summary", "weight_lines", "weights_table"]
@@ -136,12 +138,17 @@ def chosen_lines(model) -> list[str]:
 # ----------------------------------------------------------------------------- errors
 
 
-def _training_error(model, X, y, seed: int) -> tuple[float, str]:
+def _training_error(model, X, y, seed: int) -> tuple[float, str] | None:
+    """The training error on at most :data:`TRAINING_ERROR_POINTS` stratified rows, and where; None for a store
+    (its rows are not read again)."""
+    if isinstance(X, (DataStore, KernelStore)):
+        return None
     rows = stratified_rows(y, TRAINING_ERROR_POINTS, seed)
     where = f"all {len(y)} training rows"
     if len(rows) < len(y):
         where = f"a stratified sample of {len(rows)} of the {len(y)} training rows"
-        X, y = X[rows], y[rows]
+        X = X[:, rows, :] if is_precomputed(model.kernels) else X[rows]  # precomputed: (m, n, n)
+        y = y[rows]
     return float(np.mean(model.predict(X) != y)), where
 
 
@@ -157,9 +164,9 @@ def error_lines(model, X=None, y=None, *, seed: int = 0) -> list[str]:
             f"{_percent(cv['error'])} +- {_percent(cv['standard_error'])} (the chosen settings; {cv['folds']}-fold "
             f"cross-validation on {where}{cv['rows']} rows)",
         ))  # fmt: skip
-    if X is not None and y is not None:
-        error, where = _training_error(model, X, np.asarray(y), seed)
-        lines.append(_line("training error", f"{_percent(error)} ({where})"))
+    measured = None if X is None or y is None else _training_error(model, X, np.asarray(y), seed)
+    if measured is not None:
+        lines.append(_line("training error", f"{_percent(measured[0])} ({measured[1]})"))
     if y is not None:
         labels, counts = np.unique(np.asarray(y), return_counts=True)
         top = int(np.argmax(counts))
