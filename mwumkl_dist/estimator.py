@@ -21,10 +21,12 @@ from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_train
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
+from mwumkl_dist.plotting import plot_model, plot_panel
 from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.driver import fit_model
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.summary import fit_summary
 
 logger = logging.getLogger("mwumkl_dist")
 
@@ -58,7 +60,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         kernels on feature subsets, and lets cross-validation choose (see
         :mod:`mwumkl_dist.solvers.structure`): a selective MWU fit screens
         Gaussians on every feature and on feature pairs (all of them for up to
-        20 features, else a seeded draw of pairs and triples); the features
+        24 features, else a seeded draw of pairs and triples); the features
         that carry its weight get a model of their own (a joint band of
         Gaussians on them and the kernels of the heaviest screened subsets),
         for 1, 2, 4, ... kept features, each cross-validated like the other
@@ -67,11 +69,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         paired difference; ``structure_`` then says which features and
         subsets it kept, and ``kernel_names_`` holds its kernels (otherwise
         the scaled family's).  Where no feature subset stands out the model
-        is the scaled family's.  A spec string such as ``"scaled"`` (14 kernels on
-        all features: polynomial degrees 1-3 and 11 Gaussians whose widths
+        is the scaled family's.  A spec string such as ``"scaled"`` (on all
+        features: polynomial degrees 1-3 and up to 11 Gaussians whose widths
         ``2^-2.5 ... 2^2.5 sigma_0`` are set from the training data's own scale,
-        ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``;
-        ``kernel_scale_`` records ``sigma_0``), ``"scaled-per-feature"`` (14
+        ``sigma_0 = sqrt(d var(X) / 2)``, scikit-learn's ``gamma="scale"``, less
+        those too narrow for the data's nearest-neighbour distances;
+        ``kernel_scale_`` records ``sigma_0``, ``kernel_names_`` the kernels
+        used), ``"scaled-per-feature"`` (3 polynomials and 11 Gaussians
         per feature, each at its feature's scale), ``"paper"`` (the paper's 12
         kernels, widths fixed at 1 to 16: for data scaled to [0, 1]),
         ``"paper-per-feature"`` (12 per feature),
@@ -227,13 +231,20 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         kernels (a minute on a cold cache), so a fixed short limit would
         rebuild healthy shards.
     callback : callable or None, default=None
-        Called as ``callback(info)`` with a :class:`mwumkl_dist.solvers.mwu.ProgressInfo`
-        every ``callback_every`` iterations; returning ``True`` stops the fit
-        early, keeping the iterations done.
+        Called as ``callback(info)`` with a :class:`mwumkl_dist.ProgressInfo`
+        for every phase of the fit (``info.phase``: ``"cross-validation"``,
+        ``"iterations"``, ``"polish"``, ``"nystroem"``, ``"columns"``,
+        ``"newton"``, ``"calibration"``; ``info.done`` of ``info.total`` units,
+        ``total`` None where unknown): at each phase's start, as its units
+        complete, and in the MWU iterations every ``callback_every`` iterations
+        (with ``info.s``).  Returning ``True`` there stops the fit early,
+        keeping the iterations done; in other phases the answer is ignored.
     callback_every : int, default=100
-        Iterations between callback calls (and log lines when ``verbose``).
+        Iterations between the callback's calls in the MWU iterations.
     verbose : int, default=0
-        Log progress to the ``mwumkl_dist`` logger at INFO level.
+        Log every phase of the fit to the ``mwumkl_dist`` logger at INFO level:
+        its start, each further tenth (or 10 s), its end, with an estimate of
+        the time left.
     random_state : int, RandomState instance or None, default=0
         Seeds the random choices of ``C="auto"``: its subsample, its folds and,
         from a data store, the chunks it reads; and ``probability``'s folds.
@@ -522,6 +533,50 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         A dict, or a list of dicts (one per one-vs-rest problem).
         """
         return self._weights_per(kernel_type_weights)
+
+    # ------------------------------------------------------------------ summary and pictures
+
+    def summary(self, X=None, y=None) -> str:
+        """What the fitted model is, what the fit chose and why, its errors and weights, as text.
+
+        The kernels, each automatic choice with its reason, the cross-validated error of the chosen
+        settings with its standard error, the number of iterations and support vectors, the biases
+        and the weights per kernel type, per Gaussian width and per feature (the largest).  Given the
+        training data ``X, y`` it adds the training error (on a stratified sample of at most 4000
+        rows) and the majority-class error (``y`` alone gives the latter).
+        See :func:`mwumkl_dist.summary.fit_summary`.
+        """
+        check_is_fitted(self)
+        return "\n".join(fit_summary(self, X, y))
+
+    def plot(self, kind="all", *, ax=None, path=None):
+        """A picture of the fitted model (needs matplotlib: ``pip install 'mwumkl-dist[plot]'``).
+
+        Parameters
+        ----------
+        kind : {"all", "weights", "path", "features"}, default="all"
+            ``"weights"``: the kernel weights (bars by width, or a map of feature groups x kernels);
+            ``"path"``: the cross-validated error of each candidate C, selectivity, group selection
+            and band of widths, with one standard error bars; ``"features"``: the weight per input
+            feature; ``"all"``: those that apply, side by side.
+        ax : matplotlib Axes, optional
+            Draw one ``kind`` (not ``"all"``) on it.
+        path : str or path-like, optional
+            Also save the figure there (PNG, SVG, PDF, ... from the extension).
+
+        Returns
+        -------
+        matplotlib Figure (``ax``'s figure when given)
+        """
+        check_is_fitted(self)
+        if ax is None:
+            return plot_model(self, kind, path)
+        if kind == "all":
+            raise ValueError("plot(ax=...) draws one kind: 'weights', 'path' or 'features', not 'all'")
+        plot_panel(self, kind, ax)
+        if path is not None:
+            ax.figure.savefig(path)
+        return ax.figure
 
     # ------------------------------------------------------------------ predict
 

@@ -6,13 +6,14 @@ Works on any kernel list the estimator accepts (spec strings, kernel objects, a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from mwumkl_dist.kernels.specs import Gaussian, KernelSet, KernelSpec
 
-__all__ = ["feature_weights", "kernel_type_weights", "top_kernels"]
+__all__ = ["feature_weights", "kernel_family_weights", "kernel_type_weights", "short_kernel_name", "top_kernels"]
 
 #: Kernels of a random bank read per block when aggregating.
 _BANK_BLOCK = 65536
@@ -93,6 +94,35 @@ def kernel_type_weights(kernel_names: Sequence, weights, n_features: int) -> dic
             name = _type_name(spec)
             totals[name] = totals.get(name, 0.0) + float(w)
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def kernel_family_weights(kernel_names: Sequence, weights, n_features: int) -> dict[str, tuple[float, int]]:
+    """Weight per kernel family, largest first: ``{"gaussian": (0.77, 10), "poly:1": (0.08, 1), ...}``.
+
+    A family is a kernel type (:func:`kernel_type_weights`) without its width: every Gaussian is
+    ``"gaussian"``, whatever its sigma; a polynomial keeps its degree.  The second number counts the
+    family's types (for ``"gaussian"``, its distinct widths).
+    """
+    totals: dict[str, list] = {}
+    for name, w in kernel_type_weights(kernel_names, weights, n_features).items():
+        family = "gaussian" if name.startswith("gaussian:") else name
+        entry = totals.setdefault(family, [0.0, 0])
+        entry[0] += w
+        entry[1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(totals.items(), key=lambda kv: -kv[1][0])}
+
+
+#: A decimal number with a fraction (``1.2402252173943313``, ``3.5e-05``), not part of a word or a power.
+_DECIMAL = re.compile(r"(?<![\w.^])\d+\.\d+(?:e[+-]?\d+)?")
+
+
+def short_kernel_name(name: str, digits: int = 3) -> str:
+    """A kernel name for people: its decimals to ``digits`` significant digits.
+
+    ``gaussian:1.2402252173943313@0-4`` -> ``gaussian:1.24@0-4``; ``gaussian:2^0.5`` and feature lists stay.
+    The result may not parse back to the same kernel: ``kernel_names_`` keep the exact ones.
+    """
+    return _DECIMAL.sub(lambda m: f"{float(m.group()):.{digits}g}", str(name))
 
 
 def top_kernels(kernel_names: Sequence, weights, k: int = 10) -> list[tuple[str, float]]:

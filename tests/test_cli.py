@@ -96,13 +96,21 @@ def test_demo():
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     out = proc.stdout
-    error = float(re.search(r"test error\s+([\d.]+)% \((\d+) of 114\)", out).group(1))
+    error = float(re.search(r"test error\s+([\d.]+) % \((\d+) of 114\)", out).group(1))
     assert error < 10.0  # WDBC: about 3 % with the default parameters
-    assert re.search(r"fit time\s+[\d.]+ s \(\d+ iterations", out)
+    assert re.search(r"^fit time\s+[\d.]+ s \(the choice of C included\)$", out, re.M)
+    assert re.search(r"^iterations\s+\d+$", out, re.M) and re.search(r"^bias\s+[-\d.e]+$", out, re.M)
+    # what was chosen, with why, and the errors that put the test error in context
+    assert re.search(r"^C {16}[\d.]+ \(size-relative.*\): the lowest cross-validated error of 6 candidates", out, re.M)
+    assert re.search(r"^cv error {9}[\d.]+ % \+- [\d.]+ % \(the chosen settings; 3-fold", out, re.M)
+    assert re.search(r"^training error {3}[\d.]+ % \(all 455 training rows\)$", out, re.M)
+    assert re.search(r"^majority class {3}37\.36 % error \(always predicting 1\)$", out, re.M)  # 170 of 455 are 0
     rows = re.findall(r"^  (\S+)\s+([\d.]+)\s+([\d.e+-]+)$", out, flags=re.M)
-    assert 12 <= len(rows) <= 14 and [r[0] for r in rows[:3]] == ["poly:1", "poly:2", "poly:3"]  # "scaled"
-    assert all(r[0].startswith("gaussian:") for r in rows[3:])
+    m = int(re.search(r"^kernels {10}auto: (\d+) kernels \(poly:1, poly:2, poly:3, (\d+) Gaussian", out, re.M).group(1))
+    assert len(rows) == m and 12 <= m <= 14 and [r[0] for r in rows[:3]] == ["poly:1", "poly:2", "poly:3"]
+    assert all(re.fullmatch(r"gaussian:\d\.?\d{0,3}", r[0]) for r in rows[3:])  # widths rounded to 3 digits
     assert math.isclose(sum(float(r[1]) for r in rows), 1.0, abs_tol=1e-5)
+    assert re.search(rf"^kernels used     [\d.]+ effective of {m} ", out, re.M)
 
 
 def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
@@ -112,8 +120,10 @@ def test_fit_predict_evaluate_svmlight(binary_files, tmp_path):
     proc = run_cli("fit", "--data", train, "--model", model, *args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    # The progress display in a pipe: whole lines (no carriage returns), the last one at 100 %.
-    assert re.search(r"^100%\|[^|\n]*\| (\d+)/\1 \[[\d:]+<[\d:]+, +[\d.]+k?it/s\]$", proc.stderr, re.M)
+    # The progress display in a pipe: whole lines (no carriage returns), one phase at a time, each ending at 100 %.
+    iterations = r"^MWU iterations on 80 rows: 100%\|[^|\n]*\| (\d+)/\1 \[[\d:]+<[\d:]+, +[\d.]+k? it/s\]$"
+    assert re.search(iterations, proc.stderr, re.M)
+    assert re.search(r"^exact polish: LIBSVM on the combined kernel of 80 rows: 100%.* 1/1 \[", proc.stderr, re.M)
     assert "\r" not in proc.stderr
     T = mwu.iteration_count(0.5, 1.5, 80)
     assert f"iterations       {T} (one solve, T = {T})" in proc.stdout
@@ -201,7 +211,7 @@ def test_csv_string_labels_multiclass_predict_to_file(tmp_path, capsys):
     assert "3 classes (setosa, versicolor, virginica)" in stdout
     assert "3 one-vs-rest solves" in stdout
     assert "scaling          min-max to [0, 1]" in stdout
-    assert "class 3/3: 100%" in stderr
+    assert "MWU iterations on 60 rows, class 3 of 3: 100%" in stderr  # one progress phase per class
 
     assert main(["predict", "--model", str(model), "--data", str(unlabelled), "--output-file", str(out)]) == 0
     assert capsys.readouterr().out == ""
@@ -232,7 +242,8 @@ def test_ctrl_c_keeps_the_iterations_done(tmp_path, n_classes):
     try:
         deadline = time.monotonic() + 60
         line = ""
-        while not re.search(r"\d+/\d+ \[", line) and time.monotonic() < deadline:  # the first progress line
+        # the first progress line past the start of the iterations (their phase begins just before them)
+        while not re.search(r"[1-9]\d*/\d+ \[", line) and time.monotonic() < deadline:
             line = proc.stderr.readline()
             assert line or proc.poll() is None, "the fit ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
@@ -325,13 +336,17 @@ def test_fit_summary_of_a_two_stage_fit_and_the_data_scale(tmp_path, capsys):
     fitted = MWUMKLClassifier.load(model)
     assert fitted.solver_ == "two-stage" and fitted.weight_points_ == 300
     T = mwu.iteration_count(fitted.epsilon_, 0.5, 300)
-    assert (
-        f"iterations       {fitted.n_iter_} in the weight stage (one solve on 300 of the 300 points, T = {T}), "
-        "then the linear stage on all 300 points\n" in out
+    assert re.search(
+        rf"^iterations       {fitted.n_iter_} in the weight stage \(one solve on 300 of the 300 points, T = {T}\), "
+        r"then the linear stage on all 300 points; fit time [\d.]+ s \(both stages\)$",
+        out,
+        re.M,
     )
-    assert re.search(r"^fit time         [\d.]+ s \(both stages\)$", out, re.M)
     assert "it/s" not in out
-    assert f"Gaussian widths in units of the data's scale sigma_0 = {fitted.kernel_scale_:.6g}" in out
+    assert f"Gaussian widths in units of the data's scale sigma_0 = {fitted.kernel_scale_:.4g}" in out
+    assert re.search(r"^solver {11}two-stage: kernel weights on 300 rows, then a linear SVM on Nystroem features", out,
+                     re.M)  # fmt: skip
+    assert re.search(r"^support vectors  \d+ \(the Nystroem landmarks\)$", out, re.M)
     assert re.search(r"^threads          \d+ in this process$", out, re.M)  # how many threads the fit used
 
 
@@ -361,8 +376,9 @@ def test_auto_C_epsilon_and_polish_options(tmp_path, capsys):
     fitted = MWUMKLClassifier.load(model)
     assert fitted.C == "auto" and fitted.C_ in (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
     assert fitted.polished_ and fitted.epsilon_ == 0.2
-    assert f"C {fitted.C_:g} (cross-validated)" in out and "epsilon 0.2 (auto)" in out and "exact polish" in out
-    assert "choosing C: 6 candidates x 3-fold cross-validation on 80 points" in err
+    assert f"C                {fitted.C_:g} (size-relative, ridge 1/(C n)): the lowest cross-validated error" in out
+    assert "epsilon          0.2 (auto: " in out and "then the exact polish (auto: small enough" in out
+    assert "choosing C: 6 candidates x 3 folds on 80 rows: 100%" in err
     argv = ["fit", "--data", str(data), "--model", str(model), "--C", "10", "--polish", "no", "-q"]
     assert main(argv) == 0
     fitted = MWUMKLClassifier.load(model)
@@ -424,7 +440,7 @@ def files(tmp_path_factory, binary_files):
         (["fit", "--data", "{inf_csv}", "--model", "m.npz"], 1, r"inf\.csv: line 2, feature column 2 is inf"),
         (["fit", "--data", "{words_csv}", "--model", "m.npz"], 1, r"words\.csv: line 2, column 2 holds 'abc'"),
         (["fit", "--data", "{empty_svm}", "--model", "m.npz"], 1, r"empty\.svm: the file holds no data rows"),
-        (["fit", "--data", "{dir}/nope.svm", "--model", "m.npz"], 1, r"data file not found: .*nope\.svm"),
+        (["fit", "--data", "{dir}/nope.svm", "--model", "m.npz"], 1, r"--data .*nope\.svm: no such file"),
         (["fit", "--data", "{train}", "--model", "{missing_dir_out}", "-q"], 1, r"directory .* does not exist"),
         (["fit", "--data", "{train}", "--model", "{dir}"], 1, r"it is a directory"),
         (["fit", "--data", "{train}", "--model", "m.npz", "--kernels", "gaussian:1@2-9"], 1, r"uses feature 9"),
@@ -433,7 +449,7 @@ def files(tmp_path_factory, binary_files):
         (["evaluate", "--model", "{model}", "--data", "{other_labels}"], 1, r"none of its labels \(5, 6\)"),
         (["evaluate", "--model", "{text_npz}", "--data", "{test}"], 1, r"text\.npz: not a model file"),
         (["evaluate", "--model", "{train}", "--data", "{test}"], 1, r"train\.svm: not a model file"),
-        (["predict", "--model", "{dir}/none.npz", "--data", "{test}"], 1, r"model file not found"),
+        (["predict", "--model", "{dir}/none.npz", "--data", "{test}"], 1, r"--model .*none\.npz: no such file"),
         (["predict", "--model", "{model}", "--data", "{test}", "-o", "{missing_dir_out}"], 1, r"does not exist"),
     ],
 )
@@ -704,7 +720,7 @@ def test_fit_from_stores_uses_the_stored_values(binary_files, tmp_path, capsys):
     assert load_model_file(model)[0].kernel_names_ == ["linear", "gaussian:1"]
     capsys.readouterr()
     assert main(["predict", "--model", model, "--data", test]) == 1
-    assert_one_line_error(capsys.readouterr().err, r"a model of precomputed kernels cannot predict from a data file")
+    assert_one_line_error(capsys.readouterr().err, r"precomputed kernels, it predicts from test kernels: .*-npy")
 
 
 def test_fit_probability_and_predict_proba(tmp_path, capsys):
@@ -739,6 +755,7 @@ def test_fit_summary_of_a_group_selection(tmp_path, capsys):
     g = fitted.group_selection_
     assert g["groups_kept"] == 2 and g["groups"] == 6
     assert (
-        f"selectivity 0 on the 2 of 6 feature groups a fit at C {g['C']:g}, selectivity {g['selectivity']:g} kept "
-        "(cross-validated)" in out
+        f"group selection  kept 2 of 6 feature groups (a fit at C {g['C']:g}, selectivity {g['selectivity']:g}): "
+        "within one standard error of the best candidate, with fewer inputs" in out
     )
+    assert "selectivity      0: uniform weights on the kept kernels" in out

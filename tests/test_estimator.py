@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 import time
 
 import numpy as np
@@ -339,8 +340,10 @@ def test_callback_progress_and_early_stop():
     seen = []
     clf = MWUMKLClassifier("paper", **literal(epsilon=0.3), callback=seen.append, callback_every=25).fit(X, y)
     assert all(isinstance(info, ProgressInfo) for info in seen)
-    assert [info.iteration for info in seen] == [*range(25, T, 25), T]
-    assert all(info.n_iter == T and info.elapsed >= 0 and info.s.shape == (12,) for info in seen)
+    assert [info.phase for info in seen] == ["iterations"] * len(seen)  # C given, no polish: the one phase
+    assert [info.iteration for info in seen] == [0, *range(25, T, 25), T]  # its start, then every 25
+    assert all(info.n_iter == T and info.elapsed >= 0 for info in seen)
+    assert seen[0].s is None and all(info.s.shape == (12,) for info in seen[1:])
     assert not clf.interrupted_ and clf.n_iter_ == T
 
     calls = []
@@ -350,7 +353,7 @@ def test_callback_progress_and_early_stop():
         return info.iteration >= 40
 
     stopped = MWUMKLClassifier(**literal(epsilon=0.3), callback=stop_at_40, callback_every=10).fit(X, y)
-    assert calls == [10, 20, 30, 40]
+    assert calls == [0, 10, 20, 30, 40, 40]  # the start, every 10, the stop; the phase ends at 40
     assert stopped.interrupted_ and stopped.n_iter_ == 40 < T
     # the partial model is the model of 40 iterations
     ref = MWUMKLClassifier(**literal(epsilon=0.3), max_iter=40).fit(X, y)
@@ -365,7 +368,7 @@ def test_verbose_logs_progress(caplog):
     X, y = _toy()
     with caplog.at_level("INFO", logger="mwumkl_dist"):
         MWUMKLClassifier(**literal(epsilon=0.3), verbose=1, callback_every=50).fit(X, y)
-    assert any("iteration 50/" in rec.getMessage() for rec in caplog.records)
+    assert any(re.match(r"MWU iterations on \d+ rows: 50/\d+ it", rec.getMessage()) for rec in caplog.records)
 
 
 # ----------------------------------------------------------------------------- C, epsilon and polish "auto"

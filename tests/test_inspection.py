@@ -92,13 +92,13 @@ def test_cli_fit_prints_selectivity_and_the_weight_summaries(tmp_path, capsys):
     args += ["--kernels", "paper-per-feature"]
     assert main([*args, "--C", "1", "--selectivity", "100"]) == 0
     out = capsys.readouterr().out
-    assert "selectivity 100, rho 0.5" in out
-    effective = float(re.search(r"effective kernels ([\d.]+) of 72", out).group(1))
+    assert "selectivity      100: given" in out
+    effective = float(re.search(r"kernels used     ([\d.]+) effective of 72", out).group(1))
     assert effective < 10
-    per_feature = re.search(r"weight per feature: (\d) ([\d.]+), (\d) ([\d.]+)", out)
+    per_feature = re.search(r"per feature      (\d) ([\d.]+), (\d) ([\d.]+)", out)
     assert {per_feature.group(1), per_feature.group(3)} == {"0", "1"}  # the informative features first
-    assert "weight per kernel type: " in out
+    assert re.search(r"per kernel type  .*gaussian [\d.]+ \(9 widths\)", out)  # paper: 9 widths of 1 to 16
     assert main([*args, "--C", "1", "--selectivity", "0"]) == 0
-    assert "effective kernels 72.0 of 72" in capsys.readouterr().out
+    assert "kernels used     72.0 effective of 72" in capsys.readouterr().out
     assert main([*args, "--selectivity", "-1"]) == 2
     assert "--selectivity" in capsys.readouterr().err

@@ -30,6 +30,8 @@ LAYERS = [
         [
             "mwumkl_dist.estimator",
             "mwumkl_dist.inspection",
+            "mwumkl_dist.summary",
+            "mwumkl_dist.plotting",
             "mwumkl_dist.threads",
             "mwumkl_dist.stores",
             "mwumkl_dist",

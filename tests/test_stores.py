@@ -16,6 +16,7 @@ from conftest import literal
 zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
+from mwumkl_dist.cli.args import CommandError  # noqa: E402
 from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
@@ -570,7 +571,9 @@ def test_store_commands(tmp_path, capsys):
     assert KernelStore(tmp_path / "n.zarr").kernel_names == ["K.npy[0]", "K.npy[1]"]
     with pytest.raises(ValueError, match="--npy needs --labels"):
         _run(["store", "kernels", "--npy", str(tmp_path / "K.npy"), "--output", str(tmp_path / "x.zarr")])
-    with pytest.raises(StoreError, match="already exists"):
+    with pytest.raises(
+        CommandError, match=r"--output .*n\.zarr: already exists; choose another path, or pass --overwrite"
+    ):
         _run([*argv, "--output", str(tmp_path / "n.zarr")])
     assert _run([*argv, "--output", str(tmp_path / "n.zarr"), "--overwrite"]) == 0
     meta = json.loads((tmp_path / "n.zarr" / "zarr.json").read_text())["attributes"]["mwumkl_dist"]

@@ -23,6 +23,7 @@ from mwumkl_dist.kernels.specs import (
     screening_subsets,
     subset_kernels,
 )
+from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.structure import (
     MAX_SUBSETS,
     SCREEN_C,
@@ -202,6 +203,9 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     assert all(KernelSet([name], N_FEATURES).specs[0].features == (0, 1) for name in clf.kernel_names_)
     Xt, yt = _checkerboard(1000, seed=1)
     assert np.mean(clf.predict(Xt) != yt) < 0.1
+    # Probabilities' folds refit the same structure (from the model's attributes, no screen).
+    chosen = chosen_selectivity(vars(clf))
+    assert chosen == FeatureStructure(clf.structure_["top"]) and chosen.kept == ((0, 1), ((0, 1),))
 
 
 def test_a_structure_from_a_data_store_is_the_structure_from_memory(structured, tmp_path):
@@ -223,13 +227,16 @@ def test_probabilities_of_a_structured_model(structured):
     assert np.mean((proba[:, 1] > 0.5) == (y[:50] == 1)) > 0.8
 
 
-def test_the_cli_summary_names_the_kept_features(structured):
-    from mwumkl_dist.cli.model import describe_structure
+def test_the_summary_names_the_kept_features(structured):
+    from mwumkl_dist.summary import describe_structure
 
-    _, _, clf = structured
-    assert describe_structure(clf.structure_) == (
-        "structure: a model on 2 of the features (x0, x1); with kernels of their own: (x0, x1)"
+    X, y, clf = structured
+    assert (
+        describe_structure(clf.structure_) == "a model on 2 of the features: x0, x1; kernels of their own on (x0, x1)"
     )
+    lines = clf.summary(X, y).splitlines()
+    assert any(line.startswith("structure") and "x0, x1" in line for line in lines)
+    assert any(line.startswith("selectivity") and "uniform weights on the kept kernels" in line for line in lines)
 
 
 def test_a_polished_fold_at_selectivity_0_skips_the_iterations_and_keeps_the_model():

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from conftest import explicit_kernels, record_nested_fits
 
 from mwumkl_dist import MWUMKLClassifier
-from mwumkl_dist.core import partition
+from mwumkl_dist.core import partition, progress
 from mwumkl_dist.data import weights
 from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
 from mwumkl_dist.data.shards import FeatureShard
@@ -271,10 +271,11 @@ def test_dask_engine_ships_each_block_its_ridge_rows(monkeypatch):
                 if info.iteration == 30:
                     engine.blocks[2].conn.close()  # the next message finds it lost: rebuilt, reconfigured, replayed
 
-            res = mwu.solve(
-                engine, inv_trace=inv_trace, ridge=ridge, epsilon=EPS, rho=RHO, n_iter=60,
-                callback=drop_a_block, callback_every=10,
-            )  # fmt: skip
+            with progress.reporting(drop_a_block), progress.phase("iterations", 60) as step:
+                res = mwu.solve(
+                    engine, inv_trace=inv_trace, ridge=ridge, epsilon=EPS, rho=RHO, n_iter=60,
+                    progress=step, callback_every=10,
+                )  # fmt: skip
             assert engine.recoveries == 1
             counts = engine.alpha_counts()
     np.testing.assert_array_equal(counts, ref["counts"])

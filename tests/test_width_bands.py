@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,7 @@ def _fit_with_errors(monkeypatch, band_error, X, y, *, same_rows=True, **params)
     (``same_rows``: those the others get wrong too) or from the tenth row on; the final fits are real."""
     scored = []
 
-    def errors(self, candidates):
+    def errors(self, candidates, what=""):
         scored.extend(candidates)
         n, out = len(self.rows), []
         for C, s in candidates:
@@ -118,9 +120,7 @@ def test_folds_fit_the_band_kernels_alone(monkeypatch):
 
 @pytest.mark.timeout(120)
 def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, fold_selectivities):
-    from argparse import Namespace
-
-    from mwumkl_dist.cli.model import _describe_params
+    from mwumkl_dist.summary import chosen_lines
 
     seen = fold_selectivities
     X, y = _problem(2)
@@ -129,9 +129,12 @@ def test_probabilities_and_the_cli_summary_of_a_band(monkeypatch, fold_selectivi
     proba, order = clf.predict_proba(X), np.argsort(clf.decision_function(X))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert np.all(np.diff(proba[order, 1]) >= 0)  # Platt's sigmoid of the band model's decision values
-    args = Namespace(epsilon="auto", C="auto", scale_C=True, rho=0.5)
-    summary = _describe_params(args, clf)
-    assert "selectivity 0 on the Gaussians of widths 0.1, 0.2, 0.4 (band 0-2 of 7 widths)" in summary
+    summary = "\n".join(chosen_lines(clf))
+    assert "width band       Gaussians of widths 0.1, 0.2, 0.4 (ranks 0-2 of 7): better than" in summary
+    assert "selectivity      0: uniform weights on the kept kernels" in summary
+    assert re.search(
+        r"^C {16}[\d.]+ \(size-relative, ridge 1/\(C n\)\): the C of the chosen band of widths", summary, re.M
+    )
 
 
 def test_a_band_from_a_data_store_is_the_band_from_memory(monkeypatch, tmp_path):
@@ -172,7 +175,7 @@ def test_auto_bands_go_beyond_the_family_where_the_optimum_is_at_its_edge(monkey
     X, y = _problem(3)
     scored = []
 
-    def errors(self, candidates):
+    def errors(self, candidates, what=None):
         scored.extend(candidates)
         n, out = len(self.rows), []
         for C, s in candidates:
@@ -190,8 +193,8 @@ def test_auto_bands_go_beyond_the_family_where_the_optimum_is_at_its_edge(monkey
     ladder = auto_band_ladder(sigma0)
     assert ladder == pytest.approx([sigma0 * 2.0**e for e in AUTO_BAND_EXPONENTS])
     centres = [(b.first + b.last) // 2 for _, b in scored if isinstance(b, WidthBand)]
-    # The family's bands, then one step beyond the narrowest (rank 3), not two.
-    assert centres == [c for c in AUTO_BAND_CENTRES for _ in AUTO_BAND_C_FACTORS] + [3, 3]
+    # The family's bands, then the narrowest one's neighbours (ranks 4, 6), then one step beyond (rank 3), no more.
+    assert centres == [c for c in AUTO_BAND_CENTRES for _ in AUTO_BAND_C_FACTORS] + [4, 4, 6, 6] + [3, 3]
     assert clf.width_band_ == {"first": 2, "last": 4, "sigmas": list(ladder[2:5]), "widths": 19, "own_kernels": True}
     # The model is the band's own three Gaussians (2^-3.5 ... 2^-2.5 sigma_0: the family's narrowest and beyond).
     assert [spec.sigma for spec in _gaussians(clf.kernel_names_)] == pytest.approx(ladder[2:5])

@@ -19,7 +19,9 @@ import sys
 import warnings
 
 from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
+from mwumkl_dist.cli.cluster import add_cluster_command
 from mwumkl_dist.cli.model import add_model_commands
+from mwumkl_dist.cli.plot import add_plot_command
 from mwumkl_dist.cli.store import add_store_commands
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.io.files import SUPPORTED_EXTENSIONS
@@ -47,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     add_model_commands(sub, common)
+    add_plot_command(sub, [common])
     add_store_commands(sub, [common])
+    add_cluster_command(sub, [common])
     return parser
 
 
@@ -73,7 +77,7 @@ def main(argv=None) -> int:
     except UsageError as exc:
         return _fail(exc, 2)
     if args.command is None:
-        return _fail(f"choose a command: demo, fit, predict, evaluate or store (see '{PROG} --help')", 2)
+        return _fail(f"choose a command: demo, fit, predict, evaluate, plot, store or cluster (see '{PROG} --help')", 2)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")

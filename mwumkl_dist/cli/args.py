@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from mwumkl_dist.kernels.specs import DataScale, parse_kernels
 
@@ -27,7 +28,9 @@ __all__ = [
     "C_or_auto",
     "selectivity_choice",
     "kernel_spec",
+    "KERNEL_SPEC_HINT",
     "ZERO_BASED",
+    "existing_file",
     "add_zero_based_argument",
 ]
 
@@ -121,28 +124,46 @@ def selectivity_choice(text: str) -> float | str:
     return "exact" if math.isinf(value) else value
 
 
+#: What ``--kernels`` takes, in a few words (the whole list is in ``--help`` and docs/kernels.md).
+KERNEL_SPEC_HINT = "e.g. scaled, paper, linear, poly:2, gaussian:0.5, random:1000, gaussian:1@0-4"
+
+
 def kernel_spec(text: str) -> str:
-    """A kernel spec string, checked for syntax (feature indices are checked against the data later)."""
+    """A kernel spec string, checked for syntax (feature indices are checked against the data later).
+
+    A bad spec is one short line: what is wrong and a few examples, not the whole spec help that the
+    library's message carries (``; expected ...``).
+    """
     if text.strip().lower() == "precomputed":
         return "precomputed"  # only with 'fit --store' of a kernel store; checked there
     try:
         parse_kernels(text, 1, scale=lambda: DataScale(1, (0,), (0,)))  # the syntax only
     except (ValueError, TypeError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        what = str(exc).split("; expected ", 1)[0]
+        raise argparse.ArgumentTypeError(f"{what} ({KERNEL_SPEC_HINT})") from None
     return text
+
+
+def existing_file(path: str, option: str) -> str:
+    """``path``, or a one-line :class:`CommandError` naming ``option`` when it is a directory or does not exist."""
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a directory, not a file")
+    if not os.path.exists(path):
+        raise CommandError(f"{option} {path}: no such file")
+    return path
 
 
 #: ``--zero-based`` choices -> ``load_data(zero_based=...)``.
 ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
 
 
-def add_zero_based_argument(parser) -> None:
-    """``--zero-based auto|yes|no`` on a command that reads an svmlight ``--data``/``--input`` file."""
+def add_zero_based_argument(parser, option: str = "--data") -> None:
+    """``--zero-based auto|yes|no`` on a command that reads an svmlight file given as ``option``."""
     parser.add_argument(
         "--zero-based",
         choices=tuple(ZERO_BASED),
         default="auto",
-        help="feature indices of an svmlight --data file: 'no' counts from 1 (LIBSVM), 'yes' from 0, 'auto' "
+        help=f"feature indices of an svmlight {option} file: 'no' counts from 1 (LIBSVM), 'yes' from 0, 'auto' "
         "(default) reads a file that uses index 0 as 0-based. Give predict/evaluate the training file's "
         "setting: with 'auto' a 0-based test file that never uses index 0 is read shifted by one",
     )

@@ -22,27 +22,40 @@ from mwumkl_dist.cli.args import (
     UsageError,
     add_zero_based_argument,
     epsilon_or_auto,
+    existing_file,
     kernel_spec,
     n_jobs,
     positive_float,
     positive_int,
     selectivity_choice,
 )
-from mwumkl_dist.cli.progress import COMPILING_NOTE, format_rate, numba_cache_is_cold, progress_bar
+from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_file
+from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
-from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.atomic import atomic_file
 from mwumkl_dist.io.files import format_label, load_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
-from mwumkl_dist.solvers.auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
+from mwumkl_dist.solvers.auto import plan_iterations
 from mwumkl_dist.solvers.spec import SOLVER_NAMES
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
+from mwumkl_dist.summary import fit_summary, weights_table
 
-__all__ = ["add_model_commands", "cmd_demo", "cmd_fit", "cmd_predict", "cmd_evaluate", "PREDICT_OUTPUTS"]
+__all__ = [
+    "add_model_commands",
+    "cmd_demo",
+    "cmd_fit",
+    "cmd_predict",
+    "cmd_evaluate",
+    "load_model_or_fail",
+    "DEFAULT_KERNELS",
+    "PREDICT_OUTPUTS",
+]
 
+#: The kernels of ``fit`` and ``demo`` when ``--kernels`` is not given (a kernel store: its own).
+DEFAULT_KERNELS = "auto"
 #: Largest number of kernel weights printed after ``fit`` (largest first).
 MAX_TABLE_ROWS = 12
 #: ``--polish`` choices -> the estimator's ``polish``.
@@ -76,7 +89,13 @@ def _model_options() -> argparse.ArgumentParser:
     """The options of the estimator, shared by ``demo`` and ``fit``."""
     model = Parser(add_help=False)
     group = model.add_argument_group("model")
-    group.add_argument("--kernels", type=kernel_spec, default="auto", metavar="SPEC", help=KERNEL_SPEC_HELP)
+    group.add_argument(
+        "--kernels",
+        type=kernel_spec,
+        default=None,
+        metavar="SPEC",
+        help=f"the base kernels (default: {DEFAULT_KERNELS}; a kernel store's own with --store): {KERNEL_SPEC_HELP}",
+    )
     group.add_argument(
         "--epsilon",
         type=epsilon_or_auto,
@@ -122,8 +141,8 @@ def _model_options() -> argparse.ArgumentParser:
         choices=SOLVER_NAMES,
         default="auto",
         help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
-        "then a linear solver on Nystroem features of the learned kernel (time ~ n); auto (default): "
-        f"two-stage from {AUTO_TWO_STAGE_POINTS} in-memory points",
+        "then a linear solver on Nystroem features of the learned kernel (time ~ n; data files and data stores, "
+        f"not kernel stores); auto (default): two-stage from {AUTO_TWO_STAGE_POINTS} points",
     )
     group.add_argument(
         "--no-scale-C",
@@ -203,7 +222,11 @@ def _add_fit(sub, parents):
         "--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
     )
     dist.add_argument(
-        "--scheduler-timeout", type=positive_float, default=10.0, metavar="S", help="seconds to reach the scheduler"
+        "--scheduler-timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds to reach the scheduler (default 10)",
     )
     dist.add_argument(
         "--worker-timeout",
@@ -222,10 +245,19 @@ def _add_fit(sub, parents):
 
 
 def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
-    """A command that applies a saved model to a data file: ``--model``, ``--data``, ``--zero-based``, ``--n-jobs``."""
+    """A command that applies a saved model to a data file (``--data``) or to precomputed test kernels
+    (``--kernels-npy``): ``--model``, ``--zero-based``, ``--n-jobs``."""
     p = sub.add_parser(name, parents=parents, help=help, description=description)
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
-    p.add_argument("--data", required=True, metavar="FILE", help=data_help)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", metavar="FILE", help=data_help)
+    source.add_argument(
+        "--kernels-npy",
+        nargs="+",
+        metavar="K.npy",
+        help="for a model fitted from a kernel store: the test points' kernel values against the training points, "
+        "one (m, n_test, n_train) array or one (n_test, n_train) file per kernel, in the store's kernel order",
+    )
     add_zero_based_argument(p)
     _add_n_jobs(p)
     return p
@@ -264,6 +296,7 @@ def _add_evaluate(sub, parents):
         "feature scaling).",
         data_help="labelled test data",
     )
+    p.add_argument("--labels", metavar="FILE", help="the labels of --kernels-npy's points: a 1-d .npy array, or text")
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -308,107 +341,41 @@ def _note_compiling(quiet: bool = False) -> None:
         print(f"{PROG}: {COMPILING_NOTE}", file=sys.stderr, flush=True)
 
 
-def _describe_params(args, clf) -> str:
-    """The fitted model's epsilon, C and rho, saying which were chosen automatically."""
-    eps = f"epsilon {clf.epsilon_:g}" + (" (auto)" if args.epsilon == "auto" else "")
-    if math.isinf(clf.C_):
-        C = "C inf (hard margin)"
-    else:
-        # C="auto" without a cross-validation (a kernel store, a class too small to split): the default.
-        auto = (" (cross-validated)" if clf.C_path_ else " (auto)") if args.C == "auto" else ""
-        C = f"C {clf.C_:g}{auto}"
-        C += " (ridge 1/(C n))" if args.scale_C else " (ridge 1/C, as in the paper)"
-    polish = ", exact polish" if clf.polished_ else ""
-    if getattr(clf, "solver_", "mwu") == "two-stage":
-        polish = f", two-stage (weights from {clf.weight_points_} points, Nystroem features on {len(clf.support_)})"
-    chosen = " (cross-validated)" if getattr(clf, "selectivity_path_", None) else ""
-    sel = clf.selectivity_ if isinstance(clf.selectivity_, str) else f"{clf.selectivity_:g}"
-    groups = getattr(clf, "group_selection_", None)
-    if groups is not None:
-        sel += (
-            f" on the {groups['groups_kept']} of {groups['groups']} feature groups a fit at C {groups['C']:g}, "
-            f"selectivity {groups['selectivity']:g} kept"
-        )
-    band = getattr(clf, "width_band_", None)
-    if band is not None:
-        sigmas = ", ".join(f"{s:.3g}" for s in band["sigmas"])
-        sel += f" on the Gaussians of widths {sigmas} (band {band['first']}-{band['last']} of {band['widths']} widths)"
-    structure = getattr(clf, "structure_", None)
-    if structure is not None:
-        sel += f"; {describe_structure(structure, getattr(clf, 'feature_names_in_', None))}"
-    return f"{eps}, {C}, selectivity {sel}{chosen}, rho {args.rho:g}{polish}"
-
-
-def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
-    """One line on a structured model (``structure_``): the kept features and the subsets with kernels of their own."""
-
-    def label(f):
-        return str(names[f]) if names is not None else f"x{f}"
-
-    features = structure["features"]
-    shown = ", ".join(label(f) for f in features[:limit]) + (
-        f" (first {limit} of {len(features)})" * (len(features) > limit)
-    )
-    text = f"structure: a model on {len(features)} of the features ({shown})"
-    subsets = structure.get("subsets") or []
-    if subsets:
-        text += "; with kernels of their own: " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
-    return text
-
-
-def _weight_summary(clf, limit: int = 10) -> list[str]:
-    """Effective number of kernels, then the weight per kernel type and per feature (largest first)."""
-    weights = np.atleast_2d(clf.kernel_weights_).mean(axis=0)  # one-vs-rest: averaged over the problems
-    m = len(weights)
-    lines = [f"effective kernels {1.0 / np.sum(weights**2):.1f} of {m} (1 / sum mu_i^2)"]
-    if clf.kernels == "precomputed":
-        return lines
-    by_type = kernel_type_weights(clf.kernel_names_, weights, clf.n_features_in_)
-    if len(by_type) > 1:
-        lines.append("weight per kernel type: " + ", ".join(f"{k} {v:.3f}" for k, v in list(by_type.items())[:limit]))
-    per_feature = feature_weights(clf.kernel_names_, weights, clf.n_features_in_)
-    if not np.allclose(per_feature, per_feature.mean(), rtol=1e-9, atol=0):  # kernels on all features: uniform
-        names = getattr(clf, "feature_names_in_", None)
-        top = np.argsort(-per_feature, kind="stable")[:limit]
-        shown = ", ".join(f"{names[i] if names is not None else i} {per_feature[i]:.3f}" for i in top)
-        more = f" (largest {len(top)} of {len(per_feature)})" if len(top) < len(per_feature) else ""
-        lines.append(f"weight per feature{more}: {shown}")
-    return lines
-
-
-def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
-    """The kernel weights as aligned lines; the ``limit`` largest when there are more."""
-    order = np.arange(len(names))
-    if limit is not None and len(names) > limit:
-        order = np.argsort(-np.asarray(weights), kind="stable")[:limit]
-    rows = [(names[i], f"{weights[i]:.6f}", f"{raw_weights[i]:.4e}") for i in order]
-    head = ("kernel", "weight mu_i", "raw weight mu_i/r_i")
-    widths = [max(len(head[k]), *(len(r[k]) for r in rows)) for k in range(3)]
-    lines = [f"  {head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]:>{widths[2]}}"]
-    lines += [f"  {a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
-    if len(order) < len(names):
-        lines.append(f"  ... and {len(names) - len(order)} more kernels (the {len(order)} largest weights shown)")
-    return lines
-
-
-def _load_model(path: str, n_jobs=None):
+def load_model_or_fail(path: str, n_jobs=None, *, option: str = "--model"):
     """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
 
     The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
+    Errors are one line naming ``option`` and the file.
     """
-    if os.path.isfile(path) and not zipfile.is_zipfile(path):
-        raise CommandError(f"{path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
+    existing_file(path, option)
+    if not zipfile.is_zipfile(path):
+        raise CommandError(f"{option} {path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
     model, scaling = load_model_file(path)
-    if model.support_vectors_ is None:
-        raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
     model.set_params(n_jobs=n_jobs)
     return model, scaling
 
 
 def _load_points(args, model, scaling, labels=True):
-    """The points of ``--data`` with the model's feature count, scaled as the training file was."""
-    X, y = load_data(args.data, n_features=model.n_features_in_, labels=labels, zero_based=ZERO_BASED[args.zero_based])
-    return (X if scaling is None else scaling.transform(X)), y
+    """The points of ``--data`` with the model's feature count, scaled as the training file was; or the test
+    kernels of ``--kernels-npy`` (``(m, n_test, n_train)``, labels from ``--labels``) for a precomputed model."""
+    precomputed = model.support_vectors_ is None
+    if args.data is not None:
+        if precomputed:
+            raise CommandError(
+                f"--model {args.model}: fitted on precomputed kernels, it predicts from test kernels: give "
+                "--kernels-npy K.npy ((m, n_test, n_train)) instead of --data"
+            )
+        X, y = load_data(existing_file(args.data, "--data"), n_features=model.n_features_in_, labels=labels,
+                         zero_based=ZERO_BASED[args.zero_based])  # fmt: skip
+        return (X if scaling is None else scaling.transform(X)), y
+    if not precomputed:
+        raise CommandError(f"--kernels-npy: --model {args.model} was fitted on features: give --data FILE")
+    mats, _ = read_npy_kernels([existing_file(f, "--kernels-npy") for f in args.kernels_npy])
+    K = np.stack([np.asarray(k, dtype=np.float64) for k in mats])
+    label_file = getattr(args, "labels", None)
+    if labels is True and label_file is None:
+        raise CommandError("--kernels-npy: evaluate needs the points' labels too (--labels FILE)")
+    return K, (None if label_file is None else load_labels(existing_file(label_file, "--labels")))
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -426,43 +393,43 @@ def _check_writable(path: str, what: str) -> None:
 
 
 def cmd_demo(args) -> int:
-    """``demo``: breast cancer, 80/20 split, min-max scaling; test error and kernel weights."""
+    """``demo``: breast cancer, 80/20 split, min-max scaling; test error, the summary and the kernel weights."""
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split
 
     _check_model_args(args)
+    args.kernels = args.kernels or DEFAULT_KERNELS
     X, y = load_breast_cancer(return_X_y=True)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=args.seed, stratify=y)
     scaling = FeatureScaling.fit(X_train)  # on the training part only: no test information leaks in
     X_train, X_test = scaling.transform(X_train), scaling.transform(X_test)
-    n_kernels = _count_kernels(args.kernels, X.shape[1])
-    clf = _estimator(args)
+    _count_kernels(args.kernels, X.shape[1])  # feature indices, before the fit
+    progress = PhaseBars()
+    clf = _estimator(args, callback=progress)
 
     print(f"MWUMKL demo: Wisconsin diagnostic breast cancer (scikit-learn), {X.shape[0]} points, {X.shape[1]} features")
     print(
         f"split 80/20 (seed {args.seed}): {len(y_train)} train, {len(y_test)} test; "
         "features min-max scaled on the training part"
     )
-    print(f"kernels {args.kernels} ({n_kernels})" + (", choosing C by cross-validation" if args.C == "auto" else ""))
-    sys.stdout.flush()  # before the note on stderr
+    sys.stdout.flush()  # before the progress on stderr
     _note_compiling()
     start = time.perf_counter()
-    clf.fit(X_train, y_train)
+    try:
+        clf.fit(X_train, y_train)
+    finally:
+        progress.close()
     elapsed = time.perf_counter() - start
-    print(f"parameters {_describe_params(args, clf)}")
     errors = int(np.sum(clf.predict(X_test) != y_test))
     print()
-    if args.C == "auto":
-        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations; the choice of C included)")
-    else:
-        rate = format_rate(clf.n_iter_ / max(elapsed, 1e-9))
-        print(f"fit time         {elapsed:.2f} s ({clf.n_iter_} iterations, {rate} it/s)")
-    print(f"test error       {errors / len(y_test):.2%} ({errors} of {len(y_test)})")
-    print(f"support vectors  {len(clf.support_)} of {len(y_train)}")
-    print(f"bias             {clf.intercept_[0]:.6g}")
+    chosen = " (the choice of C included)" if args.C == "auto" else ""
+    print(f"fit time         {elapsed:.2f} s{chosen}")
+    print(f"test error       {100 * errors / len(y_test):.2f} % ({errors} of {len(y_test)})")
+    for line in fit_summary(clf, X_train, y_train):
+        print(line)
     print()
     print("kernel weights (mu_i on the trace-normalised kernels, mu_i/r_i on the raw kernels):")
-    for line in _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_):
+    for line in weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_):
         print(line)
     return 0
 
@@ -470,44 +437,26 @@ def cmd_demo(args) -> int:
 # ----------------------------------------------------------------------------- fit
 
 
-class _FitProgress:
-    """The fit callback: one progress bar over every one-vs-rest problem's iterations."""
-
-    def __init__(self, n_iter: int, n_problems: int, quiet: bool):
-        self.n_iter, self.n_problems, self.quiet = n_iter, n_problems, quiet
-        self.problem, self.last = 0, 0
-        self.bar = None  # created at the first iteration: the choice of C and bad input come first
-
-    def __call__(self, info):
-        if info.iteration <= self.last:  # the next one-vs-rest problem started
-            self.problem += 1
-        self.last = info.iteration
-        if self.bar is None and not self.quiet:
-            self.bar = progress_bar(self.n_iter * self.n_problems)
-        if self.bar is not None:
-            if self.n_problems > 1:
-                self.bar.set_description_str(f"class {self.problem + 1}/{self.n_problems}", refresh=False)
-            self.bar.update(self.problem * self.n_iter + info.iteration - self.bar.n)
-        return None
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _training_data(args):
-    """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store``, with the kernels checked against it."""
+    """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store`` (``d`` None for a kernel store); sets
+    ``args.kernels`` where it was not given: a kernel store's are precomputed, else :data:`DEFAULT_KERNELS`."""
     if args.store is not None:
         X, y = open_store(args.store), None
         classes, n = np.asarray(X.classes), X.n_samples
-        d = getattr(X, "n_features", n)
+        kernel_store = isinstance(X, KernelStore)
+        d = None if kernel_store else X.n_features
         source = args.store
-        if (args.kernels == "precomputed") != isinstance(X, KernelStore):
-            raise UsageError("a kernel store needs --kernels precomputed, and only a kernel store takes it")
+        if args.kernels is None:
+            args.kernels = "precomputed" if kernel_store else DEFAULT_KERNELS
+        elif kernel_store and args.kernels != "precomputed":
+            raise UsageError(f"--store {args.store} is a kernel store (precomputed kernels): leave out --kernels")
+        elif not kernel_store and args.kernels == "precomputed":
+            raise UsageError(f"--kernels precomputed: --store {args.store} is a data store, not a kernel store")
     else:
         if args.kernels == "precomputed":
-            raise UsageError("--kernels precomputed needs --store with a kernel store")
-        X, y = load_data(args.data, zero_based=ZERO_BASED[args.zero_based])
+            raise UsageError("--kernels precomputed needs --store with a kernel store ('store kernels' writes one)")
+        args.kernels = args.kernels or DEFAULT_KERNELS
+        X, y = load_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
@@ -543,7 +492,7 @@ def _iteration_plan(args, n: int, n_kernels: int, *, in_memory: bool | None = No
     return plan.n_iter
 
 
-def _fit_estimator(args, n_iter: int, progress: _FitProgress) -> MWUMKLClassifier:
+def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
     engine = args.engine or ("dask" if args.scheduler else "local")
     if engine == "local" and (args.scheduler or args.kernel_shards > 1):
         raise UsageError("--scheduler and --kernel-shards need --engine dask")
@@ -575,10 +524,19 @@ def _describe_scaling(args, scaling) -> str:
     return "none (--no-scale)"
 
 
+def _describe_data(source: str, X, n: int, d, classes) -> str:
+    labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
+    if d is None:  # a kernel store: its rows are points, it has no features
+        return f"{source}: {n} points, {X.n_kernels} precomputed kernels, {len(classes)} classes ({labels})"
+    return f"{source}: {n} points, {d} features, {len(classes)} classes ({labels})"
+
+
 def cmd_fit(args) -> int:
-    """``fit``: load, scale, fit with a progress bar, save (also after Ctrl-C), summarise."""
+    """``fit``: load, scale, fit with progress on stderr, save (also after Ctrl-C), summarise."""
     _check_model_args(args)
     _check_writable(args.model, "model")
+    if not args.quiet:  # reading and scaling a large file takes a while: say so before
+        print(f"{PROG}: reading {args.store if args.store is not None else args.data}", file=sys.stderr, flush=True)
     X, y, classes, n, d, source = _training_data(args)
     n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
     scaling = FeatureScaling.fit(X) if args.scale and args.store is None else None
@@ -587,17 +545,12 @@ def cmd_fit(args) -> int:
     n_iter = _planned_iterations(args, n, n_kernels)
     n_problems = 1 if len(classes) == 2 else len(classes)  # one-vs-rest: one solve per class
 
-    progress = _FitProgress(n_iter, n_problems, args.quiet)
+    progress = PhaseBars(quiet=args.quiet)
     try:
         clf = _fit_estimator(args, n_iter, progress)
-        if args.C == "auto" and not isinstance(X, KernelStore) and not args.quiet:  # a kernel store: C = 1
-            where = "" if args.store is None else " read from the store"
-            print(
-                f"choosing C: {len(AUTO_C_GRID)} candidates x 3-fold cross-validation on "
-                f"{min(n, AUTO_C_POINTS)} points{where} (pass --C to skip)",
-                file=sys.stderr,
-            )
         _note_compiling(args.quiet)
+        if not args.quiet:
+            print(f"{PROG}: fitting {n} rows" + ("" if d is None else f", {d} features"), file=sys.stderr, flush=True)
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once
@@ -619,40 +572,30 @@ def cmd_fit(args) -> int:
             file=sys.stderr,
         )
     if not args.quiet:
-        labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
         print(f"model saved to   {args.model}")
-        print(f"data             {source}: {n} points, {d} features, {len(classes)} classes ({labels})")
+        print(f"data             {_describe_data(source, X, n, d, classes)}")
         print(f"scaling          {_describe_scaling(args, scaling)}")
-        print(f"kernels          {_describe_kernels(args, clf, n_kernels)}")
-        print(f"parameters       {_describe_params(args, clf)}")
-        for line in _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed):
+        train_X, train_y = (X, y) if args.store is None else (None, X.y)  # a store's rows are not read again
+        iterations = _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed)
+        for line in fit_summary(clf, train_X, train_y, iterations=iterations):
             print(line)
         shards = "; the shards use their workers'" if clf.get_params()["engine"] == "dask" else ""
         print(f"threads          {clf.n_threads_} in this process{shards}")
-        print(f"support vectors  {len(clf.support_)} of {n}")
         if args.probability:
             print("probabilities    Platt sigmoids fitted on cross-validated decision values (--output proba)")
-        for line in _weight_summary(clf):
-            print(line)
+        if clf.kernels == "precomputed":
+            print(f"predict with     {PROG} predict --model {args.model} --kernels-npy K_TEST.npy "
+                  "(test x training kernel values, (m, n_test, n_train))")  # fmt: skip
         if n_problems == 1:
             print("kernel weights:")
-            table = _weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, MAX_TABLE_ROWS)
+            table = weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, MAX_TABLE_ROWS)
             for line in table:
                 print(line)
     return EXIT_INTERRUPTED if clf.interrupted_ else 0
 
 
-def _describe_kernels(args, clf, n_kernels: int) -> str:
-    """The kernel spec and count; for a scaled family, the data's scale its Gaussian widths are multiples of."""
-    text = f"{args.kernels} ({n_kernels})"
-    scale = getattr(clf, "kernel_scale_", None)
-    if scale is not None:
-        text += f"; Gaussian widths in units of the data's scale sigma_0 = {scale:.6g} (stored in the model)"
-    return text
-
-
-def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, elapsed: float) -> list[str]:
-    """The summary's iteration lines: what the MWU iterations ran on, and the time (a rate only where it is one).
+def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, elapsed: float) -> str:
+    """The summary's iteration line: what the MWU iterations ran on, and the time (a rate only where it is one).
 
     A two-stage fit's iterations are those of its weight stage, on a subsample; its time includes the
     linear stage on all the rows, so iterations per second would mislead.  Likewise with ``C="auto"``,
@@ -660,19 +603,19 @@ def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, ela
     """
     total = int(np.sum(clf.n_iter_))
     how = "one solve" if n_problems == 1 else f"{n_problems} one-vs-rest solves"
+    chosen = ", the choice of C included" if args.C == "auto" else ""
     if getattr(clf, "solver_", "mwu") == "two-stage":
         m = int(clf.weight_points_)
         T = _iteration_plan(args, m, n_kernels, in_memory=True)
-        return [
-            f"iterations       {total} in the weight stage ({how} on {m} of the {n} points, T = {T}), "
-            f"then the linear stage on all {n} points",
-            f"fit time         {elapsed:.2f} s (both stages" + (", and the choice of C)" if args.C == "auto" else ")"),
-        ]
+        return (
+            f"{total} in the weight stage ({how} on {m} of the {n} points, T = {T}), then the linear stage on all "
+            f"{n} points; fit time {elapsed:.2f} s (both stages{chosen})"
+        )
     T = _iteration_plan(args, n, n_kernels)
     if args.C == "auto":
-        return [f"iterations       {total} ({how}, T = {T}) in {elapsed:.2f} s (the choice of C included)"]
+        return f"{total} ({how}, T = {T}) in {elapsed:.2f} s (the choice of C included)"
     rate = format_rate(total / max(elapsed, 1e-9))
-    return [f"iterations       {total} ({how}, T = {T}) in {elapsed:.2f} s ({rate} it/s)"]
+    return f"{total} ({how}, T = {T}) in {elapsed:.2f} s ({rate} it/s)"
 
 
 # ----------------------------------------------------------------------------- predict, evaluate
@@ -707,7 +650,7 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
-    model, scaling = _load_model(args.model, args.n_jobs)
+    model, scaling = load_model_or_fail(args.model, args.n_jobs)
     if args.output_file is not None:
         _check_writable(args.output_file, "predictions")
     X, _ = _load_points(args, model, scaling, labels="auto")
@@ -724,19 +667,22 @@ def cmd_predict(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
-    model, scaling = _load_model(args.model, args.n_jobs)
+    model, scaling = load_model_or_fail(args.model, args.n_jobs)
     X, y = _load_points(args, model, scaling)
+    if args.data is None and len(y) != X.shape[1]:
+        raise CommandError(f"--labels {args.labels}: {len(y)} labels for the {X.shape[1]} points of --kernels-npy")
+    source = args.data if args.data is not None else args.labels
     labels = np.unique(y).tolist()
     known = set(model.classes_.tolist())
     unknown = [v for v in labels if v not in known]
     if len(unknown) == len(labels):
         raise CommandError(
-            f"{args.data}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the "
+            f"{source}: none of its labels ({', '.join(map(format_label, unknown[:5]))}) is a class of the "
             f"model ({', '.join(map(format_label, model.classes_[:5]))})"
         )
     if unknown:
         warnings.warn(
-            f"{args.data}: labels {', '.join(map(format_label, unknown[:5]))} are not classes of the model "
+            f"{source}: labels {', '.join(map(format_label, unknown[:5]))} are not classes of the model "
             "and count as errors",
             stacklevel=1,
         )

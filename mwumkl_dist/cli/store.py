@@ -11,12 +11,19 @@ import sys
 
 import numpy as np
 
-from mwumkl_dist.cli.args import ZERO_BASED, add_zero_based_argument, positive_int
+from mwumkl_dist.cli.args import ZERO_BASED, CommandError, add_zero_based_argument, existing_file, positive_int
 from mwumkl_dist.cli.progress import progress_bar
 from mwumkl_dist.io.files import load_data
 from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
-__all__ = ["add_store_commands", "cmd_store_data", "cmd_store_kernels", "cmd_store_info"]
+__all__ = [
+    "add_store_commands",
+    "cmd_store_data",
+    "cmd_store_kernels",
+    "cmd_store_info",
+    "load_labels",
+    "read_npy_kernels",
+]
 
 
 def add_store_commands(subparsers, parents=()):
@@ -36,7 +43,7 @@ def add_store_commands(subparsers, parents=()):
         "The features are stored as they are: scale them first if the fit should see scaled data.",
     )
     d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
-    add_zero_based_argument(d)
+    add_zero_based_argument(d, "--input")
     d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
     d.add_argument("--chunk-rows", type=positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
     d.add_argument("--overwrite", action="store_true", help="replace an existing store")
@@ -54,7 +61,7 @@ def add_store_commands(subparsers, parents=()):
     src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
     src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
     k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
-    add_zero_based_argument(k)
+    add_zero_based_argument(k, "--input")
     k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
     k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
     k.add_argument("--chunk-rows", type=positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
@@ -67,7 +74,7 @@ def add_store_commands(subparsers, parents=()):
     i = sub.add_parser(
         "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
     )
-    i.add_argument("path", metavar="DIR.zarr")
+    i.add_argument("path", metavar="DIR.zarr", help="a store written by 'store data' or 'store kernels'")
     i.set_defaults(func=cmd_store_info)
     p.set_defaults(func=_store_usage)
     return p
@@ -77,9 +84,16 @@ def _store_usage(args) -> int:
     raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
 
 
+def _check_output(args) -> None:
+    """``--output`` must not exist unless ``--overwrite`` (said in the command line's words, before any work)."""
+    if os.path.lexists(args.output) and not args.overwrite:
+        raise CommandError(f"--output {args.output}: already exists; choose another path, or pass --overwrite")
+
+
 def cmd_store_data(args) -> int:
     """``store data``: load a data file and write it to a data store."""
-    X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
+    _check_output(args)
+    X, y = load_data(existing_file(args.input, "--input"), zero_based=ZERO_BASED[args.zero_based])
     store = write_data_store(
         args.output, X, y, chunk_rows=args.chunk_rows, source=args.input, overwrite=args.overwrite,
         compress=args.compress,
@@ -92,7 +106,8 @@ def cmd_store_data(args) -> int:
     return 0
 
 
-def _load_labels(path: str) -> np.ndarray:
+def load_labels(path: str) -> np.ndarray:
+    """Labels from a 1-d ``.npy`` array or a text file, one per line (numbers where they all are)."""
     if path.endswith(".npy"):
         y = np.load(path, allow_pickle=False)
     else:
@@ -107,7 +122,7 @@ def _load_labels(path: str) -> np.ndarray:
     return y
 
 
-def _read_npy_kernels(paths) -> tuple[list, list[str]]:
+def read_npy_kernels(paths) -> tuple[list, list[str]]:
     """The (n, n) matrices of ``--npy`` files (memory-mapped) and their names."""
     mats, names = [], []
     for f in paths:
@@ -154,18 +169,19 @@ def cmd_store_kernels(args) -> int:
             raise ValueError("--kernels goes with --input; .npy kernels are already computed")
         if args.labels is None:
             raise ValueError("--npy needs --labels FILE")
+    _check_output(args)
     progress = _ColumnProgress()
     try:
         if args.input is not None:
-            X, y = load_data(args.input, zero_based=ZERO_BASED[args.zero_based])
+            X, y = load_data(existing_file(args.input, "--input"), zero_based=ZERO_BASED[args.zero_based])
             store = write_kernel_store(
                 args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, source=args.input, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
         else:
-            mats, names = _read_npy_kernels(args.npy)
+            mats, names = read_npy_kernels(args.npy)
             store = write_kernel_store(
-                args.output, _load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+                args.output, load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
     finally:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.progress import ProgressInfo  # the callback's message, re-exported here
 
 __all__ = [
     "QUASH_THRESHOLD",
@@ -481,16 +482,6 @@ def class_totals(parts, y: np.ndarray) -> tuple[float, float]:
         rows = np.fromiter(exact, dtype=np.int64, count=len(exact))
         margins[rows] = np.fromiter((alpha[j] for j in exact), float, len(exact)) * exact_to_float(exact.values())
     return float(margins[y > 0].sum()), float(margins[y < 0].sum())
-
-
-@dataclass
-class ProgressInfo:
-    """Passed to a progress callback: ``iteration`` of ``n_iter`` done after ``elapsed`` s."""
-
-    iteration: int
-    n_iter: int
-    elapsed: float
-    s: np.ndarray = field(repr=False)
 
 
 @dataclass

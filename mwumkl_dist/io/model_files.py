@@ -102,7 +102,30 @@ def _model_meta(estimator) -> dict:
         "group_selection_": getattr(estimator, "group_selection_", None),
         "width_band_": getattr(estimator, "width_band_", None),
         "structure_": getattr(estimator, "structure_", None),
+        "cross_validation_": getattr(estimator, "cross_validation_", None),
+        "cv_paths": {name: _path_items(getattr(estimator, name)) for name in CV_PATHS if hasattr(estimator, name)},
     }
+
+
+#: The cross-validation paths saved with a model (for its summary and pictures), by attribute.
+CV_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
+
+
+def _path_items(path: dict) -> list:
+    """A path as JSON: ``[[key, error], ...]``; a ``(candidate, C)`` key becomes ``[str(candidate), C]``."""
+    out = []
+    for key, error in path.items():
+        if isinstance(key, tuple):
+            key = [str(key[0]), float(key[1])]
+        elif not isinstance(key, str):
+            key = float(key)
+        out.append([key, float(error)])
+    return out
+
+
+def _path_from_items(items) -> dict:
+    """The path of :func:`_path_items` (group selections and bands keyed by their names)."""
+    return {(tuple(key) if isinstance(key, list) else key): float(error) for key, error in items}
 
 
 def _model_arrays(estimator, meta: dict) -> dict:
@@ -280,6 +303,11 @@ def _estimator_from(cls, meta: dict, data):
         est.width_band_ = dict(meta["width_band_"])
     if meta.get("structure_") is not None:
         est.structure_ = dict(meta["structure_"])
+    if meta.get("cross_validation_"):
+        est.cross_validation_ = dict(meta["cross_validation_"])
+    for name, items in (meta.get("cv_paths") or {}).items():  # files from before them: none
+        if name in CV_PATHS:
+            setattr(est, name, _path_from_items(items))
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

@@ -495,9 +495,9 @@ def _num(text: str, item: str, cast=parse_number):
 
 KERNEL_SPEC_HELP = (
     "comma-separated kernels: 'auto' (the default: the 'scaled' family, and kernels on feature subsets where "
-    "cross-validation finds that a few features carry the signal), 'scaled' (14 kernels on all features, "
-    "Gaussian widths set from the data's scale), 'scaled-per-feature' (14 per feature), "
-    "'paper' (the paper's 12, widths 1 to 16), "
+    "cross-validation finds that a few features carry the signal), 'scaled' (polynomials of degree 1-3 and up "
+    "to 11 Gaussians on all features, widths set from the data's scale), 'scaled-per-feature' (the same per "
+    "feature), 'paper' (the paper's 12, widths 1 to 16), "
     "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
     "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
     "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mwumkl_dist.core import mwu_rules as mwu
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.kernels.specs import screening_kernels, searches_structure
@@ -70,6 +71,7 @@ __all__ = [
     "AUTO_SELECTIVITY_STORE",
     "solver_selectivity",
     "screen_spec",
+    "no_iterations_needed",
 ]
 
 logger = logging.getLogger("mwumkl_dist")
@@ -264,6 +266,20 @@ def screen_spec(spec: FitSpec, kernels) -> FitSpec:
                      max_iter=None, kernels=list(kernels))  # fmt: skip
 
 
+def no_iterations_needed(polished: bool, iterations_per_point, selectivity, n_train: int, n_kernels: int) -> bool:
+    """Whether a nested fit (a fold) may run no MWU iteration (``max_iter=0``) and give the same model.
+
+    So when it is polished and its weights are uniform whatever the iterations do: selectivity 0, or a band
+    of widths or a structure (refitted at selectivity 0; a group selection is not: its selection fit iterates),
+    within the polish budget (``n_kernels`` at most the fit's).  The polish then solves the SVM exactly on the
+    uniform combination.
+    """
+    uniform = isinstance(selectivity, (WidthBand, FeatureStructure)) or (
+        isinstance(selectivity, float) and selectivity == 0.0
+    )
+    return polished and iterations_per_point is None and uniform and polish_budget_ok(n_train, n_kernels)
+
+
 def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | None:
     """What :func:`mwumkl_dist.solvers.mwu.solve` takes for a checked, non-"auto" ``selectivity``.
 
@@ -287,7 +303,7 @@ def choose_C(
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
-) -> tuple[float, object, dict, dict, dict, dict]:
+) -> tuple[float, object, dict, dict, dict, dict, dict]:
     """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
     selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
@@ -339,34 +355,37 @@ def choose_C(
         The cross-validated error of each candidate (empty when none was cross-validated);
         ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``,
         ``structure_path`` by ``(FeatureStructure, C)``.
+    chosen : dict
+        The chosen candidate's cross-validation (:meth:`_FoldScorer.record`; empty when none was
+        cross-validated): what the fitted attribute ``cross_validation_`` records.
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}, {}
+        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}, {}, {}
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}, {}
+        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}, {}, {}
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
-        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID])))
+        C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID], "choosing C")))
         C = _first_best(C_path)
     base_C = C
     selectivity, selectivity_path, group_path, band_path, structure_path = start, {}, {}, {}, {}
     if choose_selectivity and len(cv.kernel_names) > 1:
         todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
-        found = dict(zip(todo, scorer.errors([(C, s) for s in todo])))
+        found = dict(zip(todo, scorer.errors([(C, s) for s in todo], "choosing the selectivity")))
         selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
         if scorer.selects_groups:
             candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
             ladder = group_ladder(n_groups(cv.kernel_set.specs), STRUCTURE_RUNGS)
             candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
-            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates))}
+            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
             pick = _first_best(group_path)
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
@@ -378,14 +397,16 @@ def choose_C(
             others.update({(C, s): e for s, e in selectivity_path.items()})
             rival = _first_best(others)
             candidates = [(C * f, b) for b in bands for f in AUTO_BAND_C_FACTORS]
-            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))}
+            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates, "bands of widths"))}
             band, band_C = _first_best(band_path)
             for _ in range(2):  # kernels="auto": the neighbours of the best band, then one beyond an edge
                 more = scorer.more_bands(band, {b for b, _ in band_path})
                 if not more:
                     break
                 candidates = [(C * f, b) for b in more for f in AUTO_BAND_C_FACTORS]
-                band_path.update({(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates))})
+                band_path.update(
+                    {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates, "bands of widths"))}
+                )
                 band, band_C = _first_best(band_path)
             margin = others[rival] - band_path[band, band_C]
             if margin > scorer.paired_standard_error((band_C, band), rival):
@@ -400,17 +421,19 @@ def choose_C(
             # Every rung at the chosen C, then the fewest features within a paired standard error of the best
             # rung (the simpler model) also at 10 C.
             rungs = structure_rungs(scorer.n_features)
-            structure_path = {(r, base_C): e for r, e in zip(rungs, scorer.errors([(base_C, r) for r in rungs]))}
+            scored = scorer.errors([(base_C, r) for r in rungs], "feature structures")
+            structure_path = {(r, base_C): e for r, e in zip(rungs, scored)}
             best = _first_best(structure_path)
             rung = next(r for r in rungs if structure_path[r, base_C] - structure_path[best]
                         <= scorer.paired_standard_error((base_C, r), best[::-1]))  # fmt: skip
             for f in AUTO_BAND_C_FACTORS[1:]:
-                structure_path[rung, base_C * f] = scorer.errors([(base_C * f, rung)])[0]
+                structure_path[rung, base_C * f] = scorer.errors([(base_C * f, rung)], "feature structures")[0]
             rung, rung_C = _first_best({key: e for key, e in structure_path.items() if key[0] == rung})
             margin = others[rival] - structure_path[rung, rung_C]
             if margin > scorer.paired_standard_error((rung_C, rung), rival):
                 selectivity, C = FeatureStructure(rung.top, scorer.mean_screen()), rung_C
-    return float(C), selectivity, C_path, selectivity_path, group_path, band_path, structure_path
+    chosen = scorer.record((C, selectivity))  # a structure's screen takes no part in comparisons: the same key
+    return float(C), selectivity, C_path, selectivity_path, group_path, band_path, structure_path, chosen
 
 
 @dataclass(frozen=True)
@@ -508,7 +531,7 @@ class _FoldScorer:
         return cls(fit, spec, cv, rows, folds, fold_kernels, scoring, sample_weight, polished, iterations_per_point,
                    seed)  # fmt: skip
 
-    def errors(self, candidates) -> list[float]:
+    def errors(self, candidates, what: str = "cross-validation") -> list[float]:
         """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
 
         All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
@@ -517,25 +540,32 @@ class _FoldScorer:
         at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
         selection fit per fold, shared by every refit ``C``, first, side by side); a
         :class:`~mwumkl_dist.solvers.groups.WidthBand` is the band's kernels alone with selectivity 0.
+        ``what`` names the search in the ``"cross-validation"`` progress phase.
         """
         k = len(self.folds)
         selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
         # One selection fit per (C, selectivity) and fold, shared by the selections that keep groups differently.
         todo = list(dict.fromkeys((s.C, s.selectivity, f) for s in selections for f in range(k)
                                   if (s.C, s.selectivity, f) not in self._selection_weights))  # fmt: skip
-        chosen = fold_map(lambda job: self._selection_fit(*job), todo, doing="choosing C by cross-validation")
-        self._selection_weights.update(zip(todo, chosen))
-        for selection in selections:
-            for f in range(k):
-                weights = self._selection_weights[selection.C, selection.selectivity, f]
-                self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep,
-                                                                selection.top)  # fmt: skip
-        if any(isinstance(s, FeatureStructure) for _, s in candidates):
-            todo = [f for f in range(k) if f not in self._screens]
-            screens = fold_map(self._screen_fold, todo, doing="screening feature subsets")
-            self._screens.update(zip(todo, screens))
+        screens = [] if not any(isinstance(s, FeatureStructure) for _, s in candidates) else [
+            f for f in range(k) if f not in self._screens
+        ]  # fmt: skip
         jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
-        parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation")
+        description = f"{what}: {len(candidates)} candidates x {k} folds on {len(self.rows)} rows"
+        total = len(todo) + len(screens) + len(jobs)
+        with progress.phase("cross-validation", total, unit="fits", description=description) as step:
+            chosen = fold_map(lambda job: self._selection_fit(*job), todo, doing="choosing C by cross-validation",
+                              step=step)  # fmt: skip
+            self._selection_weights.update(zip(todo, chosen))
+            for selection in selections:
+                for f in range(k):
+                    weights = self._selection_weights[selection.C, selection.selectivity, f]
+                    self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep,
+                                                                    selection.top)  # fmt: skip
+            self._screens.update(zip(screens, fold_map(self._screen_fold, screens, doing="screening feature subsets",
+                                                       step=step)))  # fmt: skip
+            parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation",
+                             step=step)  # fmt: skip
         out = []
         for i, (C, selectivity) in enumerate(candidates):
             error = 0.0
@@ -554,9 +584,16 @@ class _FoldScorer:
         the rows' differences, square-rooted): far smaller than either error's binomial standard error
         when the two candidates mostly agree, as a band of widths and its whole family do.
         """
-        d = self._losses[a] - self._losses[b]
-        n = len(d)
-        return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
+        return _standard_error_of_sum(self._losses[a] - self._losses[b])
+
+    def record(self, candidate) -> dict:
+        """A scored candidate's cross-validation: its ``error``, the ``standard_error`` of that error (from
+        its per-row losses, as :meth:`paired_standard_error`), the ``rows`` scored and the ``folds``."""
+        if candidate not in self._losses:
+            return {}
+        losses = self._losses[candidate]
+        return {"error": float(np.sum(losses)), "standard_error": _standard_error_of_sum(losses),
+                "rows": len(self.rows), "folds": len(self.folds)}  # fmt: skip
 
     def _selection_fit(self, C, selectivity, k: int) -> np.ndarray:
         """The kernel weights of a group selection fit on fold ``k``'s training rows (nothing scored)."""
@@ -602,15 +639,19 @@ class _FoldScorer:
         (a, b) = self.folds[k]
         train, test = self.rows[a], self.rows[b]
         kernels = self.fold_kernels[k] if kernels is None else kernels
-        weights_only = (
-            self.polished and self.iterations_per_point is None and isinstance(selectivity, float)
-            and selectivity == 0.0 and polish_budget_ok(len(train), getattr(kernels, "n_kernels", None) or len(kernels))
-        )  # fmt: skip
+        n_kernels = getattr(kernels, "n_kernels", None) or len(kernels)
+        skip = no_iterations_needed(self.polished, self.iterations_per_point, selectivity, len(train), n_kernels)
         fold = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
                          n_train=len(train), C=C, selectivity=selectivity,
-                         **({"max_iter": 0} if weights_only else {}))  # fmt: skip
+                         **({"max_iter": 0} if skip else {}))  # fmt: skip
         return fold_decisions(self.fit, fold, self.cv, kernels, train, test, self.sample_weight,
                               doing="choosing C by cross-validation")  # fmt: skip
+
+
+def _standard_error_of_sum(d: np.ndarray) -> float:
+    """The standard error of ``sum(d)`` for per-row shares ``d`` of an error (inf for one row)."""
+    n = len(d)
+    return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf
 
 
 def _least_selective_within_one_standard_error(path: dict, n_scored: int):

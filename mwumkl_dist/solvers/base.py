@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
@@ -211,7 +212,7 @@ def _fold_attributes(fit: Fitter, spec: FitSpec, X_train, y_train, sample_weight
     return attributes
 
 
-def fold_map(run: Callable, folds, *, doing: str) -> list:
+def fold_map(run: Callable, folds, *, doing: str, step: progress.Phase | None = None) -> list:
     """``[run(fold) for fold in folds]``, the folds (e.g. :func:`fold_decisions` calls) run side by side.
 
     The folds are a parallel region (:func:`~mwumkl_dist.devices.threads.ordered_map`): up to this
@@ -222,12 +223,22 @@ def fold_map(run: Callable, folds, *, doing: str) -> list:
     set here, once for all the folds, as warning filters are process-wide (set per fold on parallel
     threads, they would be restored out of order).  A Ctrl-C raises
     :class:`~mwumkl_dist.core.mwu_rules.FitInterrupted` (``doing`` says what was interrupted).
+    The folds' own fits report no progress (:func:`~mwumkl_dist.core.progress.quiet`); each fold done
+    advances ``step`` (a progress phase) by one.
     """
+
+    def counted(fold):
+        with progress.quiet():
+            out = run(fold)
+        if step is not None:
+            step.advance()
+        return out
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewIterationsWarning)  # said once, for the final fit
         try:
             with one_blas_thread():
-                return ordered_map(run, folds)
+                return ordered_map(counted, folds)
         except KeyboardInterrupt:  # a Ctrl-C between two folds' iterations: no fold counts either
             raise FitInterrupted(f"interrupted while {doing}; nothing was fitted") from None
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import MajorityClassWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import score_weights, weighted_error
@@ -48,6 +49,7 @@ __all__ = [
     "fit_model",
     "platt_scaling",
     "probability_input",
+    "progress_sink",
     "resolve_solver",
     "solver_note",
 ]
@@ -119,11 +121,33 @@ def fit_model(
         A fit inside another (a cross-validation fold, the two-stage weight stage): its model is
         not checked against the majority class (the outer fit's is).
     """
+    with progress.reporting(None if nested else progress_sink(spec)):
+        return _fit_model(spec, data, sample_weight=sample_weight, seed=seed, resume=resume, nested=nested)
+
+
+def progress_sink(spec: FitSpec):
+    """Where a fit's progress goes (:mod:`mwumkl_dist.core.progress`): ``spec.callback`` and, with ``verbose``,
+    the ``mwumkl_dist`` logger; None when neither is set.  Only the callback's answer (True: stop) counts."""
+    log = progress.LogSink(logger) if spec.verbose else None
+    callback = spec.callback
+    if log is None:
+        return callback
+    if callback is None:
+        return log
+
+    def both(info):
+        log(info)
+        return callback(info)
+
+    return both
+
+
+def _fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight, seed, resume, nested) -> dict:
     seed = auto.random_seed(spec.random_state) if seed is None else seed
     solver = SOLVERS[resolve_solver(spec, data, resume=resume)]
     note = None if nested else solver_note(spec, data, resume=resume)
     if note is not None:  # said before the (long) fit, and kept with the model
-        warnings.warn(note, UserWarning, stacklevel=3)
+        warnings.warn(note, UserWarning, stacklevel=4)
     nested_fit = functools.partial(fit_model, nested=True)
     task = FitTask.prepare(spec, data, sample_weight=sample_weight, seed=seed, fit=nested_fit, resume=resume)
     calibration_data = probability_input(spec, task.data, seed)
@@ -222,15 +246,22 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
 
     def held_out(split):
         train, test = rows[split[0]], rows[split[1]]
+        kernels = cv.kernels_with_trace(train)
+        skip = auto.no_iterations_needed(calibration.polished, calibration.iterations_per_point,
+                                         chosen.get("selectivity", spec.selectivity), len(train),
+                                         getattr(kernels, "n_kernels", None) or len(kernels))  # fmt: skip
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
-                              iterations_per_point=calibration.iterations_per_point, **chosen)  # fmt: skip
+                              iterations_per_point=calibration.iterations_per_point, **chosen,
+                              **({"max_iter": 0} if skip else {}))  # fmt: skip
         nested_fit = functools.partial(fit_model, nested=True)
-        _, values = fold_decisions(nested_fit, fold, cv, cv.kernels_with_trace(train), train, test, sample_weight,
+        _, values = fold_decisions(nested_fit, fold, cv, kernels, train, test, sample_weight,
                                    doing="calibrating probabilities")  # fmt: skip
         return values.reshape(len(test), -1)
 
-    for (_, b), values in zip(folds, fold_map(held_out, folds, doing="calibrating probabilities")):
-        decisions[b] = values
+    with progress.phase("calibration", len(folds), unit="fits",
+                        description=f"calibrating probabilities: {len(folds)}-fold Platt scaling") as step:  # fmt: skip
+        for (_, b), values in zip(folds, fold_map(held_out, folds, doing="calibrating probabilities", step=step)):
+            decisions[b] = values
     weights = None if sample_weight is None else sample_weight[rows]
     return fit_platt(decisions, ys, classes, sample_weight=weights)
 
@@ -281,5 +312,5 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
         f"({100 * majority:.1f} %): these kernels and settings do not fit this data (try other kernels, e.g. "
         "'scaled-per-feature', or scale the features)"
     )
-    warnings.warn(message, MajorityClassWarning, stacklevel=4)
+    warnings.warn(message, MajorityClassWarning, stacklevel=5)
     attrs["fit_warnings_"] = [*attrs.get("fit_warnings_", []), message]

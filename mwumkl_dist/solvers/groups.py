@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.kernels.specs import GAUSSIAN, Gaussian
+from mwumkl_dist.solvers.structure import FeatureStructure
 
 __all__ = [
     "AUTO_BAND_C_FACTORS",
@@ -152,7 +153,11 @@ def n_groups(specs) -> int:
 
 def chosen_selectivity(attributes: dict):
     """The selectivity a fitted model's ``attributes`` used: its :class:`GroupSelection` when it selected groups,
-    its :class:`WidthBand` when it kept a band of widths."""
+    its :class:`WidthBand` when it kept a band of widths, its
+    :class:`~mwumkl_dist.solvers.structure.FeatureStructure` when it is a structured model."""
+    structure = attributes.get("structure_")
+    if structure is not None:
+        return FeatureStructure.of_model(structure)
     band = attributes.get("width_band_")
     if band is not None:
         return WidthBand(band["first"], band["last"], tuple(band["sigmas"]) if band.get("own_kernels") else ())

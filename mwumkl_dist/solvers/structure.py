@@ -46,6 +46,7 @@ __all__ = [
     "STRUCTURE_RUNGS",
     "FeatureStructure",
     "Screen",
+    "kernels_of",
     "structure_rungs",
     "structured_kernels",
 ]
@@ -122,9 +123,17 @@ class FeatureStructure:
 
     top: int
     screen: Screen | None = field(default=None, compare=False, repr=False)
+    #: ``(features, subsets)`` already chosen (a fitted model's ``structure_``): no screen needed.
+    kept: tuple | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"structure(top {self.top} features)"
+
+    @classmethod
+    def of_model(cls, structure: dict) -> FeatureStructure:
+        """The structure a fitted model's ``structure_`` describes (its features and subsets kept as they are)."""
+        subsets = tuple(tuple(int(f) for f in s) for s in structure["subsets"])
+        return cls(int(structure["top"]), kept=(tuple(int(f) for f in structure["features"]), subsets))
 
 
 def structure_rungs(n_features: int) -> list[FeatureStructure]:
@@ -156,7 +165,15 @@ def structured_kernels(scale: DataScale, screen: Screen, top: int) -> tuple[list
         key=lambda item: (-item[1], item[0]),
     )
     subsets = [s for s, w in inside if w >= SUBSET_KEEP * inside[0][1]][:MAX_SUBSETS] if inside else []
+    return kernels_of(scale, features, subsets), features, subsets
+
+
+def kernels_of(scale: DataScale, features, subsets) -> list:
+    """A structured model's kernels: the joint band on ``features`` (unless it repeats one of ``subsets``) and
+    each subset's band, every band at its own features' scale."""
+    features = tuple(features)
+    subsets = [tuple(s) for s in subsets]
     kernels = [] if features in subsets else subset_kernels(scale, features, SUBSET_EXPONENTS)
     for subset in subsets:
         kernels.extend(subset_kernels(scale, subset, SUBSET_EXPONENTS))
-    return kernels, features, subsets
+    return kernels

@@ -6,7 +6,6 @@ holds the ``O(m n)`` state and only moves data.
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Callable
 
@@ -14,7 +13,6 @@ import numpy as np
 
 from mwumkl_dist.core.mwu_rules import (
     MWUResult,
-    ProgressInfo,
     SolverState,
     bias_and_scale,
     check_ridge,
@@ -23,6 +21,7 @@ from mwumkl_dist.core.mwu_rules import (
     kernel_weights,
     training_scores,
 )
+from mwumkl_dist.core.progress import Phase
 from mwumkl_dist.devices.threads import sigint_requests_stop
 from mwumkl_dist.engines.base import Engine
 
@@ -42,7 +41,7 @@ def solve(
     epsilon: float,
     rho: float,
     n_iter: int,
-    callback: Callable[[ProgressInfo], object] | None = None,
+    progress: Phase | None = None,
     callback_every: int = 100,
     state: SolverState | None = None,
     on_state: Callable[[SolverState], None] | None = None,
@@ -55,9 +54,9 @@ def solve(
     :func:`~mwumkl_dist.core.mwu_rules.kernel_weights`) and the dual is zero, for a fit whose model the
     exact polish solves (a cross-validation fold at selectivity 0, where the iterations change nothing).
 
-    ``callback(info)`` is called every ``callback_every`` iterations and at the
-    end; returning ``True`` stops early (the model is built from the
-    iterations done).  Ctrl-C (SIGINT, when solving in the main thread or
+    ``progress`` (the fit's ``"iterations"`` phase) is updated every ``callback_every`` iterations
+    and at the end, with ``s``; when its sink returns ``True`` the loop stops early (the model is
+    built from the iterations done).  Ctrl-C (SIGINT, when solving in the main thread or
     in a parallel region it started, :func:`~mwumkl_dist.devices.threads.ordered_map`) does
     the same at the end of the current iteration, so an interrupted fit keeps
     what it computed (``interrupted=True``); a second Ctrl-C aborts.
@@ -85,7 +84,7 @@ def solve(
         state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
     pos, neg, t, picks = state.pos, state.neg, state.iteration, list(state.picks)
     rules = engine.rules(state.s, inv_trace=inv_trace, ridge=ridge, eps_p=eps_p, rho=rho, selectivity=selectivity)
-    start = time.perf_counter()
+    report = progress is not None and not progress.silent  # s comes to the host only for a listener
     interrupted = False
     with _sigint_requests_stop() as stop:
         while t < n_iter:
@@ -96,8 +95,8 @@ def solve(
             t += 1
             if on_state is not None:
                 on_state(SolverState(t, rules.s, pos, neg, picks))
-            if callback is not None and (t % callback_every == 0 or t == n_iter):
-                if callback(ProgressInfo(t, n_iter, time.perf_counter() - start, rules.host_s())) is True:
+            if report and (t % callback_every == 0 or t == n_iter):
+                if progress.update(t, s=rules.host_s()):
                     interrupted = t < n_iter
                     break
             if stop.requested:

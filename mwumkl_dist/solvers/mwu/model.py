@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, guarded_bias
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import problem_weights
@@ -196,10 +197,13 @@ def polish_model(model: dict, data: TrainingInput, targets, ridges, polish) -> d
         return {"polished_": False}
     coef = np.zeros((len(targets), n))
     intercept = np.array(model["intercept_"], dtype=np.float64)
-    for k, target in enumerate(targets):
-        y_pm = np.where(data.y == target, 1.0, -1.0)
-        alpha, intercept[k] = solve_l2_svm(data.combined_gram(weights[k]), y_pm, ridges[k])
-        coef[k] = alpha * y_pm
+    description = f"exact polish: LIBSVM on the combined kernel of {n} rows"
+    with progress.phase("polish", len(targets), unit="problems", description=description) as step:
+        for k, target in enumerate(targets):
+            y_pm = np.where(data.y == target, 1.0, -1.0)
+            alpha, intercept[k] = solve_l2_svm(data.combined_gram(weights[k]), y_pm, ridges[k])
+            coef[k] = alpha * y_pm
+            step.advance()
     support = np.flatnonzero((coef != 0.0).any(axis=0))
     return {
         "support_": support,

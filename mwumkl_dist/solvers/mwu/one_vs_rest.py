@@ -8,13 +8,13 @@ checkpoints and resumes from one, and names the checkpoint to resume from when a
 from __future__ import annotations
 
 import hashlib
-import logging
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, ProgressInfo, SolverState
+from mwumkl_dist.core import progress
+from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, SolverState
 from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
 from mwumkl_dist.engines.base import Engine
 from mwumkl_dist.engines.local import LocalEngine
@@ -28,6 +28,7 @@ __all__ = [
     "SolveSettings",
     "base_ridge",
     "check_shard_count",
+    "iterations_phase",
     "make_engine",
     "solve_one_vs_rest",
 ]
@@ -35,8 +36,6 @@ __all__ = [
 #: Fewer rows than this per row shard draws a warning: a shard's fixed cost per superstep (and,
 #: on Dask, its actor and socket) then outweighs its work.  More shards than rows is an error.
 MIN_ROWS_PER_SHARD = 16
-
-logger = logging.getLogger("mwumkl_dist")
 
 
 @dataclass
@@ -188,12 +187,13 @@ def _solve_problems(
             on_state = None
             if spec.checkpoint is not None:
                 on_state = Checkpointer(spec.checkpoint, spec.checkpoint_every, fp, k, results)
-            result = solve(
-                engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
-                n_iter=settings.n_iter, callback=progress_callback(spec, k, len(targets)),
-                callback_every=spec.callback_every, state=state, on_state=on_state,
-                selectivity=settings.selectivity, rows_to_score=rows_to_score,
-            )  # fmt: skip
+            done = 0 if state is None else state.iteration
+            with iterations_phase(settings.n_iter, k, len(targets), problem.n_samples, done) as step:
+                result = solve(
+                    engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
+                    n_iter=settings.n_iter, progress=step, callback_every=spec.callback_every, state=state,
+                    on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
+                )  # fmt: skip
             stats.extend(engine.stats())
         results.append(result)
         if result.interrupted:
@@ -252,23 +252,8 @@ def resume_state(resumed: dict, problem: Problem, engine: Engine) -> SolverState
     )
 
 
-def progress_callback(spec, k: int, n_problems: int):
-    """The spec's ``callback`` and ``verbose`` logging for problem ``k``, or None when neither is set."""
-    if spec.callback is None and not spec.verbose:
-        return None
-
-    def report(info: ProgressInfo):
-        if spec.verbose:
-            logger.info(
-                "problem %d/%d: iteration %d/%d, %.1f it/s",
-                k + 1,
-                n_problems,
-                info.iteration,
-                info.n_iter,
-                info.iteration / max(info.elapsed, 1e-12),
-            )
-        if spec.callback is not None:
-            return spec.callback(info)
-        return None
-
-    return report
+def iterations_phase(n_iter: int, k: int, n_problems: int, n_samples: int, done: int = 0) -> progress.Phase:
+    """The ``"iterations"`` progress phase of binary problem ``k`` of ``n_problems`` (``done``: resumed there)."""
+    which = f", class {k + 1} of {n_problems}" if n_problems > 1 else ""
+    description = f"MWU iterations on {n_samples} rows{which}"
+    return progress.phase("iterations", n_iter, unit="it", description=description, done=done)

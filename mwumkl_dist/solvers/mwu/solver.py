@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.store_problems import merge_cache_stats
@@ -25,7 +26,7 @@ from mwumkl_dist.solvers.groups import GroupSelection, WidthBand, n_groups, sele
 from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model, polishes, rows_to_score
 from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.structure import FeatureStructure, Screen, structured_kernels
+from mwumkl_dist.solvers.structure import FeatureStructure, Screen, kernels_of, structured_kernels
 
 __all__ = ["MWUSolver"]
 
@@ -106,7 +107,8 @@ class MWUSolver:
         else:
             chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
                               probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
-            chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
+            with progress.stage("group selection fit"):
+                chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
             mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep, selection.top)
             traces = chosen["kernel_traces_"]
         kept = [k for k, keep in zip(kernels, mask) if keep]
@@ -140,21 +142,30 @@ class MWUSolver:
 
     def _fit_structure(self, spec: FitSpec, task: FitTask, structure: FeatureStructure, attrs: dict):
         """The structured candidate (see :mod:`mwumkl_dist.solvers.structure`): the model on the kernels of the
-        ``structure.top`` heaviest features of the screen (cross-validation's, or one of this fit's rows), with
-        selectivity 0 at the chosen ``C``.  Its kernels are the model's (``kernel_names_``)."""
-        screen = structure.screen if structure.screen is not None else self._screen(spec, task)
-        kernels, features, subsets = structured_kernels(task.data.data_scale(), screen, structure.top)
+        ``structure.top`` heaviest features of the screen (cross-validation's, or one of this fit's rows; or the
+        features and subsets ``structure.kept``), with selectivity 0 at the chosen ``C``.  Its kernels are the
+        model's (``kernel_names_``)."""
+        scale = task.data.data_scale()
+        screen = None
+        if structure.kept is not None:
+            features, subsets = structure.kept
+            kernels = kernels_of(scale, features, subsets)
+        else:
+            screen = structure.screen if structure.screen is not None else self._screen(spec, task)
+            kernels, features, subsets = structured_kernels(scale, screen, structure.top)
         described = {
             "structure_": {
                 "top": int(structure.top),
                 "features": [int(f) for f in features],
                 "subsets": [[int(f) for f in s] for s in subsets],
-                "screened_kernels": int(screen.n_kernels),
-                "feature_weights": [float(w) for w in screen.feature_weights],
             }
         }
-        # Probabilities' folds screen their own rows (the averaged screen has seen their held-out rows).
-        return self._fit_own_kernels(spec, task, kernels, described, FeatureStructure(structure.top), attrs)
+        if screen is not None:
+            described["structure_"].update(screened_kernels=int(screen.n_kernels),
+                                           feature_weights=[float(w) for w in screen.feature_weights])  # fmt: skip
+        # Probabilities' folds refit the same features and subsets (as they refit the chosen C), each on its rows.
+        chosen = FeatureStructure.of_model(described["structure_"])
+        return self._fit_own_kernels(spec, task, kernels, described, chosen, attrs)
 
     @staticmethod
     def _screen(spec: FitSpec, task: FitTask) -> Screen:
@@ -184,9 +195,10 @@ class MWUSolver:
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
-        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path, structure_path = auto.choose_C(
-            spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed, sample_weight=task.sample_weight,
-            iterations_per_point=per_point, choose_selectivity=selectivity == "auto",
+        C, selectivity, attrs["C_path_"], selectivity_path, group_path, band_path, structure_path, chosen = (
+            auto.choose_C(spec, task.data, fit=task.fit, polished=plan.polished, seed=task.seed,
+                          sample_weight=task.sample_weight, iterations_per_point=per_point,
+                          choose_selectivity=selectivity == "auto")
         )  # fmt: skip
         if spec.selectivity == "auto":
             attrs["selectivity_path_"] = selectivity_path
@@ -196,12 +208,21 @@ class MWUSolver:
             attrs["width_band_path_"] = band_path
         if structure_path:
             attrs["structure_path_"] = structure_path
+        if chosen:
+            attrs["cross_validation_"] = chosen
         attrs["C_"] = C if spec.scale_C else C * n
         return base_ridge(C, n, scale_C=True), selectivity
 
 
 #: The cross-validation paths a model on some of the kernels keeps from the search that chose it.
-_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "structure_path_")
+_PATHS = (
+    "C_path_",
+    "selectivity_path_",
+    "group_selection_path_",
+    "width_band_path_",
+    "structure_path_",
+    "cross_validation_",
+)
 
 
 def _kept_from_search(attrs: dict, refit: dict) -> dict:

@@ -92,13 +92,15 @@ def newton_solve(
     train=None,
     tol: float = 1e-10,
     max_iter: int = 100,
+    step=None,
 ) -> NewtonResult:
     """The 2-norm soft-margin SVM on the shards' features by a finite Newton method (:func:`solve_squared_hinge`).
 
     ``basis``: the shards' :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` at
     ``level`` (its index in their list), whose features are fitted; ``start``: starting coefficients
     ``[w, b]`` (default 0); ``train``: a boolean mask of the rows fitted (the
-    others get outputs and no loss; default all).  Returns the solution and its outputs on every row.
+    others get outputs and no loss; default all); ``step``: a progress phase advanced by each Newton step.
+    Returns the solution and its outputs on every row.
 
     The Hessian is formed explicitly, ``I + C Z_A' D Z_A``, and updated by the
     rows that enter or leave the active set only (after the first steps a
@@ -174,6 +176,8 @@ def newton_solve(
         f_new = objective(v, o)
         logger.debug("newton: step %d, %d active rows, %d changed, step length %.3g, objective %.10g",
                      steps, np.count_nonzero(active), np.count_nonzero(entering | leaving), t, f_new)  # fmt: skip
+        if step is not None:
+            step.advance()
         A = np.flatnonzero(active)
         same = previous is not None and np.array_equal(A, previous)
         if (t == 1.0 and same) or f_old - f_new <= tol * max(f_old, 1e-300):

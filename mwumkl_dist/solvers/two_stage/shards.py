@@ -92,11 +92,13 @@ class LinearShard:
         """Every kernel's trace on each block (summed by the driver in row order)."""
         return ordered_map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
 
-    def load_problem(self, feature_map, y, cw, bases=None) -> bool:
+    def load_problem(self, feature_map, y, cw, bases=None, step=None) -> bool:
         """Compute the rows' kernel columns under ``feature_map`` (``.columns(X)``, ``.basis``); labels +-1, ``c_j``.
 
         ``bases``: the :class:`Basis` of each rank level, the calls' ``level``
-        indexes them (default: the map's own).  Returns whether the columns were spilled to disk.
+        indexes them (default: the map's own).  ``step``: a progress phase advanced by each block's
+        rows (:class:`~mwumkl_dist.core.progress.Phase`; sent to a remote shard it is silent).
+        Returns whether the columns were spilled to disk.
         """
         self.close()
         self.bases = list(bases) if bases is not None else [feature_map.basis]
@@ -109,7 +111,10 @@ class LinearShard:
         self.cw = np.asarray(cw, dtype=np.float64)
 
         def build(i):
-            self.features_.put(i, np.ascontiguousarray(feature_map.columns(self._read(*self.blocks[i]))[:, :width]))
+            lo, hi = self.blocks[i]
+            self.features_.put(i, np.ascontiguousarray(feature_map.columns(self._read(lo, hi))[:, :width]))
+            if step is not None:
+                step.advance(hi - lo)
 
         with one_blas_thread():
             ordered_map(build, range(len(self.blocks)))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from mwumkl_dist.core import progress
 from mwumkl_dist.data.weights import problem_weights
 from mwumkl_dist.devices.threads import one_blas_thread
 from mwumkl_dist.kernels.specs import KernelSet
@@ -118,7 +119,8 @@ class TwoStageSolver:
                               n_kernel_shards=1, checkpoint=None, probability=False, solver="mwu",
                               width_bands=spec.width_bands and n <= BAND_TRANSFER * len(rows))  # fmt: skip
         sub_weight = None if task.sample_weight is None else task.sample_weight[rows]
-        weights = task.fit(weight_spec, data.rows_in_memory(rows), seed=task.seed, sample_weight=sub_weight)
+        with progress.stage(f"weight stage on {len(rows)} of {n} rows"):
+            weights = task.fit(weight_spec, data.rows_in_memory(rows), seed=task.seed, sample_weight=sub_weight)
         if not np.array_equal(weights["classes_"], task.classes):
             raise ValueError("the weight subsample misses a class; the two-stage solver needs every class in it")
         chosen = _chosen_kernels(data, weights)
@@ -182,13 +184,16 @@ class TwoStageSolver:
             levels = maps[k]
             fmap = levels[-1]
             y_pm, cw = np.where(data.y == target, 1.0, -1.0), self._point_weights(task, target)
-            spilled |= _load_problem(shards, fmap, y_pm, cw, [m.basis for m in levels])
+            which = f", class {k + 1} of {len(task.targets)}" if len(task.targets) > 1 else ""
+            spilled |= _load_problem(shards, fmap, y_pm, cw, [m.basis for m in levels], which)
             clock.append(time.process_time())
             start = None
             if len(levels) > 1:  # the smaller map's model on the first landmarks starts the full-rank solve
-                warm = newton_solve(shards, levels[0].basis, y_pm, C, cw, level=0)
+                with _newton_phase(levels[0], n, which) as step:
+                    warm = newton_solve(shards, levels[0].basis, y_pm, C, cw, level=0, step=step)
                 start = np.append(fmap.coefficients(levels[0].expansion(warm.coef)), warm.intercept)
-            result = newton_solve(shards, fmap.basis, y_pm, C, cw, level=len(levels) - 1, start=start)
+            with _newton_phase(fmap, n, which) as step:
+                result = newton_solve(shards, fmap.basis, y_pm, C, cw, level=len(levels) - 1, start=start, step=step)
             intercept[k] = result.intercept
             clock.append(time.process_time())
             dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
@@ -240,12 +245,15 @@ class TwoStageSolver:
         sample = order[max(top, n - RESIDUAL_POINTS) :]
         S = data.support_vectors(sample) if len(sample) else None
         maps, residuals = [[] for _ in unit], [None] * len(unit)
-        for r in levels:
-            for k, weights in enumerate(unit):
-                maps[k].append(nystroem_map(data.kernel_set, L[:r], weights))
-                residuals[k] = nystroem_residual(maps[k][-1], S) if S is not None else 0.0
-            if self.n_components is None and S is not None and max(residuals) <= self.residual_tol:
-                break
+        description = f"Nystroem rank: {'adaptive, ' if self.n_components is None else ''}up to {levels[-1]} landmarks"
+        with progress.phase("nystroem", len(levels) * len(unit), unit="maps", description=description) as step:
+            for r in levels:
+                for k, weights in enumerate(unit):
+                    maps[k].append(nystroem_map(data.kernel_set, L[:r], weights))
+                    residuals[k] = nystroem_residual(maps[k][-1], S) if S is not None else 0.0
+                    step.advance()
+                if self.n_components is None and S is not None and max(residuals) <= self.residual_tol:
+                    break
         return [[m[0], m[-1]] if len(m) > 1 else m for m in maps], [float(x) for x in residuals]
 
     @staticmethod
@@ -265,14 +273,26 @@ def _chosen_kernels(data, weights: dict) -> list | None:
 #: Attributes of the two-stage model that are the weight stage's.
 _FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
                       "group_selection_path_", "width_band_", "width_band_path_", "structure_", "structure_path_",
-                      "n_iter_", "interrupted_")  # fmt: skip
+                      "cross_validation_", "n_iter_", "interrupted_")  # fmt: skip
 
 
-def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases) -> bool:
+def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: str = "") -> bool:
     """Every shard computes its rows' kernel columns of ``fmap`` (labels, ``c_j``, the levels' bases); whether
-    one spilled them."""
+    one spilled them.  The ``"columns"`` progress phase counts the rows done (a shard in this process
+    advances it block by block; a remote shard's rows count when its call returns)."""
+    n = len(y_pm)
+    description = f"kernel columns on {fmap.n_columns} landmarks for {n} rows{which}"
+    with progress.phase("columns", n, unit="rows", description=description) as step:
 
-    def load(rows):
-        return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases)
+        def load(rows):
+            return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases, step)
 
-    return any(shards.call("load_problem", load, keep=True))  # kept: a rebuilt Dask shard loads it again
+        spilled = shards.call("load_problem", load, keep=True)  # kept: a rebuilt Dask shard loads it again
+        step.update(n)  # the remote shards' rows
+    return any(spilled)
+
+
+def _newton_phase(fmap, n: int, which: str) -> progress.Phase:
+    """The ``"newton"`` progress phase of one Newton solve (its step count is not known in advance)."""
+    description = f"Newton steps at rank {fmap.rank} on {n} rows{which}"
+    return progress.phase("newton", None, unit="steps", description=description)

@@ -1,0 +1,66 @@
+"""The ``plot`` command of ``mwumkl-dist``: a picture of a saved model (:mod:`mwumkl_dist.plotting`)."""
+
+from __future__ import annotations
+
+import os
+
+from mwumkl_dist.cli.args import CommandError, positive_int
+from mwumkl_dist.cli.model import load_model_or_fail
+from mwumkl_dist.plotting import MATPLOTLIB_MISSING, PLOT_KINDS, plot_model
+
+__all__ = ["add_plot_command", "cmd_plot"]
+
+
+def add_plot_command(sub, parents) -> None:
+    """Register ``plot MODEL -o FILE`` on the subparsers ``sub``."""
+    p = sub.add_parser(
+        "plot",
+        parents=parents,
+        help="draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
+        description="Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
+        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
+        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
+    )
+    p.add_argument("model", metavar="MODEL", help="a model file saved by 'fit' (.npz)")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="the picture to write: .png, .svg, .pdf, ...")
+    p.add_argument(
+        "--kind",
+        choices=("all", *PLOT_KINDS),
+        default="all",
+        help="which panel: weights, path, features, or all that apply side by side (default)",
+    )
+    p.add_argument("--dpi", type=positive_int, default=100, help="dots per inch of a raster picture (default 100)")
+    p.set_defaults(func=cmd_plot)
+
+
+def cmd_plot(args) -> int:
+    """``plot``: load the model, draw it headless (Agg) and write the picture."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise CommandError(MATPLOTLIB_MISSING) from None
+    matplotlib.use("Agg")  # no display needed, none used
+    model, _ = load_model_or_fail(args.model, option="MODEL")
+    _check_output(args.output)
+    try:
+        figure = plot_model(model, args.kind, dpi=args.dpi)
+        formats = figure.canvas.get_supported_filetypes()
+        extension = os.path.splitext(args.output)[1]
+        if extension[1:].lower() not in formats:
+            raise CommandError(f"-o {args.output}: unknown picture format '{extension}' (use png, svg, pdf or "
+                               f"one of the {len(formats)} formats matplotlib writes)")  # fmt: skip
+        figure.savefig(args.output, dpi=args.dpi)
+    finally:
+        matplotlib.pyplot.close("all")
+    print(f"{args.kind} plot of {args.model} written to {args.output}")
+    return 0
+
+
+def _check_output(path: str) -> None:
+    if os.path.isdir(path):
+        raise CommandError(f"-o {path}: is a directory; give a file name such as weights.png")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"-o {path}: directory {folder} does not exist")
+    if not os.path.splitext(path)[1]:
+        raise CommandError(f"-o {path}: no extension to tell the format; use e.g. weights.png or weights.svg")
