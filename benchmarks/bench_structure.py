@@ -258,6 +258,56 @@ def figure(out: Path, summary: list[dict]) -> None:
     plt.close(fig)
 
 
+def screen_cost(sizes, n_rows: int, threads, dask_workers: int = 0, repeat: int = 1) -> list[dict]:
+    """How far the screen's kernel count ``m`` can go: the wall time of one screening fit (the structure search's
+    settings) on ``n_rows`` of E7's data with ``m`` kernels on feature subsets, per thread count, and on a local
+    Dask cluster of ``dask_workers`` single-thread workers with that many kernel shards (0: not measured)."""
+    import itertools
+
+    from benchmarks.bench_scale_n import synthetic_rows
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.kernels.evaluation import data_scale, scale_sample_rows
+    from mwumkl_dist.kernels.specs import SCREEN_EXPONENTS, subset_kernels
+    from mwumkl_dist.solvers.structure import SCREEN_C, SCREEN_EPSILON, SCREEN_SELECTIVITY
+
+    X, y = synthetic_rows(n_rows, part=0)
+    X = np.hstack([X, synthetic_rows(n_rows, part=1)[0]])  # 40 features: enough pairs for every size
+    scale = data_scale([X], X.shape[1], X[scale_sample_rows(n_rows)])
+    subsets = [(f,) for f in range(X.shape[1])] + list(itertools.combinations(range(X.shape[1]), 2))
+    settings = dict(C=SCREEN_C, selectivity=SCREEN_SELECTIVITY, epsilon=SCREEN_EPSILON, polish=False)
+    rows = []
+
+    def timed(**params):
+        best = None
+        for _ in range(repeat):
+            start = time.perf_counter()
+            MWUMKLClassifier(**settings, **params).fit(X, y)
+            best = min(best or np.inf, time.perf_counter() - start)
+        return best
+
+    client = None
+    if dask_workers:
+        from distributed import Client, LocalCluster
+
+        client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=":0"))
+    try:
+        for m in sizes:
+            kernels = [k for s in subsets[:m] for k in subset_kernels(scale, s, SCREEN_EXPONENTS)]
+            for t in threads:
+                rows.append({"m": m, "n": n_rows, "engine": "local", "threads": t,
+                             "seconds": timed(kernels=kernels, n_jobs=t)})  # fmt: skip
+                print(json.dumps(rows[-1]), flush=True)
+            if client is not None:
+                rows.append({"m": m, "n": n_rows, "engine": "dask", "workers": dask_workers,
+                             "seconds": timed(kernels=kernels, engine="dask", client=client,
+                                              n_kernel_shards=dask_workers)})  # fmt: skip
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        if client is not None:
+            client.close()
+    return rows
+
+
 def run(args) -> dict:
     from benchmarks.common import run_info
     from mwumkl_dist.threads import thread_limit
@@ -315,7 +365,20 @@ def main(argv=None) -> int:
     p.add_argument("--svc-refit-rows", type=int, default=SVC_REFIT_ROWS)
     p.add_argument("--easymkl-max-train", type=int, default=None, help=f"default {EASYMKL_MAX_TRAIN}")
     p.add_argument("--out", default=str(HERE / "results" / "e10"))
+    p.add_argument("--screen-cost", default=None, metavar="M,...",
+                   help="instead: time a screening fit per kernel count M")  # fmt: skip
+    p.add_argument("--screen-rows", type=int, default=2000, help="rows of the --screen-cost fits (default 2000)")
+    p.add_argument("--threads-list", type=_ints, default=(1, 2), help="--screen-cost: thread counts (default 1,2)")
+    p.add_argument("--dask-workers", type=int, default=0, help="--screen-cost: also on this many Dask workers")
     args = p.parse_args(argv)
+    if args.screen_cost:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        from benchmarks.common import run_info
+
+        rows = screen_cost(_ints(args.screen_cost), args.screen_rows, args.threads_list, args.dask_workers)
+        (out / "screen_cost.json").write_text(json.dumps({"machine": run_info(), "rows": rows}, indent=1))
+        return 0
     args.problems = [v for v in args.problems.split(",") if v]
     args.methods = [v for v in args.methods.split(",") if v]
     for name in args.problems:

@@ -437,6 +437,17 @@ def cmd_demo(args) -> int:
 # ----------------------------------------------------------------------------- fit
 
 
+#: A data file above this many bytes takes long enough to read (seconds) for ``fit`` to say it reads it.
+LARGE_INPUT_BYTES = 8 << 20
+
+
+def _large_input(path) -> bool:
+    try:
+        return path is not None and os.path.getsize(path) > LARGE_INPUT_BYTES
+    except OSError:  # missing or unreadable: the reader says what is wrong, in one line
+        return False
+
+
 def _training_data(args):
     """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store`` (``d`` None for a kernel store); sets
     ``args.kernels`` where it was not given: a kernel store's are precomputed, else :data:`DEFAULT_KERNELS`."""
@@ -535,8 +546,8 @@ def cmd_fit(args) -> int:
     """``fit``: load, scale, fit with progress on stderr, save (also after Ctrl-C), summarise."""
     _check_model_args(args)
     _check_writable(args.model, "model")
-    if not args.quiet:  # reading and scaling a large file takes a while: say so before
-        print(f"{PROG}: reading {args.store if args.store is not None else args.data}", file=sys.stderr, flush=True)
+    if not args.quiet and _large_input(args.data):  # reading a large file takes a while: say so before
+        print(f"{PROG}: reading {args.data}", file=sys.stderr, flush=True)
     X, y, classes, n, d, source = _training_data(args)
     n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
     scaling = FeatureScaling.fit(X) if args.scale and args.store is None else None
@@ -549,8 +560,6 @@ def cmd_fit(args) -> int:
     try:
         clf = _fit_estimator(args, n_iter, progress)
         _note_compiling(args.quiet)
-        if not args.quiet:
-            print(f"{PROG}: fitting {n} rows" + ("" if d is None else f", {d} features"), file=sys.stderr, flush=True)
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once

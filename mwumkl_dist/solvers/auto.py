@@ -386,7 +386,11 @@ def choose_C(
             ladder = group_ladder(n_groups(cv.kernel_set.specs), STRUCTURE_RUNGS)
             candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
             group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
-            pick = _first_best(group_path)
+            # The fewest groups within one standard error of the best selection (the one-standard-error rule on
+            # the model's size: a selection that keeps more groups must be measurably better).
+            best = group_path[_first_best(group_path)]
+            close = [key for key, e in group_path.items() if _within_one_standard_error(e, [best], len(scorer.rows))]
+            pick = min(close, key=lambda key: (scorer.groups_kept(key[0]), group_path[key]))
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
                 selectivity, C = pick
@@ -594,6 +598,10 @@ class _FoldScorer:
         losses = self._losses[candidate]
         return {"error": float(np.sum(losses)), "standard_error": _standard_error_of_sum(losses),
                 "rows": len(self.rows), "folds": len(self.folds)}  # fmt: skip
+
+    def groups_kept(self, selection: GroupSelection) -> float:
+        """How many feature groups ``selection`` kept, on average over the folds (after :meth:`errors` scored it)."""
+        return float(np.mean([n_groups(self._selected[selection, f]) for f in range(len(self.folds))]))
 
     def _selection_fit(self, C, selectivity, k: int) -> np.ndarray:
         """The kernel weights of a group selection fit on fold ``k``'s training rows (nothing scored)."""
