@@ -29,12 +29,12 @@ from mwumkl_dist.cli.args import (
     selectivity_choice,
 )
 from mwumkl_dist.cli.progress import COMPILING_NOTE, format_rate, numba_cache_is_cold, progress_bar
-from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_file
+from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
-from mwumkl_dist.io.atomic import atomic_file
-from mwumkl_dist.io.files import format_label, load_data
+from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
+from mwumkl_dist.io.files import format_label, read_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import AUTO_C_GRID, AUTO_C_POINTS, plan_iterations
@@ -372,23 +372,48 @@ def _weights_table(names, weights, raw_weights, limit=None) -> list[str]:
 
 
 def _load_model(path: str, n_jobs=None):
-    """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
+    """The :class:`~mwumkl_dist.cli.scaling.ModelFile` of a model file written by ``fit``.
 
     The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
     """
     if os.path.isfile(path) and not zipfile.is_zipfile(path):
         raise CommandError(f"{path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
-    model, scaling = load_model_file(path)
-    if model.support_vectors_ is None:
+    saved = read_model_file(path)
+    if saved.model.support_vectors_ is None:
         raise CommandError(f"{path}: a model of precomputed kernels cannot predict from a data file")
-    model.set_params(n_jobs=n_jobs)
-    return model, scaling
+    saved.model.set_params(n_jobs=n_jobs)
+    return saved
 
 
-def _load_points(args, model, scaling, labels=True):
-    """The points of ``--data`` with the model's feature count, scaled as the training file was."""
-    X, y = load_data(args.data, n_features=model.n_features_in_, labels=labels, zero_based=ZERO_BASED[args.zero_based])
+def _load_points(args, saved, labels=True):
+    """The points of ``--data`` with the model's feature count, scaled as the training file was.
+
+    ``--zero-based auto`` reads an svmlight file with the training file's convention when the model recorded it.
+    """
+    zero_based = ZERO_BASED[args.zero_based]
+    if zero_based == "auto" and saved.zero_based is not None:
+        zero_based = saved.zero_based
+    model, scaling = saved.model, saved.scaling
+    X, y = read_data(args.data, n_features=model.n_features_in_, labels=labels, zero_based=zero_based)[:2]
     return (X if scaling is None else scaling.transform(X)), y
+
+
+def _check_distinct(written: tuple[str, str | None], *others: tuple[str, str | None]) -> None:
+    """Refuse a command whose output ``written`` (option, path) is one of its other files: it would destroy it."""
+    option, path = written
+    if path is None:
+        return
+    for other, other_path in others:
+        if other_path is not None and _same_file(path, other_path):
+            raise UsageError(
+                f"{option} {path} is also the {other} file: writing it would destroy that file; choose another path"
+            )
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -476,7 +501,11 @@ class _FitProgress:
 
 
 def _training_data(args):
-    """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store``, with the kernels checked against it."""
+    """``(X, y, classes, n, d, source, zero_based)`` of ``--data`` or ``--store``, the kernels checked against it.
+
+    ``zero_based`` is the svmlight file's index convention (None for other inputs).
+    """
+    zero_based = None
     if args.store is not None:
         X, y = open_store(args.store), None
         classes, n = np.asarray(X.classes), X.n_samples
@@ -487,13 +516,13 @@ def _training_data(args):
     else:
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store")
-        X, y = load_data(args.data, zero_based=ZERO_BASED[args.zero_based])
+        X, y, zero_based = read_data(args.data, zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
             f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
-    return X, y, classes, n, d, source
+    return X, y, classes, n, d, source, zero_based
 
 
 def _planned_iterations(args, n: int, n_kernels: int) -> int:
@@ -556,10 +585,20 @@ def _describe_scaling(args, scaling) -> str:
 
 
 def cmd_fit(args) -> int:
-    """``fit``: load, scale, fit with a progress bar, save (also after Ctrl-C), summarise."""
+    """``fit``: load, scale, fit with a progress bar, save (also after Ctrl-C), summarise.
+
+    The model file is this fit's alone while it runs: a second fit writing it fails at once.
+    """
     _check_model_args(args)
+    _check_distinct(("--model", args.model), ("--data", args.data), ("--resume", args.resume))
+    _check_distinct(("--checkpoint", args.checkpoint), ("--data", args.data), ("--model", args.model))
     _check_writable(args.model, "model")
-    X, y, classes, n, d, source = _training_data(args)
+    with exclusive_writer(args.model, "model file"):
+        return _fit_and_save(args)
+
+
+def _fit_and_save(args) -> int:
+    X, y, classes, n, d, source, zero_based = _training_data(args)
     n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
     scaling = FeatureScaling.fit(X) if args.scale and args.store is None else None
     if scaling is not None:
@@ -587,7 +626,7 @@ def cmd_fit(args) -> int:
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
-    save_model_file(clf, args.model, scaling)
+    save_model_file(clf, args.model, scaling, zero_based)
 
     n_iters = np.atleast_1d(clf.n_iter_)
     if clf.interrupted_:
@@ -687,10 +726,12 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
-    model, scaling = _load_model(args.model, args.n_jobs)
+    _check_distinct(("--output-file", args.output_file), ("--model", args.model), ("--data", args.data))
+    saved = _load_model(args.model, args.n_jobs)
+    model = saved.model
     if args.output_file is not None:
         _check_writable(args.output_file, "predictions")
-    X, _ = _load_points(args, model, scaling, labels="auto")
+    X, _ = _load_points(args, saved, labels="auto")
     _note_compiling()
     text = "".join(line + "\n" for line in _prediction_lines(model, X, args.output, args.model))
     if args.output_file is None:
@@ -704,8 +745,9 @@ def cmd_predict(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
-    model, scaling = _load_model(args.model, args.n_jobs)
-    X, y = _load_points(args, model, scaling)
+    saved = _load_model(args.model, args.n_jobs)
+    model = saved.model
+    X, y = _load_points(args, saved)
     labels = np.unique(y).tolist()
     known = set(model.classes_.tolist())
     unknown = [v for v in labels if v not in known]
