@@ -280,7 +280,7 @@ def _check_finite_dense(path: str, X: np.ndarray, row_lines=None) -> None:
 
 
 def _labels_array(path: str, raw, row_lines=None) -> np.ndarray:
-    """Labels as float64 when they are all numbers, else as strings (with a warning when some differ in spelling only)."""
+    """Labels as float64 when they are all numbers, else as strings (a warning when some differ in spelling only)."""
     try:
         y = np.asarray(raw, dtype=np.float64)
     except ValueError:
@@ -295,7 +295,7 @@ def _labels_array(path: str, raw, row_lines=None) -> np.ndarray:
 
 
 def _warn_spelling(path: str, classes) -> None:
-    """Warn when string labels name one number (``1``, ``+1``, ``1.0``) or one word in another case: distinct classes."""
+    """Warn when text labels spell one number (``1``, ``+1``, ``1.0``) or one word in two cases: distinct classes."""
     groups: dict = {}
     for label in classes:
         text = str(label).strip()
