@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import threading
@@ -24,7 +25,10 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks (see exclusive_writer)
     fcntl = None
 
-__all__ = ["WriteError", "FileBusyError", "atomic_file", "atomic_directory", "exclusive_writer", "fsync_directory"]
+__all__ = [
+    "WriteError", "FileBusyError", "atomic_file", "atomic_directory", "exclusive_writer", "remove_leftovers",
+    "fsync_directory",
+]  # fmt: skip
 
 
 class WriteError(OSError):
@@ -71,6 +75,29 @@ def fsync_directory(folder: str) -> None:
 def _temporary_name(folder: str, name: str, suffix: str) -> str:
     # Hidden, and tied to the target's name: a crash leaves an obvious leftover, never a half file under the name.
     return os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}{suffix}")
+
+
+def remove_leftovers(path) -> list[str]:
+    """Delete the temporaries that interrupted writes of ``path`` left next to it; the names deleted.
+
+    A process killed while writing (SIGKILL, a power cut) leaves its hidden
+    ``.NAME.*.partial`` (a store), ``.NAME.*.old`` (a store being replaced) or
+    ``.NAME.*.tmp`` (a file).  Call it only while holding :func:`exclusive_writer`
+    for ``path``: then no other writer of ``path`` is running and they are all leftovers.
+    """
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    pattern = re.compile(rf"^\.{re.escape(name)}\.[0-9a-f]{{12}}\.(partial|old|tmp)$")
+    try:
+        entries = sorted(e for e in os.listdir(folder) if pattern.match(e))
+    except OSError:
+        return []
+    for entry in entries:
+        full = os.path.join(folder, entry)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            _remove_quietly(full)
+    return entries
 
 
 def _remove_quietly(path: str) -> None:
