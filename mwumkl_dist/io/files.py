@@ -26,12 +26,21 @@ import math
 import os
 import warnings
 import zipfile
+import zlib
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["load_data", "read_data", "DataFile", "data_format", "format_label", "SUPPORTED_EXTENSIONS"]
+__all__ = [
+    "load_data",
+    "read_data",
+    "read_npy_header",
+    "DataFile",
+    "data_format",
+    "format_label",
+    "SUPPORTED_EXTENSIONS",
+]
 
 _SVMLIGHT = (".svm", ".svmlight", ".libsvm")
 _TEXT_COMPRESSIONS = (".gz", ".bz2")
@@ -520,21 +529,52 @@ def _sniff_delimiter(path: str) -> str:
 # ----------------------------------------------------------------------------- NumPy
 
 
+def read_npy_header(fh, size: int, what: str):
+    """``(shape, dtype)`` from the ``.npy`` header at ``fh``'s position, checked against the ``size`` bytes it has.
+
+    The declared array must fill exactly what follows the header and hold no Python objects: an
+    array is allocated only for what the file really holds.  Raises ``ValueError`` (``what``: the
+    file or member, for the message).
+    """
+    start = fh.tell()
+    try:
+        version = np.lib.format.read_magic(fh)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = header(fh)
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{what}: not a valid NumPy array ({type(exc).__name__}: {exc})") from None
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise ValueError(f"{what}: holds Python objects, not a numeric array")
+    declared = math.prod(shape) * dtype.itemsize
+    available = size - (fh.tell() - start)
+    if declared != available:
+        raise ValueError(
+            f"{what}: its header declares shape {shape} of {dtype} ({declared} bytes), but {available} bytes follow "
+            "(truncated, padded or damaged)"
+        )
+    return tuple(shape), dtype
+
+
+def _read_npy(fh, size: int, what: str) -> np.ndarray:
+    """The array at ``fh`` (``size`` bytes), its header checked first (:func:`read_npy_header`)."""
+    start = fh.tell()
+    read_npy_header(fh, size, what)
+    fh.seek(start)
+    try:
+        return np.lib.format.read_array(fh, allow_pickle=False)
+    except (ValueError, EOFError, OSError, zlib.error, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{what}: not a valid NumPy array ({type(exc).__name__}: {exc})") from None
+
+
 def _load_npy(path: str, n_features, labels):
     with open(path, "rb") as fh:
         if fh.read(6) != b"\x93NUMPY":
             raise ValueError(f"{path}: not a .npy file (no NumPy header)")
-    try:
-        A = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise ValueError(f"{path}: holds Python objects, not a numeric array") from None
-        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
-    except (EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
-    if not isinstance(A, np.ndarray) or A.ndim != 2:
-        shape = getattr(A, "shape", None)
-        raise ValueError(f"{path}: expected a 2-d array (rows = points, last column = label), got shape {shape}")
+        fh.seek(0)
+        A = _read_npy(fh, os.fstat(fh.fileno()).st_size, path)
+    if A.ndim != 2:
+        raise ValueError(f"{path}: expected a 2-d array (rows = points, last column = label), got shape {A.shape}")
     if A.dtype.kind not in "biuf":
         raise ValueError(f"{path}: expected a numeric array, got dtype {A.dtype}")
     if A.shape[0] == 0:
@@ -552,20 +592,24 @@ def _load_npy(path: str, n_features, labels):
 
 def _load_npz(path: str, n_features):
     try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{path}: not a valid .npz file ({exc})") from None
-    with data:
-        if not {"X", "y"} <= set(data.files):
-            raise ValueError(f"{path}: expected arrays 'X' and 'y' in the .npz file, found {sorted(data.files)}")
-        try:
-            X, y = data["X"], data["y"]
-        except ValueError as exc:
-            raise ValueError(f"{path}: holds Python objects, not numeric arrays ({exc})") from None
+        with zipfile.ZipFile(path) as zf:
+            members = {info.filename: info for info in zf.infolist()}
+            if not {"X.npy", "y.npy"} <= set(members):
+                found = sorted(name.removesuffix(".npy") for name in members)
+                raise ValueError(f"{path}: expected arrays 'X' and 'y' in the .npz file, found {found}")
+            arrays = []
+            for name in ("X.npy", "y.npy"):
+                with zf.open(members[name]) as fh:
+                    arrays.append(_read_npy(fh, members[name].file_size, f"{path}: member {name}"))
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
+        raise ValueError(f"{path}: not a valid .npz file ({type(exc).__name__}: {exc})") from None
+    X, y = arrays
     if X.ndim != 2 or X.dtype.kind not in "biuf":
         raise ValueError(f"{path}: 'X' must be a 2-d numeric array, got shape {X.shape} and dtype {X.dtype}")
     if y.ndim != 1 or len(y) != X.shape[0]:
         raise ValueError(f"{path}: 'y' must be 1-d with one label per row of 'X' ({X.shape[0]}), got shape {y.shape}")
+    if y.dtype.kind not in "biufU":
+        raise ValueError(f"{path}: 'y' must hold numbers or strings, got dtype {y.dtype}")
     if X.shape[0] and n_features is not None and X.shape[1] != n_features:
         raise ValueError(f"{path}: 'X' has {X.shape[1]} features, but {n_features} are expected")
     X = np.asarray(X, dtype=np.float64)

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.io.atomic import atomic_file
+from mwumkl_dist.io.files import read_npy_header
 from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
@@ -214,15 +215,14 @@ def _invalid(path: str, reason: str) -> ValueError:
     return ValueError(f"{path}: not a valid mwumkl_dist model file ({reason}); fit and save the model again")
 
 
-def _member_header(zf, member: str):
-    """``(shape, dtype)`` from the ``.npy`` header of archive member ``member``, without reading its data."""
-    with zf.open(member) as fh:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-    return tuple(shape), np.dtype(dtype)
+def _member_header(path: str, zf, member: str):
+    """``(shape, dtype)`` from the ``.npy`` header of archive member ``member``, checked against its size (unread)."""
+    info = zf.getinfo(member)
+    try:
+        with zf.open(info) as fh:
+            return read_npy_header(fh, info.file_size, f"member {member[:-4]!r}")
+    except ValueError as exc:
+        raise _damaged(path, str(exc)) from None
 
 
 def _read_member(zf, member: str) -> np.ndarray:
@@ -264,7 +264,7 @@ def _read_archive(path: str) -> tuple[dict, dict]:
                 members[info.filename[:-4]] = info
             if "__meta__" not in members:
                 raise ValueError(f"{path}: not a mwumkl_dist model file (no metadata)")
-            shape, dtype = _member_header(zf, "__meta__.npy")
+            shape, dtype = _member_header(path, zf, "__meta__.npy")
             if shape != () or dtype.kind != "U" or dtype.itemsize > _MAX_META_BYTES:
                 raise _invalid(path, f"metadata of shape {shape} and dtype {dtype}")
             meta = _read_meta(path, str(_read_member(zf, "__meta__.npy")))
@@ -272,7 +272,7 @@ def _read_archive(path: str) -> tuple[dict, dict]:
             unknown = sorted(set(members) - expected - {"__meta__"})
             if unknown:
                 raise _invalid(path, f"unexpected archive member {unknown[0]!r}")
-            headers = {name: _member_header(zf, name + ".npy") for name in members if name != "__meta__"}
+            headers = {name: _member_header(path, zf, name + ".npy") for name in members if name != "__meta__"}
             _check_declared_shapes(path, meta, headers)
             arrays = {name: _read_member(zf, name + ".npy") for name in headers}
         except ValueError as exc:
