@@ -192,6 +192,18 @@ def test_edited_zarr_array_metadata_is_refused(stores):
         DataStore(data_store)
 
 
+def test_store_data_and_store_info_print_the_same_integrity_record(tmp_path, capsys, data):
+    X, y = data
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.column_stack([X, y]), delimiter=",")
+    assert main(["store", "data", "--input", str(csv), "--output", str(tmp_path / "d.zarr")]) == 0
+    written = [line for line in capsys.readouterr().out.splitlines() if line.startswith("integrity: ")]
+    assert main(["store", "info", str(tmp_path / "d.zarr")]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("integrity: ")]
+    assert len(written) == 1 and written == shown
+    assert written[0].split()[1] == DataStore(tmp_path / "d.zarr").meta["integrity"]
+
+
 # ----------------------------------------------------------------------------- 4. forged chunks
 
 
