@@ -612,6 +612,16 @@ def test_leftovers_of_a_killed_store_write_are_removed_and_said(tmp_path, data):
     assert sorted(os.listdir(tmp_path)) == ["d.zarr"]  # no lock file left either
 
 
+def test_a_model_file_temporary_left_by_a_killed_fit_is_removed(tmp_path, capsys, cli_model):
+    train, _ = cli_model
+    leftover = tmp_path / ".m.npz.0123456789ab.tmp"
+    leftover.write_bytes(b"half a model")
+    assert main(["fit", "--data", str(train), "--model", str(tmp_path / "m.npz"), "--C", "1", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "removed what interrupted earlier writes of it left behind: .m.npz.0123456789ab.tmp" in err
+    assert sorted(os.listdir(tmp_path)) == ["m.npz"]
+
+
 def _hold_lock_in_child(path, seconds=300):
     code = (
         "import sys, time\nfrom mwumkl_dist.io.atomic import exclusive_writer\n"

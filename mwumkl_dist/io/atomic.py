@@ -19,6 +19,7 @@ import shutil
 import stat
 import threading
 import uuid
+import warnings
 
 try:
     import fcntl
@@ -213,8 +214,10 @@ def exclusive_writer(path, what: str = "file"):
     other's file in turn (each write is atomic, the last one wins).  The right is an
     advisory lock (``flock``) on a hidden ``.NAME.lock`` file next to ``path``, held
     by the process (so a process that dies, even by SIGKILL, releases it) and deleted
-    on leaving the block.  Reentrant within a process.  Where the system has no
-    ``flock`` (Windows) it does nothing.
+    on leaving the block.  Reentrant within a process.  Once it holds the right, the
+    temporaries that killed writers of ``path`` left (:func:`remove_leftovers`) are
+    deleted, with a warning naming them.  Where the system has no ``flock``
+    (Windows) it does nothing.
 
     Raises
     ------
@@ -233,6 +236,13 @@ def exclusive_writer(path, what: str = "file"):
         entry = [_acquire(target, os.fspath(path), what), 1]
         with _held_guard:
             _held[target] = entry
+        removed = remove_leftovers(target)  # no other writer runs: what is there was left by killed ones
+        if removed:
+            warnings.warn(
+                f"{os.fspath(path)}: removed what interrupted earlier writes of it left behind: {', '.join(removed)}",
+                UserWarning,
+                stacklevel=3,
+            )
     try:
         yield
     finally:

@@ -73,7 +73,7 @@ import scipy.sparse as sp
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
-from mwumkl_dist.io.atomic import atomic_directory, exclusive_writer, remove_leftovers
+from mwumkl_dist.io.atomic import atomic_directory, exclusive_writer
 from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelSet
 
@@ -439,14 +439,7 @@ def _writing(path: str, overwrite: bool, what: str):
     raised as a :class:`~mwumkl_dist.io.atomic.WriteError` naming ``path``.
     """
     _prepare_output(path, overwrite)
-    with exclusive_writer(path, what):  # one writer at a time: then any temporary of `path` is a leftover
-        removed = remove_leftovers(path)
-        if removed:
-            warnings.warn(
-                f"{path}: removed what interrupted earlier writes of it left behind: {', '.join(removed)}",
-                UserWarning,
-                stacklevel=4,
-            )
+    with exclusive_writer(path, what):  # one writer at a time; it removes what killed writers left
         with atomic_directory(path, what, replace=overwrite) as folder:
             writer = _StoreWriter(folder)
             try:
