@@ -98,7 +98,7 @@ def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
     monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 60.0)  # the replacement comes far sooner
     # B left; a nanny restarts it as B' a few polls later.
     states = [{"tcp://a:1": 1}] * 3 + [{"tcp://a:1": 1, "tcp://b2:1": 1}]
-    engine = _engine(_Cluster(*states), {"tcp://a:1": 2, "tcp://b:1": 2})
+    engine = _engine(_Cluster(*states), {"tcp://a:1": 2, "tcp://b:1": 2}, timeout=600.0)
     engine._departed.add("tcp://b:1")
     with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
         start = time.monotonic()
@@ -109,7 +109,7 @@ def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
     assert engine._place(lost[0]) == "tcp://b2:1"
     # No replacement within the grace: the workers left are used, and the next rebuild does not wait again.
     monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 0.5)
-    engine = _engine(_Cluster({"tcp://a:1": 1}), {"tcp://a:1": 2, "tcp://b:1": 2})
+    engine = _engine(_Cluster({"tcp://a:1": 1}), {"tcp://a:1": 2, "tcp://b:1": 2}, timeout=600.0)
     engine._departed.add("tcp://b:1")
     engine._wait_for_replacement()
     assert engine._n_workers == 1
