@@ -120,14 +120,17 @@ def load_checkpoint(path, fp: str) -> dict:
         raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise ValueError(f"{path}: not a mwumkl_dist checkpoint")
-    if meta.get("version", 0) > _VERSION:
+    version = meta.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _damaged(path, f"version {version!r}")
+    if version > _VERSION:
         raise ValueError(f"{path}: checkpoint version {meta['version']} is newer than this package reads")
     if meta.get("fingerprint") != fp:
         raise ValueError(
             f"{path}: checkpoint was written for different data, labels, kernels or settings; "
             "refusing to resume from it"
         )
-    if meta.get("version", 0) >= 2 and meta.get("state_sha256") != _state_digest(meta, arrays):
+    if version >= 2 and meta.get("state_sha256") != _state_digest(meta, arrays):
         raise ValueError(
             f"{path}: the checkpoint's content does not match its digest (altered after it was written); "
             "refusing to resume from it: delete it to start the fit afresh"

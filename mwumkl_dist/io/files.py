@@ -529,6 +529,10 @@ def _sniff_delimiter(path: str) -> str:
 # ----------------------------------------------------------------------------- NumPy
 
 
+#: Longest ``.npy`` header read (NumPy's own limit for a header it parses is 10,000 characters).
+_MAX_NPY_HEADER = 65536
+
+
 def read_npy_header(fh, size: int, what: str):
     """``(shape, dtype)`` from the ``.npy`` header at ``fh``'s position, checked against the ``size`` bytes it has.
 
@@ -537,13 +541,22 @@ def read_npy_header(fh, size: int, what: str):
     file or member, for the message).
     """
     start = fh.tell()
+    # NumPy reads as many header bytes as the header's length field says before it checks them: check it first.
+    lead = fh.read(10)
+    if len(lead) < 10 or lead[:6] != b"\x93NUMPY" or lead[6] not in (1, 2, 3) or lead[7] != 0:
+        raise ValueError(f"{what}: not a valid NumPy array (no .npy header of a version this NumPy reads)")
+    width = 2 if lead[6] == 1 else 4
+    header_length = int.from_bytes(lead[8 : 8 + width] if width == 2 else lead[8:10] + fh.read(2), "little")
+    if header_length > min(_MAX_NPY_HEADER, size - 8 - width):
+        raise ValueError(f"{what}: not a valid NumPy array (a header of {header_length} bytes)")
+    fh.seek(start)
     try:
         version = np.lib.format.read_magic(fh)
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _, dtype = header(fh)
-    except (ValueError, EOFError, OSError, SyntaxError, TypeError, OverflowError) as exc:
+        dtype = np.dtype(dtype)
+    except Exception as exc:  # the header is a Python literal: parsing hostile text raises many kinds of error
         raise ValueError(f"{what}: not a valid NumPy array ({type(exc).__name__}: {exc})") from None
-    dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise ValueError(f"{what}: holds Python objects, not a numeric array")
     declared = math.prod(shape) * dtype.itemsize

@@ -486,6 +486,10 @@ def _store_meta(fmt: str, n: int, labels: tuple, chunk_rows: int, source, sha: s
     }
 
 
+#: What metadata values of the wrong type raise in the checks (a string where a number belongs, a list as a key).
+_MALFORMED = (TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
+
+
 class _StoreBase:
     """What both store kinds share: opening, validation, labels, lazy arrays on workers."""
 
@@ -496,14 +500,18 @@ class _StoreBase:
         # Resolved here, where the user named it: workers (other processes, other machines with
         # a shared file system) reopen the store by this path, whatever their working directory.
         self.path = os.path.abspath(os.fspath(path))
-        self.meta = self._open_meta()
         self._group = None
         self._arrays: dict = {}
         self._tables: dict = {}
         self._misplaced_chunks: list[tuple] = []  # (array, position, message) of _check_chunk, raised by _read
         self._y_codes = None
+        try:
+            self.meta = self._open_meta()
+            if verify:
+                self._validate()
+        except _MALFORMED as exc:  # metadata of the wrong types (edited by hand): one error naming the store
+            raise StoreError(f"{self.path}: malformed metadata ({type(exc).__name__}: {exc})") from None
         if verify:
-            self._validate()
             if self._store_id is None:
                 warnings.warn(
                     f"{self.path}: store format {self.meta['format_version']} keeps no chunk identity records, "
