@@ -139,7 +139,7 @@ def test_waiting_for_workers_says_so_and_how_long(monkeypatch, caplog):
         engine._workers()
 
 
-@pytest.mark.timeout(60, method="thread")
+@pytest.mark.timeout(300, method="thread")
 def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
     # A real (threaded) scheduler with no worker; the default report times; the fit's worker_timeout.
     distributed = pytest.importorskip("distributed")
