@@ -136,6 +136,7 @@ def load_checkpoint(path, fp: str) -> dict:
             "refusing to resume from it: delete it to start the fit afresh"
         )
     try:
+        _check_kinds(arrays)
         if not isinstance(meta["finished"], list) or not all(isinstance(f, dict) for f in meta["finished"]):
             raise TypeError("'finished' must be a list of mappings")
         finished = [
@@ -162,6 +163,25 @@ def load_checkpoint(path, fp: str) -> dict:
         }
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
         raise _damaged(path, f"missing or bad entry {exc}") from None
+
+
+#: The kind of number (and number of axes) each array of a checkpoint holds; ``done*`` arrays by their suffix.
+_KINDS = {
+    "picks": ("iu", 2), "s": ("f", 1), "pos_index": ("iu", 0), "neg_index": ("iu", 0), "pos_g": ("f", 0),
+    "neg_g": ("f", 0), "pos_v": ("f", 1), "neg_v": ("f", 1), "alpha": ("f", 1), "weights": ("f", 1),
+    "scored_rows": ("iu", 1), "scores": ("f", 1),
+}  # fmt: skip
+
+
+def _check_kinds(arrays: dict) -> None:
+    """Each array of the kind and number of axes it has in a checkpoint (no text parsed as numbers); ``TypeError``."""
+    for name, a in arrays.items():
+        key = name.split("_", 1)[1] if name.startswith("done") else name
+        if key not in _KINDS:
+            raise TypeError(f"unexpected array {name!r}")
+        kinds, ndim = _KINDS[key]
+        if a.dtype.kind not in kinds or a.ndim != ndim or (name == "picks" and a.shape[1] != 2):
+            raise TypeError(f"array {name!r} of dtype {a.dtype} and shape {a.shape}")
 
 
 def _finite(a) -> bool:

@@ -251,7 +251,7 @@ def _read_archive(path: str) -> tuple[dict, dict]:
     """
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except Exception as exc:  # BadZipFile, OSError, EOFError, NotImplementedError (a zip version it cannot read), ...
         raise ValueError(
             f"{path}: not a mwumkl_dist model file, or a truncated or damaged one ({type(exc).__name__}: {exc})"
         ) from None

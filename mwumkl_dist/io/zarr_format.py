@@ -569,9 +569,11 @@ class _StoreBase:
         if not isinstance(meta["classes"], list) or len(meta["classes"]) < 1:
             raise StoreError(f"{path}: metadata 'classes' must be a non-empty list")
         try:
-            _decode_classes(meta["classes"], meta["label_dtype"])
+            classes = _decode_classes(meta["classes"], meta["label_dtype"])
         except (TypeError, ValueError) as exc:
             raise StoreError(f"{path}: metadata 'classes' cannot be read as {meta['label_dtype']!r} ({exc})") from None
+        if classes.ndim != 1 or len(np.unique(classes)) != len(classes):
+            raise StoreError(f"{path}: metadata 'classes' must be a list of distinct labels, got {meta['classes']!r}")
         self._store_id = None
         self._format = version
         if version >= 2:
