@@ -495,6 +495,15 @@ def test_a_feature_index_far_beyond_the_data_is_refused_with_its_line(tmp_path, 
     assert "2000000000" in msg
 
 
+def test_running_out_of_memory_is_said_not_an_empty_error(tmp_path, capsys, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise MemoryError()  # what (0,) * 2_000_000_000 raised, with an empty message
+
+    monkeypatch.setattr("mwumkl_dist.cli.model.read_data", no_memory)
+    _one_line_error(capsys, 1, ["fit", "--data", tmp_path / "d.svm", "--model", tmp_path / "m.npz"],
+                    r"error: out of memory; the input is too large")  # fmt: skip
+
+
 def test_an_unknown_model_member_is_refused_unread(cli_model, tmp_path):
     _, model = cli_model
     bad = tmp_path / "padded.npz"
