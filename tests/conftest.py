@@ -91,6 +91,15 @@ def fold_selectivities(monkeypatch) -> list:
 
 
 @pytest.fixture(autouse=True)
+def _ctrl_c_stops_pytest(monkeypatch):
+    """One Ctrl-C stops the test run: a fit in a test does not take it as its own request to stop (a test of
+    that request sets ``threads._CTRL_C_ASKS_TO_STOP`` back; fits in child processes keep it)."""
+    from mwumkl_dist.devices import threads
+
+    monkeypatch.setattr(threads, "_CTRL_C_ASKS_TO_STOP", False)
+
+
+@pytest.fixture(autouse=True)
 def _idle_machine_for_the_default_threads(monkeypatch):
     """Tests see no other process's load: the default thread count is every core (tests of the load patch it)."""
     from mwumkl_dist.devices import threads

@@ -16,7 +16,9 @@ pytest.importorskip("distributed")
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_after_cluster.py"
 
 
-@pytest.mark.timeout(180, method="thread")
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(600, method="thread")
 def test_quick_run_reports_both_thread_counts(tmp_path):
     out = tmp_path / "after.json"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MWUMKL_NUM_THREADS")}

@@ -17,7 +17,9 @@ from benchmarks.datasets import Dataset
 
 # About 15 s with numba's cache in place; the first run after a change to the library compiles its kernels
 # (about 50 s more on 2 cores), hence the margin.
-@pytest.mark.timeout(120)
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_smoke_run_writes_consistent_outputs(tmp_path, capsys):
     out = tmp_path / "results" / "e8"
     args = ["--smoke", "--max-train", "svmguide1=100", "--datasets-dir", str(tmp_path / "absent"), "--out", str(out)]

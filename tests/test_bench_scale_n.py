@@ -13,7 +13,9 @@ from benchmarks import bench_scale_n as E7
 from benchmarks import report
 
 
-@pytest.mark.timeout(180)
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_smoke_run_writes_consistent_outputs(tmp_path, capsys):
     out = tmp_path / "results" / "e7"
     assert E7.main(["--smoke", "--out", str(out)]) == 0  # synthetic data only: no data folder needed

@@ -18,7 +18,9 @@ def _run(tmp_path, *extra):
     return rc, doc
 
 
-@pytest.mark.timeout(300)
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_quick_local_rows(tmp_path, capsys):
     rc, doc = _run(tmp_path, "--layouts", "none", "--threads", "1,2")
     assert rc == 0
@@ -85,7 +87,9 @@ def test_arguments():
     assert bench_scaling.count_kernels(bench_scaling.PROBLEMS["mushrooms"], 112) == 1344
 
 
-@pytest.mark.timeout(300)
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_serial_profile_of_the_quick_defaults(tmp_path):
     """benchmarks/bench_serial.py: the phases of a two-stage fit, their serial and parallel CPU, the same model."""
     from benchmarks import bench_serial

@@ -222,6 +222,9 @@ def test_row_journal_resumes_and_sets_aside_other_settings(tmp_path):
 # ----------------------------------------------------------------------------- quick run
 
 
+# A long smoke run: in the slow set (python -m pytest -m slow; .ci/run runs it), timeout 10x its idle time or more.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_quick_run_all_experiments(tmp_path, monkeypatch):
     """``python -m benchmarks all --quick`` on a fresh clone: every output exists and is sane."""
     from benchmarks.runner import main

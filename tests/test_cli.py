@@ -477,7 +477,7 @@ def test_unexpected_error_is_one_line_unless_debug(files, capsys, monkeypatch):
     def boom(*args, **kwargs):
         raise KeyError("boom")
 
-    monkeypatch.setattr("mwumkl_dist.cli.model.load_data", boom)
+    monkeypatch.setattr("mwumkl_dist.cli.model.read_data", boom)
     argv = ["evaluate", "--model", str(files["model"]), "--data", str(files["test"])]
     assert main(argv) == 1
     assert_one_line_error(capsys.readouterr().err, r"unexpected KeyError: 'boom' \(rerun with --debug")

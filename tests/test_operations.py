@@ -95,27 +95,28 @@ def test_a_rebuilt_shard_goes_to_the_worker_holding_fewest_shards():
 def test_a_rebuild_waits_briefly_for_a_replacement_worker(monkeypatch, caplog):
     import mwumkl_dist.engines.dask_pool as dask_engine
 
-    monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 5.0)
+    monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 60.0)  # the replacement comes far sooner
     # B left; a nanny restarts it as B' a few polls later.
     states = [{"tcp://a:1": 1}] * 3 + [{"tcp://a:1": 1, "tcp://b2:1": 1}]
-    engine = _engine(_Cluster(*states), {"tcp://a:1": 2, "tcp://b:1": 2})
+    engine = _engine(_Cluster(*states), {"tcp://a:1": 2, "tcp://b:1": 2}, timeout=600.0)
     engine._departed.add("tcp://b:1")
     with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
         start = time.monotonic()
         engine._wait_for_replacement()
-    assert time.monotonic() - start < 4
-    assert any("waiting up to 5 s for a replacement" in r.getMessage() for r in caplog.records)
+    assert time.monotonic() - start < 30
+    assert any("waiting up to 60 s for a replacement" in r.getMessage() for r in caplog.records)
     lost = [b for b in engine.blocks if b.worker == "tcp://b:1"]
     assert engine._place(lost[0]) == "tcp://b2:1"
     # No replacement within the grace: the workers left are used, and the next rebuild does not wait again.
     monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 0.5)
-    engine = _engine(_Cluster({"tcp://a:1": 1}), {"tcp://a:1": 2, "tcp://b:1": 2})
+    engine = _engine(_Cluster({"tcp://a:1": 1}), {"tcp://a:1": 2, "tcp://b:1": 2}, timeout=600.0)
     engine._departed.add("tcp://b:1")
     engine._wait_for_replacement()
     assert engine._n_workers == 1
+    monkeypatch.setattr(dask_engine, "REPLACEMENT_GRACE", 60.0)  # a second wait would now take a minute
     start = time.monotonic()
     engine._wait_for_replacement()
-    assert time.monotonic() - start < 0.2
+    assert time.monotonic() - start < 30
 
 
 @pytest.mark.timeout(30, method="thread")
@@ -138,7 +139,7 @@ def test_waiting_for_workers_says_so_and_how_long(monkeypatch, caplog):
         engine._workers()
 
 
-@pytest.mark.timeout(60, method="thread")
+@pytest.mark.timeout(300, method="thread")
 def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
     # A real (threaded) scheduler with no worker; the default report times; the fit's worker_timeout.
     distributed = pytest.importorskip("distributed")
@@ -157,7 +158,7 @@ def test_a_scheduler_without_workers_is_reported_within_seconds(caplog):
     assert "has no workers yet; the fit waits up to 3.5 s (worker_timeout)" in messages[0]  # at once
     waits = [m for m in messages if "waiting for Dask workers" in m]
     assert waits and "(2 s of 3.5 s)" in waits[0]
-    assert elapsed < 15
+    assert elapsed < 60  # ends after worker_timeout (3.5 s), not the default 600 s
     # The CLI has the option, with the documented default.
     from mwumkl_dist.cli import build_parser
 
@@ -273,7 +274,7 @@ def test_more_shards_than_rows_is_an_error_and_few_rows_per_shard_a_warning(tmp_
     code = main(["fit", "--data", str(data), "--model", str(tmp_path / "m.npz"), "--C", "1", "--shards", "300"])
     assert code == 1
     assert "error: n_shards=300 row shards for 208 training points" in capsys.readouterr().err
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 60  # at once, not after the 93 s fit (more on a loaded machine)
 
 
 # ----------------------------------------------------------------------------- store paths

@@ -21,6 +21,7 @@ DISTRIBUTIONS = {
     "cvxpy": "cvxpy",
     "dask_jobqueue": "dask-jobqueue",  # test_deploy finds it without importing it (see _needs_dask_jobqueue)
     "distributed": "dask",
+    "hypothesis": "hypothesis",
     "pandas": "pandas",
     "yaml": "pyyaml",
     "zarr": "zarr",

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import shutil
+import uuid
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
 from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
+from mwumkl_dist.io import zarr_format  # noqa: E402
 from mwumkl_dist.kernels import KernelSet  # noqa: E402
 from mwumkl_dist.stores import (  # noqa: E402
     ColumnCache,
@@ -58,10 +60,14 @@ def _same_model(a, b):
     np.testing.assert_array_equal(a.classes_, b.classes_)
 
 
-def _set_meta(path, **changes):
+def _set_meta(path, *, reseal=True, **changes):
+    """Edit a store's metadata; ``reseal`` recomputes its integrity record (as a deliberate forger would), so the
+    checks behind it are reached."""
     group = zarr.open_group(path, mode="r+")
     meta = dict(group.attrs["mwumkl_dist"])
     meta.update(changes)
+    if reseal and "integrity" in meta:
+        meta["integrity"] = zarr_format._metadata_record(uuid.UUID(hex=meta["store_id"]).bytes, meta)
     group.attrs["mwumkl_dist"] = meta
 
 
@@ -96,7 +102,7 @@ def test_data_store_round_trip_and_metadata(tmp_path):
     np.testing.assert_array_equal(again.y, y)
     np.testing.assert_array_equal(again.take_rows([40, 3, 17, 3]), X[[40, 3, 17, 3]])
     meta = again.meta
-    assert meta["format_version"] == 2 and meta["package_version"] == __version__
+    assert meta["format_version"] == 3 and meta["package_version"] == __version__
     assert (meta["n_samples"], meta["n_features"], meta["chunk_rows"]) == (70, 4, 16)
     assert meta["classes"] == ["no", "yes"]
     import hashlib

@@ -298,6 +298,7 @@ def test_a_ctrl_c_stops_a_region_after_its_running_items(monkeypatch):
     import threading
     import time
 
+    monkeypatch.setattr(threads, "_CTRL_C_ASKS_TO_STOP", True)  # the suite gives Ctrl-C to pytest
     _pool_of(2, monkeypatch)
     heard, started = [], []
     both = threading.Barrier(2, timeout=30)

@@ -99,6 +99,9 @@ def main(argv=None) -> int:
     except Exception as exc:
         if args.debug:
             raise
+        if isinstance(exc, MemoryError):  # its message is often empty
+            return _fail(f"out of memory{': ' + str(exc) if str(exc) else ''}; the input is too large for this "
+                         "machine (see the store commands for data larger than memory)", 1)  # fmt: skip
         if isinstance(exc, _EXPECTED):
             return _fail(exc, 1)
         return _fail(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)

@@ -164,6 +164,6 @@ def add_zero_based_argument(parser, option: str = "--data") -> None:
         choices=tuple(ZERO_BASED),
         default="auto",
         help=f"feature indices of an svmlight {option} file: 'no' counts from 1 (LIBSVM), 'yes' from 0, 'auto' "
-        "(default) reads a file that uses index 0 as 0-based. Give predict/evaluate the training file's "
-        "setting: with 'auto' a 0-based test file that never uses index 0 is read shifted by one",
+        "(default) reads a file that uses index 0 as 0-based; predict and evaluate read it as the model's "
+        "training file was read (fit records the convention in the model)",
     )

@@ -30,12 +30,12 @@ from mwumkl_dist.cli.args import (
     selectivity_choice,
 )
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
-from mwumkl_dist.cli.scaling import FeatureScaling, load_model_file, save_model_file
+from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
-from mwumkl_dist.io.atomic import atomic_file
-from mwumkl_dist.io.files import format_label, load_data
+from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
+from mwumkl_dist.io.files import format_label, read_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
@@ -342,7 +342,8 @@ def _note_compiling(quiet: bool = False) -> None:
 
 
 def load_model_or_fail(path: str, n_jobs=None, *, option: str = "--model"):
-    """``(model, scaling)`` of a model file written by ``fit``; ``scaling`` is None when it was not scaled.
+    """The :class:`~mwumkl_dist.cli.scaling.ModelFile` of a model file written by ``fit``: the model, its feature
+    scaling (None when it was not scaled) and its training file's svmlight index convention.
 
     The model predicts with ``n_jobs`` threads (``--n-jobs``), not with the setting it was fitted with.
     Errors are one line naming ``option`` and the file.
@@ -350,14 +351,18 @@ def load_model_or_fail(path: str, n_jobs=None, *, option: str = "--model"):
     existing_file(path, option)
     if not zipfile.is_zipfile(path):
         raise CommandError(f"{option} {path}: not a model file saved by '{PROG} fit' (not an .npz archive)")
-    model, scaling = load_model_file(path)
-    model.set_params(n_jobs=n_jobs)
-    return model, scaling
+    saved = read_model_file(path)
+    saved.model.set_params(n_jobs=n_jobs)
+    return saved
 
 
-def _load_points(args, model, scaling, labels=True):
+def _load_points(args, saved, labels=True):
     """The points of ``--data`` with the model's feature count, scaled as the training file was; or the test
-    kernels of ``--kernels-npy`` (``(m, n_test, n_train)``, labels from ``--labels``) for a precomputed model."""
+    kernels of ``--kernels-npy`` (``(m, n_test, n_train)``, labels from ``--labels``) for a precomputed model.
+
+    ``--zero-based auto`` reads an svmlight file with the training file's convention when the model recorded it.
+    """
+    model, scaling = saved.model, saved.scaling
     precomputed = model.support_vectors_ is None
     if args.data is not None:
         if precomputed:
@@ -365,8 +370,11 @@ def _load_points(args, model, scaling, labels=True):
                 f"--model {args.model}: fitted on precomputed kernels, it predicts from test kernels: give "
                 "--kernels-npy K.npy ((m, n_test, n_train)) instead of --data"
             )
-        X, y = load_data(existing_file(args.data, "--data"), n_features=model.n_features_in_, labels=labels,
-                         zero_based=ZERO_BASED[args.zero_based])  # fmt: skip
+        zero_based = ZERO_BASED[args.zero_based]
+        if zero_based == "auto" and saved.zero_based is not None:
+            zero_based = saved.zero_based
+        X, y = read_data(existing_file(args.data, "--data"), n_features=model.n_features_in_, labels=labels,
+                         zero_based=zero_based)[:2]  # fmt: skip
         return (X if scaling is None else scaling.transform(X)), y
     if not precomputed:
         raise CommandError(f"--kernels-npy: --model {args.model} was fitted on features: give --data FILE")
@@ -376,6 +384,24 @@ def _load_points(args, model, scaling, labels=True):
     if labels is True and label_file is None:
         raise CommandError("--kernels-npy: evaluate needs the points' labels too (--labels FILE)")
     return K, (None if label_file is None else load_labels(existing_file(label_file, "--labels")))
+
+
+def _check_distinct(written: tuple[str, str | None], *others: tuple[str, str | None]) -> None:
+    """Refuse a command whose output ``written`` (option, path) is one of its other files: it would destroy it."""
+    option, path = written
+    if path is None:
+        return
+    for other, other_path in others:
+        if other_path is not None and _same_file(path, other_path):
+            raise UsageError(
+                f"{option} {path} is also the {other} file: writing it would destroy that file; choose another path"
+            )
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -449,8 +475,12 @@ def _large_input(path) -> bool:
 
 
 def _training_data(args):
-    """``(X, y, classes, n, d, source)`` of ``--data`` or ``--store`` (``d`` None for a kernel store); sets
-    ``args.kernels`` where it was not given: a kernel store's are precomputed, else :data:`DEFAULT_KERNELS`."""
+    """``(X, y, classes, n, d, source, zero_based)`` of ``--data`` or ``--store`` (``d`` None for a kernel store);
+    sets ``args.kernels`` where it was not given: a kernel store's are precomputed, else :data:`DEFAULT_KERNELS`.
+
+    ``zero_based`` is the svmlight file's index convention (None for other inputs).
+    """
+    zero_based = None
     if args.store is not None:
         X, y = open_store(args.store), None
         classes, n = np.asarray(X.classes), X.n_samples
@@ -467,13 +497,13 @@ def _training_data(args):
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store ('store kernels' writes one)")
         args.kernels = args.kernels or DEFAULT_KERNELS
-        X, y = load_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
+        X, y, zero_based = read_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
             f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
-    return X, y, classes, n, d, source
+    return X, y, classes, n, d, source, zero_based
 
 
 def _planned_iterations(args, n: int, n_kernels: int) -> int:
@@ -543,12 +573,22 @@ def _describe_data(source: str, X, n: int, d, classes) -> str:
 
 
 def cmd_fit(args) -> int:
-    """``fit``: load, scale, fit with progress on stderr, save (also after Ctrl-C), summarise."""
+    """``fit``: load, scale, fit with progress on stderr, save (also after Ctrl-C), summarise.
+
+    The model file is this fit's alone while it runs: a second fit writing it fails at once.
+    """
     _check_model_args(args)
+    _check_distinct(("--model", args.model), ("--data", args.data), ("--resume", args.resume))
+    _check_distinct(("--checkpoint", args.checkpoint), ("--data", args.data), ("--model", args.model))
     _check_writable(args.model, "model")
+    with exclusive_writer(args.model, "model file"):
+        return _fit_and_save(args)
+
+
+def _fit_and_save(args) -> int:
     if not args.quiet and _large_input(args.data):  # reading a large file takes a while: say so before
         print(f"{PROG}: reading {args.data}", file=sys.stderr, flush=True)
-    X, y, classes, n, d, source = _training_data(args)
+    X, y, classes, n, d, source, zero_based = _training_data(args)
     n_kernels = _count_kernels(args.kernels, d, X)  # feature indices against the data, before the fit
     scaling = FeatureScaling.fit(X) if args.scale and args.store is None else None
     if scaling is not None:
@@ -569,7 +609,7 @@ def cmd_fit(args) -> int:
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
-    save_model_file(clf, args.model, scaling)
+    save_model_file(clf, args.model, scaling, zero_based)
 
     n_iters = np.atleast_1d(clf.n_iter_)
     if clf.interrupted_:
@@ -659,10 +699,12 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
-    model, scaling = load_model_or_fail(args.model, args.n_jobs)
+    _check_distinct(("--output-file", args.output_file), ("--model", args.model), ("--data", args.data))
+    saved = load_model_or_fail(args.model, args.n_jobs)
+    model = saved.model
     if args.output_file is not None:
         _check_writable(args.output_file, "predictions")
-    X, _ = _load_points(args, model, scaling, labels="auto")
+    X, _ = _load_points(args, saved, labels="auto")
     _note_compiling()
     text = "".join(line + "\n" for line in _prediction_lines(model, X, args.output, args.model))
     if args.output_file is None:
@@ -676,8 +718,9 @@ def cmd_predict(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``evaluate``: accuracy and error on a labelled file."""
-    model, scaling = load_model_or_fail(args.model, args.n_jobs)
-    X, y = _load_points(args, model, scaling)
+    saved = load_model_or_fail(args.model, args.n_jobs)
+    model = saved.model
+    X, y = _load_points(args, saved)
     if args.data is None and len(y) != X.shape[1]:
         raise CommandError(f"--labels {args.labels}: {len(y)} labels for the {X.shape[1]} points of --kernels-npy")
     source = args.data if args.data is not None else args.labels

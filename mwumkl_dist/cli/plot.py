@@ -40,7 +40,7 @@ def cmd_plot(args) -> int:
     except ImportError:
         raise CommandError(MATPLOTLIB_MISSING) from None
     matplotlib.use("Agg")  # no display needed, none used
-    model, _ = load_model_or_fail(args.model, option="MODEL")
+    model = load_model_or_fail(args.model, option="MODEL").model
     _check_output(args.output)
     try:
         figure = plot_model(model, args.kind, dpi=args.dpi)

@@ -12,16 +12,23 @@ clipped: a value beyond the training range maps outside [0, 1].
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from mwumkl_dist.cli.args import PROG
 from mwumkl_dist.estimator import MWUMKLClassifier
 
-__all__ = ["FeatureScaling", "save_model_file", "load_model_file", "SCALING_KEY"]
+__all__ = [
+    "FeatureScaling", "ModelFile", "save_model_file", "read_model_file", "load_model_file", "SCALING_KEY",
+    "ZERO_BASED_KEY",
+]  # fmt: skip
 
 #: Name of the scaling in the model file's extra arrays and metadata.
 SCALING_KEY = "cli_feature_scaling"
+#: The training file's svmlight index convention in the model file's metadata (True: zero-based).
+ZERO_BASED_KEY = "cli_zero_based"
 #: Scaling kinds and how :meth:`FeatureScaling.describe` names them.
 _KINDS = {
     "min-max": "min-max to [0, 1] per feature, fitted on the training file and stored in the model",
@@ -43,9 +50,9 @@ class FeatureScaling:
             raise ValueError(f"unknown feature scaling {self.kind!r}; expected one of {', '.join(_KINDS)}")
         scale, offset = np.asarray(self.scale, dtype=np.float64), np.asarray(self.offset, dtype=np.float64)
         finite = np.isfinite(scale).all() and np.isfinite(offset).all()
-        if scale.ndim != 1 or scale.shape != offset.shape or not finite:
+        if scale.ndim != 1 or scale.shape != offset.shape or not finite or not np.all(scale > 0):
             raise ValueError(
-                "feature scaling: scale and offset must be finite 1-d arrays of one length, "
+                "feature scaling: scale and offset must be finite 1-d arrays of one length, the scale positive; "
                 f"got shapes {scale.shape} and {offset.shape}"
             )
         object.__setattr__(self, "scale", scale)
@@ -96,16 +103,48 @@ class FeatureScaling:
         return cls(kind, arrays[f"{SCALING_KEY}_scale"], arrays[f"{SCALING_KEY}_offset"])
 
 
-def save_model_file(clf, path, scaling: FeatureScaling | None) -> None:
-    """Save ``clf`` to ``path`` with the feature scaling (None: a plain model file, as the Python API writes)."""
-    if scaling is None:
-        clf.save(path)
-    else:
-        arrays, meta = scaling.to_arrays()
+def save_model_file(clf, path, scaling: FeatureScaling | None, zero_based: bool | None = None) -> None:
+    """Save ``clf`` to ``path`` with the feature scaling and the training file's svmlight index convention.
+
+    Without either (None) the file is a plain model file, as the Python API writes.
+    """
+    arrays, meta = scaling.to_arrays() if scaling is not None else ({}, {})
+    if zero_based is not None:
+        meta[ZERO_BASED_KEY] = bool(zero_based)
+    if arrays or meta:
         clf.save(path, extra_arrays=arrays, extra_meta=meta)
+    else:
+        clf.save(path)
+
+
+class ModelFile(NamedTuple):
+    """A model file of ``fit``: the model, its feature scaling (or None) and its svmlight index convention."""
+
+    model: MWUMKLClassifier
+    scaling: FeatureScaling | None
+    #: Whether the training file's svmlight indices were zero-based (None: not an svmlight file, or not recorded).
+    zero_based: bool | None
+
+
+def read_model_file(path) -> ModelFile:
+    """The model, scaling and index convention of a model file.
+
+    A scaling that is not one (missing arrays, a factor of 0, another feature count than the model's)
+    or a convention that is not a boolean raises a ``ValueError`` naming the file.
+    """
+    model, arrays, meta = MWUMKLClassifier.load_with_extra(path)
+    try:
+        scaling = FeatureScaling.from_arrays(arrays, meta)
+        if scaling is not None and scaling.n_features != model.n_features_in_:
+            raise ValueError(f"it has {scaling.n_features} features, the model {model.n_features_in_}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a valid model file of '{PROG} fit' (its feature scaling: {exc})") from None
+    zero_based = meta.get(ZERO_BASED_KEY)
+    if zero_based not in (None, True, False):
+        raise ValueError(f"{path}: not a valid model file of '{PROG} fit' ({ZERO_BASED_KEY} is {zero_based!r})")
+    return ModelFile(model, scaling, zero_based)
 
 
 def load_model_file(path):
     """``(model, scaling)`` from a model file; ``scaling`` is None for a model saved without one."""
-    model, arrays, meta = MWUMKLClassifier.load_with_extra(path)
-    return model, FeatureScaling.from_arrays(arrays, meta)
+    return read_model_file(path)[:2]

@@ -103,6 +103,7 @@ def cmd_store_data(args) -> int:
         f"data store written to {store.path}: {store.n_samples} points, {store.n_features} features, {kind}, "
         f"{len(store.classes)} classes, chunks of {store.chunk_rows} rows"
     )
+    _print_integrity(store)
     return 0
 
 
@@ -190,6 +191,7 @@ def cmd_store_kernels(args) -> int:
         f"kernel store written to {store.path}: {store.n_kernels} kernels on {store.n_samples} points "
         f"({store.nbytes / 2**20:.1f} MiB), chunks of {store.chunk_rows} rows"
     )
+    _print_integrity(store)
     return 0
 
 
@@ -218,8 +220,10 @@ def cmd_store_info(args) -> int:
     for key, value in store.meta.items():
         if key == "kernel_names" and len(value) > 12:
             value = value[:12] + [f"... {len(value) - 12} more"]
-        if key == "chunk_digests":  # SHA-256 of each array's identity records: long and of no use to read
+        if key in ("chunk_digests", "array_metadata"):  # SHA-256 per array: long and of no use to read
             value = f"{len(value)} arrays ({', '.join(value)})"
+        if key == "integrity":  # printed last, on its own line
+            continue
         print(f"  {key}: {value}")
     sys.stdout.flush()
     n_checked = store.check_chunks()  # raises, listing the bad chunks
@@ -229,5 +233,16 @@ def cmd_store_info(args) -> int:
             f"format ({store.meta['format_version']}): re-create the store to have them checked"
         )
     else:
-        print(f"chunks: {n_checked} checked: every chunk's content checksum and position match")
+        print(f"chunks: {n_checked} checked: every chunk's content and position match its record")
+    _print_integrity(store)
     return 0
+
+
+def _print_integrity(store) -> None:
+    """The store's integrity record: one value over its metadata and every chunk's record (format 3)."""
+    record = store.meta.get("integrity")
+    if record is not None:
+        print(
+            f"integrity: {record} (the same value as when the store was written, kept where the store's "
+            "writers cannot change it, proves it is that store; see docs/reliability.md)"
+        )

@@ -650,6 +650,11 @@ class StopRequest:
         self.requested = False
 
 
+#: Whether :func:`sigint_requests_stop` takes over Ctrl-C; False leaves it to Python (KeyboardInterrupt at once).
+#: The test suite sets it False, so that one Ctrl-C stops pytest (a test that checks the stop sets it back).
+_CTRL_C_ASKS_TO_STOP = True
+
+
 @contextmanager
 def sigint_requests_stop():
     """While the block runs, a first Ctrl-C only sets the yielded :class:`StopRequest`; a second raises it.
@@ -669,7 +674,7 @@ def sigint_requests_stop():
         return
     stop = StopRequest()
     previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if previous is None or previous is signal.SIG_IGN:
+    if previous is None or previous is signal.SIG_IGN or not _CTRL_C_ASKS_TO_STOP:
         yield stop
         return
 

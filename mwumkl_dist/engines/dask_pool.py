@@ -78,6 +78,9 @@ SLOW_REPORT = 10.0
 #: A worker left mid-fit: how long its shards' rebuild waits for a replacement worker to join (a
 #: nanny restarts a killed worker in a few seconds) before using the workers left.
 REPLACEMENT_GRACE = 10.0
+#: Workers lost while one shard was placed or rebuilt before the pool gives up (a worker killed over its
+#: memory limit comes back, is given the shard, and is killed again: waiting on would loop until worker_timeout).
+MAX_PLACEMENT_LOSSES = 5
 
 
 class _WaitReport:
@@ -223,14 +226,36 @@ def _probe_scheduler(address: str, timeout: float) -> None:
             reply = pool.submit(asyncio.run, asyncio.wait_for(identity(), timeout)).result()
         except ValueError as exc:
             raise ValueError(f"bad Dask scheduler address {address!r}: {exc}") from None
-        except Exception as exc:  # refused, timed out, reset, not Dask's protocol
-            kind = "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-            raise ConnectionError(
-                f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({kind})"
-            ) from None
+        except Exception as exc:  # refused, timed out, reset, not Dask's protocol, TLS
+            raise ConnectionError(_probe_failure(address, scheme, exc, timeout)) from None
     kind = reply.get("type") if isinstance(reply, dict) else None
     if kind != "Scheduler":
         raise ValueError(f"{address!r} is a Dask {kind or 'peer'} address, not a scheduler's")
+
+
+def _probe_failure(address: str, scheme: str, exc: BaseException, timeout: float) -> str:
+    """The one-line message of a failed :func:`_probe_scheduler`: what went wrong, and for TLS what to check."""
+    detail = f"{type(exc).__name__}: {exc}"
+    text = str(exc)
+    if scheme == "tls" and ("ssl_context" in text or "TLS" in text):
+        return (
+            f"the Dask scheduler address {address!r} uses TLS, but this client has no TLS certificates configured "
+            "(set distributed.comm.tls.ca-file and .client.cert / .client.key, or pass a Client with a Security)"
+        )
+    if isinstance(exc, ssl.SSLError) or "SSL" in text or "certificate" in text.lower():
+        return (
+            f"the TLS handshake with the Dask scheduler at {address!r} failed ({detail}): check that this client's "
+            "certificate, key and CA are the cluster's (distributed.comm.tls settings, or a Client with a Security)"
+        )
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return f"cannot reach the Dask scheduler at {address!r}: no answer within {timeout:g} s"
+    closed = isinstance(exc, ConnectionResetError) or type(exc).__name__ == "CommClosedError"
+    if scheme != "tls" and closed:  # a TLS listener drops a plaintext hello at once
+        return (
+            f"the Dask scheduler at {address!r} closed the connection ({detail}); if it requires TLS, give its "
+            "tls:// address and this client's certificates"
+        )
+    return f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({detail})"
 
 
 def listen_host(worker_address: str) -> str:
@@ -620,6 +645,7 @@ class DaskPool:
         doing = "rebuild" if rebuild else "place"
         report = _WaitReport(f"a Dask worker to {doing} shard {block.slot} on", self.timeout)
         failed: set[str] = set()
+        losses = 0
         while True:
             worker = self._place(block, avoid=failed)
             try:
@@ -639,10 +665,16 @@ class DaskPool:
                     gone = where not in self._live_workers()
                 if not (gone or rebuild or _is_worker_failure(exc)):
                     raise  # the shard's own failure (its factory's error): no other worker would do better
-                if report.expired:
+                losses += bool(gone)
+                if report.expired or losses >= MAX_PLACEMENT_LOSSES:
+                    how = (
+                        f"{losses} workers died while it was placed on them" if losses >= MAX_PLACEMENT_LOSSES
+                        else f"within {self.timeout:g} s (worker_timeout)"
+                    )  # fmt: skip
+                    note = f"; {self.memory_note()}" if losses else ""
                     raise ShardLostError(
-                        f"could not {doing} shard {block.slot} on any Dask worker within {self.timeout:g} s "
-                        f"(worker_timeout); the last try, on {where}, failed: {reason}"
+                        f"could not {doing} shard {block.slot} on any Dask worker: {how}; the last try, on {where}, "
+                        f"failed: {reason}{note}"
                     ) from exc
                 if gone:
                     self._departed.add(where)
@@ -778,9 +810,26 @@ class DaskPool:
         except (OSError, EOFError, ShardLostError) as exc:
             raise ShardLostError(
                 f"shard {block.slot} was lost again while it was rebuilt on {block.worker} "
-                f"({type(exc).__name__}: {exc}); a worker that dies on every rebuild may lack the memory "
-                "its shard needs (see the worker's log)"
+                f"({type(exc).__name__}: {exc}); {self.memory_note()}"
             ) from exc
+
+    def memory_note(self) -> str:
+        """What to do when workers keep dying: most often their memory limit (the nanny restarts them)."""
+        limits = set()
+        with contextlib.suppress(Exception):  # the scheduler may be gone too: then the note says less
+            limits = {w.get("memory_limit") for w in self.client.scheduler_info()["workers"].values()}
+        limits.discard(None)
+        limits.discard(0)
+        limit = ""
+        if limits:
+            shown = ", ".join(f"{v / 2**20:.0f} MiB" for v in sorted(limits))
+            limit = f" (the workers' memory limit: {shown})"
+        return (
+            "workers that die while they hold a shard most often ran out of memory: a Dask nanny kills and restarts "
+            f"a worker over its memory limit{limit}, and the workers' logs then say 'exceeded 95% memory budget'; "
+            "give each worker more memory (dask worker --memory-limit), cut the data into more, smaller shards "
+            "(--shards / n_shards), or fit from a data store (fit --store)"
+        )
 
     def _scheduler_alive(self) -> bool:
         try:

@@ -14,11 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
+import threading
 import uuid
+import warnings
 
-__all__ = ["WriteError", "atomic_file", "atomic_directory", "fsync_directory"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks (see exclusive_writer)
+    fcntl = None
+
+__all__ = [
+    "WriteError", "FileBusyError", "atomic_file", "atomic_directory", "exclusive_writer", "remove_leftovers",
+    "fsync_directory",
+]  # fmt: skip
 
 
 class WriteError(OSError):
@@ -65,6 +76,29 @@ def fsync_directory(folder: str) -> None:
 def _temporary_name(folder: str, name: str, suffix: str) -> str:
     # Hidden, and tied to the target's name: a crash leaves an obvious leftover, never a half file under the name.
     return os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}{suffix}")
+
+
+def remove_leftovers(path) -> list[str]:
+    """Delete the temporaries that interrupted writes of ``path`` left next to it; the names deleted.
+
+    A process killed while writing (SIGKILL, a power cut) leaves its hidden
+    ``.NAME.*.partial`` (a store), ``.NAME.*.old`` (a store being replaced) or
+    ``.NAME.*.tmp`` (a file).  Call it only while holding :func:`exclusive_writer`
+    for ``path``: then no other writer of ``path`` is running and they are all leftovers.
+    """
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    pattern = re.compile(rf"^\.{re.escape(name)}\.[0-9a-f]{{12}}\.(partial|old|tmp)$")
+    try:
+        entries = sorted(e for e in os.listdir(folder) if pattern.match(e))
+    except OSError:
+        return []
+    for entry in entries:
+        full = os.path.join(folder, entry)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            _remove_quietly(full)
+    return entries
 
 
 def _remove_quietly(path: str) -> None:
@@ -156,3 +190,102 @@ def atomic_directory(path, what: str = "directory", *, replace: bool = False):
             raise WriteError.wrap(what, path, exc) from exc
         raise
     fsync_directory(parent)
+
+
+class FileBusyError(OSError):
+    """Another process is writing the same file (see :func:`exclusive_writer`)."""
+
+
+#: Locks this process holds: target path -> [lock file descriptor, depth] (a nested fit takes the same lock).
+_held: dict[str, list] = {}
+_held_guard = threading.Lock()
+
+
+def _lock_name(target: str) -> str:
+    folder, name = os.path.split(target)
+    return os.path.join(folder, f".{name}.lock")
+
+
+@contextlib.contextmanager
+def exclusive_writer(path, what: str = "file"):
+    """Hold the right to write ``path`` for the block: a second process asking for it fails at once.
+
+    Two fits writing one model file or one checkpoint would otherwise overwrite each
+    other's file in turn (each write is atomic, the last one wins).  The right is an
+    advisory lock (``flock``) on a hidden ``.NAME.lock`` file next to ``path``, held
+    by the process (so a process that dies, even by SIGKILL, releases it) and deleted
+    on leaving the block.  Reentrant within a process.  Once it holds the right, the
+    temporaries that killed writers of ``path`` left (:func:`remove_leftovers`) are
+    deleted, with a warning naming them.  Where the system has no ``flock``
+    (Windows) it does nothing.
+
+    Raises
+    ------
+    FileBusyError
+        Another process holds it: ``"PATH: another process (pid N) is writing this WHAT; ..."``.
+    """
+    if fcntl is None or path is None:  # pragma: no cover - Windows
+        yield
+        return
+    target = os.path.realpath(os.fspath(path))
+    with _held_guard:
+        entry = _held.get(target)
+        if entry is not None:
+            entry[1] += 1
+    if entry is None:
+        entry = [_acquire(target, os.fspath(path), what), 1]
+        with _held_guard:
+            _held[target] = entry
+        removed = remove_leftovers(target)  # no other writer runs: what is there was left by killed ones
+        if removed:
+            warnings.warn(
+                f"{os.fspath(path)}: removed what interrupted earlier writes of it left behind: {', '.join(removed)}",
+                UserWarning,
+                stacklevel=3,
+            )
+    try:
+        yield
+    finally:
+        with _held_guard:
+            entry[1] -= 1
+            last = entry[1] == 0
+            if last:
+                del _held[target]
+        if last:
+            _remove_quietly(_lock_name(target))  # before the unlock: a waiter then locks a fresh file
+            os.close(entry[0])
+
+
+def _acquire(target: str, shown: str, what: str) -> int:
+    lock = _lock_name(target)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return os.open(os.devnull, os.O_RDONLY)  # a read-only folder: the write itself will fail, and say why
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = _read_owner(fd)
+            os.close(fd)
+            raise FileBusyError(
+                f"{shown}: another process{owner} is writing this {what}; wait for it to finish, or choose another "
+                f"path (the lock is {lock}, released when that process ends)"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except OSError:
+            same = False
+        if same:  # not a lock file its previous holder deleted while we waited for it
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
+
+
+def _read_owner(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f" (pid {text})" if text.isdigit() else ""

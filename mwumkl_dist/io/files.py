@@ -24,12 +24,22 @@ import csv
 import gzip
 import math
 import os
+import warnings
 import zipfile
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["load_data", "data_format", "format_label", "SUPPORTED_EXTENSIONS"]
+__all__ = [
+    "load_data",
+    "read_data",
+    "read_npy_header",
+    "DataFile",
+    "data_format",
+    "format_label",
+    "SUPPORTED_EXTENSIONS",
+]
 
 _SVMLIGHT = (".svm", ".svmlight", ".libsvm")
 _TEXT_COMPRESSIONS = (".gz", ".bz2")
@@ -97,6 +107,24 @@ def load_data(path, n_features=None, *, labels=True, zero_based="auto"):
         Unknown extension, no data rows, a value that is not a number, NaN or
         infinity, inconsistent rows or a feature count other than ``n_features``.
     """
+    return read_data(path, n_features, labels=labels, zero_based=zero_based)[:2]
+
+
+class DataFile(NamedTuple):
+    """What :func:`read_data` read: the rows, the labels, and an svmlight file's index convention."""
+
+    X: np.ndarray | sp.csr_matrix
+    y: np.ndarray | None
+    #: Whether the svmlight file's feature indices were read as zero-based (None for other formats).
+    zero_based: bool | None
+
+
+def read_data(path, n_features=None, *, labels=True, zero_based="auto") -> DataFile:
+    """:func:`load_data`, also saying which index convention an svmlight file was read with.
+
+    A model records it (``fit``), so that ``predict`` and ``evaluate`` read test files the same way
+    (a zero-based test file that never uses index 0 would otherwise be read shifted by one).
+    """
     path = os.fspath(path)
     if labels not in (True, "auto"):
         raise ValueError(f"labels must be True or 'auto', got {labels!r}")
@@ -110,8 +138,9 @@ def load_data(path, n_features=None, *, labels=True, zero_based="auto"):
     _check_readable(path)
     if fmt == "txt":
         fmt = "svmlight" if _looks_like_svmlight(path) else "csv"
+    convention = None
     if fmt == "svmlight":
-        X, y = _load_svmlight(path, n_features, zero_based)
+        X, y, convention = _load_svmlight(path, n_features, zero_based)
     elif fmt in ("csv", "tsv"):
         X, y = _load_delimited(path, "\t" if fmt == "tsv" else None, n_features, labels)
     elif fmt == "npy":
@@ -120,7 +149,7 @@ def load_data(path, n_features=None, *, labels=True, zero_based="auto"):
         X, y = _load_npz(path, n_features)
     if X.shape[0] == 0:
         raise ValueError(f"{path}: the file holds no data rows")
-    return X, y
+    return DataFile(X, y, convention)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -139,12 +168,13 @@ def _check_readable(path: str) -> None:
 
 
 def _open_text(path: str):
+    # utf-8-sig: a byte order mark at the start (some editors write one) is not part of the first cell.
     lower = path.lower()
     if lower.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     if lower.endswith(".bz2"):
-        return bz2.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return bz2.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 #: What reading a damaged, binary or unreadable text file raises (reworded by ``_reword_read_error``).
@@ -258,16 +288,39 @@ def _check_finite_dense(path: str, X: np.ndarray, row_lines=None) -> None:
 
 
 def _labels_array(path: str, raw, row_lines=None) -> np.ndarray:
-    """Labels as float64 when they are all numbers, else as strings."""
+    """Labels as float64 when they are all numbers, else as strings (a warning when some differ in spelling only)."""
     try:
         y = np.asarray(raw, dtype=np.float64)
     except ValueError:
-        return np.asarray(raw, dtype=str)
+        y = np.asarray(raw, dtype=str)
+        _warn_spelling(path, np.unique(y))
+        return y
     i = _first_non_finite(y)
     if i >= 0:
         where = f"line {row_lines[i]}" if row_lines is not None else f"row {i + 1}"
         raise ValueError(f"{path}: {where} has label {y[i]} (labels must be finite)")
     return y
+
+
+def _warn_spelling(path: str, classes) -> None:
+    """Warn when text labels spell one number (``1``, ``+1``, ``1.0``) or one word in two cases: distinct classes."""
+    groups: dict = {}
+    for label in classes:
+        text = str(label).strip()
+        try:
+            key = float(text)
+        except (ValueError, OverflowError):
+            key = text.casefold()
+        groups.setdefault(key, []).append(str(label))
+    alike = next((names for names in groups.values() if len(names) > 1), None)
+    if alike is not None:
+        shown = ", ".join(repr(name) for name in alike[:5])
+        warnings.warn(
+            f"{path}: labels {shown} differ only in spelling but count as {len(alike)} different classes "
+            "(the labels are read as text because not all of them are numbers); write each class one way",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _split_labels(path: str, n_columns: int, n_features, labels) -> bool:
@@ -288,24 +341,56 @@ def _split_labels(path: str, n_columns: int, n_features, labels) -> bool:
 # ----------------------------------------------------------------------------- svmlight
 
 
+#: A file may use feature indices up to ``max(MAX_FEATURES_FLOOR, FEATURES_PER_VALUE * stored values)``: the
+#: per-feature arrays of a fit (scaling, the data's scale) grow with the largest index, not with the file.
+MAX_FEATURES_FLOOR = 2**24
+FEATURES_PER_VALUE = 16
+_BOM = codecs.BOM_UTF8
+
+
 def _load_svmlight(path: str, n_features, zero_based):
+    """``(X, y, zero_based)``: the rows, the labels and the index convention the file was read with."""
     from sklearn.datasets import load_svmlight_file
 
     try:
-        X, y = load_svmlight_file(path, n_features=n_features, dtype=np.float64, zero_based=zero_based)
-    except ValueError as exc:
-        text = str(exc)
-        if "n_features was set" in text:
-            found = text.rsplit("contains", 1)[-1].split()[0] if "contains" in text else "more"
-            raise ValueError(
-                f"{path}: the file uses {found} features but {n_features} are expected "
-                "(the model was trained on fewer features)"
-            ) from None
+        with _open_bytes(path) as fh:
+            if fh.read(len(_BOM)) != _BOM:  # a byte order mark (some editors write one) is not part of the label
+                fh.seek(0)
+            # Raw indices: the convention is resolved below, where it is known which one was used.
+            X, y = load_svmlight_file(fh, dtype=np.float64, zero_based=True)
+    except (ValueError, OverflowError) as exc:
         located = _locate_svmlight_error(path)
-        raise ValueError(located if located is not None else f"{path}: {text}") from None
+        raise ValueError(located if located is not None else f"{path}: {exc}") from None
     except _READ_ERRORS as exc:
         raise _reword_read_error(path, exc, "svmlight") from None
     X = sp.csr_matrix(X)
+    if zero_based == "auto":  # scikit-learn's rule: one-based unless index 0 occurs
+        zero_based = X.nnz == 0 or int(X.indices.min()) == 0
+    elif zero_based not in (True, False):
+        raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+    if not zero_based:
+        if X.nnz and int(X.indices.min()) == 0:
+            row = int(np.searchsorted(X.indptr, int(np.argmin(X.indices)), side="right")) - 1
+            raise ValueError(
+                f"{path}: {_svmlight_row_line(path, row)} uses feature index 0, but the file is read as one-based "
+                "(LIBSVM counts from 1); read it as zero-based (--zero-based yes)"
+            )
+        X = sp.csr_matrix((X.data, X.indices - 1, X.indptr), shape=(X.shape[0], max(X.shape[1] - 1, 0)))
+    width = X.shape[1]
+    limit = max(MAX_FEATURES_FLOOR, FEATURES_PER_VALUE * X.nnz)
+    if n_features is not None and width > n_features:
+        raise ValueError(
+            f"{path}: the file uses {width} features but {n_features} are expected "
+            "(the model was trained on fewer features)"
+        )
+    if n_features is None and width > limit:
+        row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices)), side="right")) - 1
+        raise ValueError(
+            f"{path}: {_svmlight_row_line(path, row)} uses feature index {int(X.indices.max()) + (not zero_based)}, "
+            f"far beyond its {X.nnz} stored values (at most {limit} features are read): a typo?"
+        )
+    if n_features is not None and width < n_features:  # a test file need not mention the last features
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
     i = _first_non_finite(X.data)
     if i >= 0:
         row = int(np.searchsorted(X.indptr, i, side="right")) - 1
@@ -316,7 +401,7 @@ def _load_svmlight(path: str, n_features, zero_based):
     i = _first_non_finite(y)
     if i >= 0:
         raise ValueError(f"{path}: {_svmlight_row_line(path, i)} has label {y[i]} (labels must be finite)")
-    return X, y
+    return X, y, bool(zero_based)
 
 
 def _svmlight_row_line(path: str, row: int) -> str:
@@ -340,6 +425,8 @@ def _locate_svmlight_error(path: str) -> str | None:
         with _open_text(path) as fh:
             for number, text in _data_lines(fh):
                 tokens = text.split("#", 1)[0].split()
+                if not tokens:
+                    continue
                 problem = _svmlight_line_problem(tokens)
                 if problem is not None:
                     return f"{path}: line {number}: {problem}"
@@ -348,19 +435,30 @@ def _locate_svmlight_error(path: str) -> str | None:
     return None
 
 
+#: Largest feature index an svmlight file may write (scikit-learn's reader keeps indices as 64-bit integers).
+_MAX_INDEX = 2**62
+
+
 def _svmlight_line_problem(tokens) -> str | None:
     if not _is_number(tokens[0]):
         return f"label {tokens[0]!r} is not a number (is this a text svmlight file?)"
+    previous = -1
     for tok in tokens[1:]:
         key, sep, value = tok.partition(":")
         if not sep:
             return f"{tok!r} is not an 'index:value' pair (is this an svmlight file?)"
         if key == "qid":
             continue
-        if not key.isdigit():
+        if not (key.isascii() and key.isdigit()):
             return f"feature index {key!r} is not a non-negative integer"
+        if len(key) > 19 or int(key) > _MAX_INDEX:
+            return f"feature index {key} is too large"
         if not _is_number(value):
             return f"value {value!r} of feature {key} is not a number"
+        if int(key) <= previous:
+            what = "repeated" if int(key) == previous else "not in increasing order"
+            return f"feature index {key} is {what} (indices of a line must increase)"
+        previous = int(key)
     return None
 
 
@@ -430,21 +528,65 @@ def _sniff_delimiter(path: str) -> str:
 # ----------------------------------------------------------------------------- NumPy
 
 
+#: Longest ``.npy`` header read (NumPy's own limit for a header it parses is 10,000 characters).
+_MAX_NPY_HEADER = 65536
+
+
+def read_npy_header(fh, size: int, what: str):
+    """``(shape, dtype)`` from the ``.npy`` header at ``fh``'s position, checked against the ``size`` bytes it has.
+
+    The declared array must fill exactly what follows the header and hold no Python objects: an
+    array is allocated only for what the file really holds.  Raises ``ValueError`` (``what``: the
+    file or member, for the message).
+    """
+    start = fh.tell()
+    # NumPy reads as many header bytes as the header's length field says before it checks them: check it first.
+    lead = fh.read(10)
+    if len(lead) < 10 or lead[:6] != b"\x93NUMPY" or lead[6] not in (1, 2, 3) or lead[7] != 0:
+        raise ValueError(f"{what}: not a valid NumPy array (no .npy header of a version this NumPy reads)")
+    width = 2 if lead[6] == 1 else 4
+    header_length = int.from_bytes(lead[8 : 8 + width] if width == 2 else lead[8:10] + fh.read(2), "little")
+    if header_length > min(_MAX_NPY_HEADER, size - 8 - width):
+        raise ValueError(f"{what}: not a valid NumPy array (a header of {header_length} bytes)")
+    fh.seek(start)
+    try:
+        version = np.lib.format.read_magic(fh)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = header(fh)
+        dtype = np.dtype(dtype)
+    except Exception as exc:  # the header is a Python literal: parsing hostile text raises many kinds of error
+        raise ValueError(f"{what}: not a valid NumPy array ({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{what}: holds Python objects, not a numeric array")
+    declared = math.prod(shape) * dtype.itemsize
+    available = size - (fh.tell() - start)
+    if declared != available:
+        raise ValueError(
+            f"{what}: its header declares shape {shape} of {dtype} ({declared} bytes), but {available} bytes follow "
+            "(truncated, padded or damaged)"
+        )
+    return tuple(shape), dtype
+
+
+def _read_npy(fh, size: int, what: str) -> np.ndarray:
+    """The array at ``fh`` (``size`` bytes), its header checked first (:func:`read_npy_header`)."""
+    start = fh.tell()
+    read_npy_header(fh, size, what)
+    fh.seek(start)
+    try:
+        return np.lib.format.read_array(fh, allow_pickle=False)
+    except Exception as exc:  # what reading hostile array bytes raises: EOFError, zlib.error, BadZipFile, ...
+        raise ValueError(f"{what}: not a valid NumPy array ({type(exc).__name__}: {exc})") from None
+
+
 def _load_npy(path: str, n_features, labels):
     with open(path, "rb") as fh:
         if fh.read(6) != b"\x93NUMPY":
             raise ValueError(f"{path}: not a .npy file (no NumPy header)")
-    try:
-        A = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise ValueError(f"{path}: holds Python objects, not a numeric array") from None
-        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
-    except (EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
-    if not isinstance(A, np.ndarray) or A.ndim != 2:
-        shape = getattr(A, "shape", None)
-        raise ValueError(f"{path}: expected a 2-d array (rows = points, last column = label), got shape {shape}")
+        fh.seek(0)
+        A = _read_npy(fh, os.fstat(fh.fileno()).st_size, path)
+    if A.ndim != 2:
+        raise ValueError(f"{path}: expected a 2-d array (rows = points, last column = label), got shape {A.shape}")
     if A.dtype.kind not in "biuf":
         raise ValueError(f"{path}: expected a numeric array, got dtype {A.dtype}")
     if A.shape[0] == 0:
@@ -462,20 +604,26 @@ def _load_npy(path: str, n_features, labels):
 
 def _load_npz(path: str, n_features):
     try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{path}: not a valid .npz file ({exc})") from None
-    with data:
-        if not {"X", "y"} <= set(data.files):
-            raise ValueError(f"{path}: expected arrays 'X' and 'y' in the .npz file, found {sorted(data.files)}")
-        try:
-            X, y = data["X"], data["y"]
-        except ValueError as exc:
-            raise ValueError(f"{path}: holds Python objects, not numeric arrays ({exc})") from None
+        with zipfile.ZipFile(path) as zf:
+            members = {info.filename: info for info in zf.infolist()}
+            if not {"X.npy", "y.npy"} <= set(members):
+                found = sorted(name.removesuffix(".npy") for name in members)
+                raise ValueError(f"{path}: expected arrays 'X' and 'y' in the .npz file, found {found}")
+            arrays = []
+            for name in ("X.npy", "y.npy"):
+                with zf.open(members[name]) as fh:
+                    arrays.append(_read_npy(fh, members[name].file_size, f"{path}: member {name}"))
+    except ValueError:
+        raise
+    except Exception as exc:  # BadZipFile, zlib.error, EOFError, NotImplementedError (a zip version), ...
+        raise ValueError(f"{path}: not a valid .npz file ({type(exc).__name__}: {exc})") from None
+    X, y = arrays
     if X.ndim != 2 or X.dtype.kind not in "biuf":
         raise ValueError(f"{path}: 'X' must be a 2-d numeric array, got shape {X.shape} and dtype {X.dtype}")
     if y.ndim != 1 or len(y) != X.shape[0]:
         raise ValueError(f"{path}: 'y' must be 1-d with one label per row of 'X' ({X.shape[0]}), got shape {y.shape}")
+    if y.dtype.kind not in "biufU":
+        raise ValueError(f"{path}: 'y' must hold numbers or strings, got dtype {y.dtype}")
     if X.shape[0] and n_features is not None and X.shape[1] != n_features:
         raise ValueError(f"{path}: 'X' has {X.shape[1]} features, but {n_features} are expected")
     X = np.asarray(X, dtype=np.float64)

@@ -12,15 +12,18 @@ them, refuses it instead of predicting without them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import zipfile
 
 import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.io.atomic import atomic_file
-from mwumkl_dist.kernels.specs import BankKernelNames, RandomGaussianBank
+from mwumkl_dist.io.files import read_npy_header
+from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
 
@@ -199,16 +202,23 @@ def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta:
         np.savez_compressed(fh, __meta__=meta_arr, **arrays, **extras)
 
 
-def _read_meta(path: str, data: dict) -> dict:
-    if "__meta__" not in data:
-        raise ValueError(f"{path}: not a mwumkl_dist model file (no metadata)")
+#: Largest metadata member read (JSON text); a model's metadata is a few KiB, feature names included.
+_MAX_META_BYTES = 64 * 2**20
+#: What reading a hostile archive or its JSON may raise besides ``ValueError`` (refused, never a traceback).
+_BAD_CONTENT = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError)
+
+
+def _read_meta(path: str, text: str) -> dict:
     try:
-        meta = json.loads(str(data["__meta__"]))
-    except ValueError as exc:
-        raise _damaged(path, f"its metadata is not valid JSON: {exc}") from None
+        meta = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _damaged(path, f"its metadata is not valid JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{path}: not a mwumkl_dist model file")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
+    version = meta.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"{path}: not a valid mwumkl_dist model file (format_version {version!r})")
+    if version > FORMAT_VERSION:
         raise ValueError(
             f"{path}: model format version {meta['format_version']} is newer than this "
             f"package supports ({FORMAT_VERSION}); upgrade mwumkl_dist"
@@ -224,22 +234,171 @@ def _damaged(path: str, reason: str) -> ValueError:
     )
 
 
-def _read_members(path: str) -> dict:
-    """Every array of the ``.npz`` archive at ``path``, read now (np.load reads lazily)."""
+def _invalid(path: str, reason: str) -> ValueError:
+    """The one message of a model file that reads in full but does not hold a consistent model."""
+    return ValueError(f"{path}: not a valid mwumkl_dist model file ({reason}); fit and save the model again")
+
+
+def _member_header(path: str, zf, member: str):
+    """``(shape, dtype)`` from the ``.npy`` header of archive member ``member``, checked against its size (unread)."""
+    info = zf.getinfo(member)
     try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:  # zip/format errors
+        with zf.open(info) as fh:
+            return read_npy_header(fh, info.file_size, f"member {member[:-4]!r}")
+    except ValueError as exc:
+        raise _damaged(path, str(exc)) from None
+
+
+def _read_member(zf, member: str) -> np.ndarray:
+    with zf.open(member) as fh:
+        return np.lib.format.read_array(fh, allow_pickle=False)
+
+
+def _expected_members(meta: dict) -> set[str]:
+    """The arrays a model file with metadata ``meta`` may hold: anything else is refused unread."""
+    names = set(MODEL_ARRAYS) | set(OPTIONAL_ARRAYS)
+    if meta.get("sv_sparse") is True:
+        names |= {"sv_data", "sv_indices", "sv_indptr"}
+    elif meta.get("sv_sparse") is False:
+        names.add("sv_dense")
+    extras = meta.get("extra_arrays") or []
+    if not isinstance(extras, list) or not all(isinstance(e, str) and _NAME.match(e) for e in extras):
+        raise TypeError(f"metadata 'extra_arrays' must be a list of identifiers, got {extras!r}")
+    return names | {_EXTRA_PREFIX + e for e in extras}
+
+
+def _read_archive(path: str) -> tuple[dict, dict]:
+    """``(meta, arrays)`` of the model archive at ``path``; members not of a model file are refused unread.
+
+    Every header is read before any array: a member whose shape disagrees with the
+    metadata (:func:`_check_declared_shapes`) is refused before its data is allocated.
+    """
+    try:
+        zf = zipfile.ZipFile(path)
+    except Exception as exc:  # BadZipFile, OSError, EOFError, NotImplementedError (a zip version it cannot read), ...
         raise ValueError(
             f"{path}: not a mwumkl_dist model file, or a truncated or damaged one ({type(exc).__name__}: {exc})"
         ) from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path}: not a mwumkl_dist model file (a .npy array, not an .npz archive)")
-    with data:
+    with zf:
         try:
-            # A damaged member (bad CRC: zipfile.BadZipFile; bad deflate data: zlib.error) fails only when read.
-            return {name: data[name] for name in data.files}
-        except Exception as exc:  # BadZipFile, zlib.error, EOFError, OSError, ValueError, ...
+            members = {}
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise _invalid(path, f"unexpected archive member {info.filename!r}")
+                members[info.filename[:-4]] = info
+            if "__meta__" not in members:
+                raise ValueError(f"{path}: not a mwumkl_dist model file (no metadata)")
+            shape, dtype = _member_header(path, zf, "__meta__.npy")
+            if shape != () or dtype.kind != "U" or dtype.itemsize > _MAX_META_BYTES:
+                raise _invalid(path, f"metadata of shape {shape} and dtype {dtype}")
+            meta = _read_meta(path, str(_read_member(zf, "__meta__.npy")))
+            expected = _expected_members(meta)
+            unknown = sorted(set(members) - expected - {"__meta__"})
+            if unknown:
+                raise _invalid(path, f"unexpected archive member {unknown[0]!r}")
+            headers = {name: _member_header(path, zf, name + ".npy") for name in members if name != "__meta__"}
+            _check_declared_shapes(path, meta, headers)
+            arrays = {name: _read_member(zf, name + ".npy") for name in headers}
+        except ValueError as exc:
+            if str(exc).startswith(path):
+                raise
             raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # BadZipFile, zlib.error, EOFError, OSError, ... (a damaged member)
+            raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+    return meta, arrays
+
+
+def _positive_int(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
+
+
+def _n_kernels(meta: dict) -> int:
+    """The number of kernels the metadata names (its list, or its random bank's size)."""
+    bank = meta.get("kernel_bank")
+    if bank:
+        if not isinstance(bank, dict) or not _positive_int(bank.get("n_kernels")):
+            raise TypeError(f"metadata 'kernel_bank' must hold a positive 'n_kernels', got {bank!r}")
+        return bank["n_kernels"]
+    names = meta.get("kernel_names")
+    if not isinstance(names, list) or not names or not all(isinstance(k, str) for k in names):
+        raise TypeError("metadata 'kernel_names' must be a non-empty list of strings")
+    return len(names)
+
+
+def _check_declared_shapes(path: str, meta: dict, headers: dict) -> None:
+    """Every member's declared shape is the one the metadata and the other members imply (none read yet)."""
+    for name in MODEL_ARRAYS:
+        if name not in headers:
+            raise _damaged(path, f"entry {name!r} is missing")
+    d = meta.get("n_features_in")
+    if not _positive_int(d):
+        raise _invalid(path, f"n_features_in must be a positive integer, got {d!r}")
+    m = _n_kernels(meta)
+    (classes_shape, _), (support_shape, _) = headers["classes_"], headers["support_"]
+    if len(classes_shape) != 1 or classes_shape[0] < 2:
+        raise _invalid(path, f"'classes_' has shape {classes_shape}: a classifier has two classes or more")
+    if len(support_shape) != 1:
+        raise _invalid(path, f"'support_' has shape {support_shape}, expected 1-d")
+    n_classes, n_sv = classes_shape[0], support_shape[0]
+    k = 1 if n_classes == 2 else n_classes  # binary problems: one, or one per class (one-vs-rest)
+    weights = (m,) if k == 1 else (k, m)
+    expected = {
+        "kernel_weights_": weights, "raw_kernel_weights_": weights, "kernel_traces_": (m,),
+        "dual_coef_": (k, n_sv), "intercept_": (k,), "probA_": (k,), "probB_": (k,),
+        "sv_dense": (n_sv, d), "sv_indptr": (n_sv + 1,),
+    }  # fmt: skip
+    for name, (shape, dtype) in headers.items():
+        if dtype.hasobject or dtype.kind not in "biufU" or (dtype.kind == "U" and name != "classes_"):
+            if not (name.startswith(_EXTRA_PREFIX) and dtype.kind == "U"):
+                raise _invalid(path, f"{name!r} has dtype {dtype}")
+        if name in expected and shape != expected[name]:
+            raise _invalid(path, f"{name!r} has shape {shape}, expected {expected[name]}")
+    sv_names = {True: ("sv_indptr", "sv_indices", "sv_data"), False: ("sv_dense",)}.get(meta.get("sv_sparse"), ())
+    for name in sv_names:
+        if name not in headers:
+            raise _damaged(path, f"entry {name!r} is missing")
+    if ("probA_" in headers) != ("probB_" in headers):
+        raise _invalid(path, "it holds only one of 'probA_' and 'probB_'")
+    if meta.get("sv_sparse") is True:
+        shapes = {headers[name][0] for name in ("sv_indices", "sv_data")}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] > n_sv * d:
+            raise _invalid(path, f"'sv_indices' and 'sv_data' must be 1-d of one length at most {n_sv} x {d}")
+
+
+def _check_finite(path: str, arrays: dict, names) -> None:
+    for name in names:
+        a = arrays.get(name)
+        if a is not None and a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            raise _invalid(path, f"{name!r} holds NaN or infinity")
+
+
+def _check_model_arrays(path: str, meta: dict, arrays: dict) -> None:
+    """The arrays' values: finite, in range, and consistent with each other (their shapes are checked already)."""
+    _check_finite(path, arrays, (*MODEL_ARRAYS, *OPTIONAL_ARRAYS, "sv_data", "sv_dense"))
+    classes = arrays["classes_"]
+    if len(np.unique(classes)) != len(classes):
+        raise _invalid(path, "'classes_' lists a class twice")
+    for name in ("kernel_weights_", "raw_kernel_weights_"):
+        if np.any(arrays[name] < 0):
+            raise _invalid(path, f"{name!r} holds a negative kernel weight")
+    if not np.all(arrays["kernel_traces_"] > 0):
+        raise _invalid(path, "'kernel_traces_' must be positive")
+    support = arrays["support_"]
+    if support.dtype.kind not in "iu" or (support.size and support.min() < 0):
+        raise _invalid(path, "'support_' must hold non-negative integer row indices")
+    params = meta.get("params")
+    if isinstance(params, dict) and params.get("kernels") == "precomputed" and support.size:
+        if support.max() >= meta["n_features_in"]:  # precomputed kernels: n_features_in is the training size
+            raise _invalid(path, f"'support_' holds a row index outside the {meta['n_features_in']} training points")
+    if "sv_indptr" in arrays:
+        d = meta["n_features_in"]
+        ptr, idx = arrays["sv_indptr"], arrays["sv_indices"]
+        if ptr.dtype.kind not in "iu" or idx.dtype.kind not in "iu":
+            raise _invalid(path, "'sv_indptr' and 'sv_indices' must hold integers")
+        if ptr[0] != 0 or ptr[-1] != len(idx) or np.any(np.diff(ptr) < 0):
+            raise _invalid(path, f"'sv_indptr' must rise from 0 to {len(idx)} (the number of stored values)")
+        if idx.size and (idx.min() < 0 or idx.max() >= d):
+            raise _invalid(path, f"'sv_indices' holds a feature index outside [0, {d})")
 
 
 def _kernel_names(meta: dict):
@@ -335,14 +494,32 @@ def load_model_with_extra(path, estimator_class):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
-    data = _read_members(path)
-    meta = _read_meta(path, data)
+    meta, data = _read_archive(path)
     try:
-        est = _estimator_from(estimator_class, meta, data)
         extra_arrays = {name: data[_EXTRA_PREFIX + name] for name in meta.get("extra_arrays", [])}
     except KeyError as exc:  # an entry the metadata promises is not in the archive
         raise _damaged(path, f"entry {exc} is missing") from None
-    return est, extra_arrays, dict(meta.get("extra_meta") or {})
+    _check_model_arrays(path, meta, data)
+    try:
+        est = _estimator_from(estimator_class, meta, data)
+        _check_kernels(meta, est)
+        extra_meta = meta.get("extra_meta") or {}
+        if not isinstance(extra_meta, dict):
+            raise TypeError(f"'extra_meta' must be a mapping, got {type(extra_meta).__name__}")
+    except _BAD_CONTENT as exc:  # metadata of the wrong type, a kernel name that is no kernel, ...
+        raise _invalid(path, f"{type(exc).__name__}: {exc}") from None
+    return est, extra_arrays, dict(extra_meta)
+
+
+def _check_kernels(meta: dict, est) -> None:
+    """The model's kernels are kernels (bounded parameters, features in range) and its scalars are usable."""
+    if est.kernels != "precomputed" and not isinstance(est.kernel_names_, BankKernelNames):
+        KernelSet(list(est.kernel_names_), est.n_features_in_)
+    if isinstance(est.n_iter_, np.ndarray) and est.n_iter_.dtype.kind not in "iu":
+        raise TypeError("'n_iter' must hold integers")
+    scale = getattr(est, "kernel_scale_", None)
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"'kernel_scale_' must be a positive finite number, got {scale!r}")
 
 
 def load_model(path, estimator_class):

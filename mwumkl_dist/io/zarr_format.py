@@ -73,7 +73,7 @@ import scipy.sparse as sp
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
-from mwumkl_dist.io.atomic import atomic_directory
+from mwumkl_dist.io.atomic import atomic_directory, exclusive_writer
 from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.specs import KernelSet
 
@@ -97,9 +97,12 @@ DATA_FORMAT = "mwumkl_dist-data"
 KERNEL_FORMAT = "mwumkl_dist-kernels"
 #: Store layout version this package writes.  Version 2 added the store id and the per-chunk
 #: identity records (:ref:`chunk identity <chunk-identity>` in the module docstring).
-STORE_VERSION = 2
-#: Versions this package reads: a version 1 store is read without the chunk identity checks.
-READABLE_VERSIONS = (1, 2)
+STORE_VERSION = 3
+#: Versions this package reads: a version 1 store without the chunk identity checks, a version 2 store
+#: with its weaker ones (a CRC-32C bound to the position); both without the metadata's integrity record.
+READABLE_VERSIONS = (1, 2, 3)
+#: Bytes of a format 3 chunk record (a keyed BLAKE2b of the chunk's whole stored bytes).
+_RECORD_BYTES = 16
 #: Each array's chunk identity records: ``ARRAY/chunk_digests.npy`` in the store.
 _DIGESTS_FILE = "chunk_digests.npy"
 _ATTR = "mwumkl_dist"
@@ -270,8 +273,30 @@ def _chunk_key(name: str, position) -> str:
     return f"{name}/c/" + "/".join(map(str, position))
 
 
+def _chunk_record(store_id: bytes, key: str, raw) -> bytes:
+    """A format 3 chunk's record: BLAKE2b keyed by the store id over its key (array and position) and all its bytes.
+
+    A chunk moved, swapped, copied from another store or altered in any byte (its CRC-32C patched to
+    match or not) does not match the record of its place.
+    """
+    h = hashlib.blake2b(digest_size=_RECORD_BYTES, key=store_id, person=b"mwumkl-chunk")
+    h.update(key.encode() + b"\0")
+    h.update(raw)
+    return h.digest()
+
+
+def _metadata_record(store_id: bytes, meta: dict) -> str:
+    """The integrity record of a format 3 store's metadata: BLAKE2b keyed by the store id over all of it.
+
+    The metadata holds the SHA-256 of every array's chunk records and Zarr array metadata, so this one
+    value covers the whole store: ``mwumkl-dist store info`` prints it as the store's digest.
+    """
+    text = json.dumps({k: v for k, v in meta.items() if k != "integrity"}, sort_keys=True, allow_nan=False)
+    return hashlib.blake2b(text.encode(), digest_size=32, key=store_id, person=b"mwumkl-meta").hexdigest()
+
+
 def _chunk_digest(store_id: bytes, key: str, tail: bytes) -> int:
-    """A chunk's identity: its content checksum (the CRC-32C its last 4 bytes hold) bound to its key and store.
+    """A format 2 chunk's identity: its CRC-32C (its last 4 bytes) bound to its key and store.
 
     Keyed by the store id, over the key (array name and chunk position) and the
     checksum: a chunk moved to another position, swapped with another or copied
@@ -289,7 +314,7 @@ def _wrapper_stores():
     from zarr.storage import WrapperStore
 
     class ChunkRecorder(WrapperStore):
-        """Passes every write through; keeps each chunk's last 4 bytes (its CRC-32C) by key.
+        """Passes every write through; keeps each chunk's record (:func:`_chunk_record`) by key.
 
         :meth:`close` refuses further writes and waits for those under way: when
         one chunk write fails, Zarr raises at once but its other concurrent
@@ -298,9 +323,9 @@ def _wrapper_stores():
 
         def __init__(self, store, shared=None):
             super().__init__(store)
-            self.shared = shared if shared is not None else {"tails": {}, "active": 0, "closed": False}
+            self.shared = shared
             self.shared.setdefault("cond", threading.Condition())
-            self.tails = self.shared["tails"]
+            self.records = self.shared["records"]
 
         def _with_store(self, store):
             return type(self)(store, self.shared)
@@ -313,7 +338,7 @@ def _wrapper_stores():
                 shared["active"] += 1
             try:
                 if _chunk_position(key) is not None:
-                    self.tails[key] = value.as_numpy_array()[-4:].tobytes()
+                    self.records[key] = _chunk_record(shared["store_id"], key, value.as_numpy_array())
                 await self._store.set(key, value)
             finally:
                 with shared["cond"]:
@@ -380,25 +405,28 @@ class _StoreWriter:
         self.folder = folder
         self.store_id = uuid.uuid4()
         recorder_class, _ = _wrapper_stores()
-        self.recorder = recorder_class(_local_store(folder, read_only=False))
+        shared = {"records": {}, "active": 0, "closed": False, "store_id": self.store_id.bytes}
+        self.recorder = recorder_class(_local_store(folder, read_only=False), shared)
         self.group = _zarr().open_group(self.recorder, mode="w", zarr_format=3)
 
     def finish(self, meta: dict) -> None:
-        digests = {}
+        digests, array_meta = {}, {}
         for name in sorted(self.group.array_keys()):
             arr = self.group[name]
             grid = _chunk_grid(arr.shape, arr.chunks)
-            table = np.empty(grid, dtype="<u8")
+            table = np.empty((*grid, _RECORD_BYTES), dtype=np.uint8)
             for position in np.ndindex(*grid):
                 key = _chunk_key(name, position)
-                tail = self.recorder.tails.get(key)
-                if tail is None:  # pragma: no cover - every chunk is written (write_empty_chunks)
+                record = self.recorder.records.get(key)
+                if record is None:  # pragma: no cover - every chunk is written (write_empty_chunks)
                     raise RuntimeError(f"chunk {key} was not written")
-                table[position] = _chunk_digest(self.store_id.bytes, key, tail)
+                table[position] = np.frombuffer(record, dtype=np.uint8)
             file = os.path.join(self.folder, name, _DIGESTS_FILE)
             np.save(file, table, allow_pickle=False)
             digests[name] = _sha256_file(file)
-        meta = {**meta, "store_id": self.store_id.hex, "chunk_digests": digests}
+            array_meta[name] = _sha256_file(os.path.join(self.folder, name, "zarr.json"))
+        meta = {**meta, "store_id": self.store_id.hex, "chunk_digests": digests, "array_metadata": array_meta}
+        meta["integrity"] = _metadata_record(self.store_id.bytes, meta)
         self.group.attrs[_ATTR] = meta  # last: a store without it is incomplete
 
 
@@ -411,12 +439,13 @@ def _writing(path: str, overwrite: bool, what: str):
     raised as a :class:`~mwumkl_dist.io.atomic.WriteError` naming ``path``.
     """
     _prepare_output(path, overwrite)
-    with atomic_directory(path, what, replace=overwrite) as folder:
-        writer = _StoreWriter(folder)
-        try:
-            yield writer
-        finally:
-            writer.recorder.close()  # no chunk write under way when the folder is moved or deleted
+    with exclusive_writer(path, what):  # one writer at a time; it removes what killed writers left
+        with atomic_directory(path, what, replace=overwrite) as folder:
+            writer = _StoreWriter(folder)
+            try:
+                yield writer
+            finally:
+                writer.recorder.close()  # no chunk write under way when the folder is moved or deleted
 
 
 def _meta_value(key: str, doc: str) -> property:
@@ -457,6 +486,10 @@ def _store_meta(fmt: str, n: int, labels: tuple, chunk_rows: int, source, sha: s
     }
 
 
+#: What metadata values of the wrong type raise in the checks (a string where a number belongs, a list as a key).
+_MALFORMED = (TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
+
+
 class _StoreBase:
     """What both store kinds share: opening, validation, labels, lazy arrays on workers."""
 
@@ -467,19 +500,31 @@ class _StoreBase:
         # Resolved here, where the user named it: workers (other processes, other machines with
         # a shared file system) reopen the store by this path, whatever their working directory.
         self.path = os.path.abspath(os.fspath(path))
-        self.meta = self._open_meta()
         self._group = None
         self._arrays: dict = {}
         self._tables: dict = {}
         self._misplaced_chunks: list[tuple] = []  # (array, position, message) of _check_chunk, raised by _read
         self._y_codes = None
+        try:
+            self.meta = self._open_meta()
+            if verify:
+                self._validate()
+        except _MALFORMED as exc:  # metadata of the wrong types (edited by hand): one error naming the store
+            raise StoreError(f"{self.path}: malformed metadata ({type(exc).__name__}: {exc})") from None
         if verify:
-            self._validate()
             if self._store_id is None:
                 warnings.warn(
                     f"{self.path}: store format {self.meta['format_version']} keeps no chunk identity records, "
                     "so chunk files moved, swapped or copied from another store cannot be detected; "
                     f"re-create the store with this mwumkl_dist ({__version__}) to have them checked",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            elif self._format < 3:
+                warnings.warn(
+                    f"{self.path}: store format {self._format} checks each chunk by its CRC-32C only (an altered "
+                    "chunk can be made to pass) and its metadata (classes, n_features, kernel names) is not covered "
+                    f"by any check; re-create the store with this mwumkl_dist ({__version__}) to have both checked",
                     UserWarning,
                     stacklevel=3,
                 )
@@ -516,6 +561,7 @@ class _StoreBase:
                 f"reads store formats {', '.join(map(str, READABLE_VERSIONS))}: rewrite the store"
             )
         required = self.REQUIRED + (("store_id", "chunk_digests") if version >= 2 else ())
+        required += ("array_metadata", "integrity") if version >= 3 else ()
         missing = [k for k in required if k not in meta]
         if missing:
             raise StoreError(f"{path}: metadata lacks {', '.join(repr(k) for k in missing)}")
@@ -523,10 +569,13 @@ class _StoreBase:
         if not isinstance(meta["classes"], list) or len(meta["classes"]) < 1:
             raise StoreError(f"{path}: metadata 'classes' must be a non-empty list")
         try:
-            _decode_classes(meta["classes"], meta["label_dtype"])
+            classes = _decode_classes(meta["classes"], meta["label_dtype"])
         except (TypeError, ValueError) as exc:
             raise StoreError(f"{path}: metadata 'classes' cannot be read as {meta['label_dtype']!r} ({exc})") from None
+        if classes.ndim != 1 or len(np.unique(classes)) != len(classes):
+            raise StoreError(f"{path}: metadata 'classes' must be a list of distinct labels, got {meta['classes']!r}")
         self._store_id = None
+        self._format = version
         if version >= 2:
             try:
                 self._store_id = uuid.UUID(hex=str(meta["store_id"])).bytes
@@ -534,6 +583,20 @@ class _StoreBase:
                 raise StoreError(f"{path}: metadata 'store_id' is not a UUID: {meta['store_id']!r}") from None
             if not isinstance(meta["chunk_digests"], dict):
                 raise StoreError(f"{path}: metadata 'chunk_digests' must be a mapping of array names to SHA-256")
+        self._format = version
+        if version >= 3:
+            try:
+                record = _metadata_record(self._store_id, meta)
+            except (TypeError, ValueError) as exc:
+                record = f"(cannot be computed: {exc})"
+            if record != meta["integrity"]:
+                raise StoreError(
+                    f"{path}: its metadata does not match its integrity record: it was edited after the store was "
+                    "written (classes, n_features, kernel names or another entry), so the store cannot be trusted; "
+                    "re-create the store"
+                )
+            if not isinstance(meta["array_metadata"], dict):
+                raise StoreError(f"{path}: metadata 'array_metadata' must be a mapping of array names to SHA-256")
         return meta
 
     @property
@@ -582,15 +645,25 @@ class _StoreBase:
         except StoreError as exc:
             self._misplaced_chunks.append((name, position, str(exc)))
             return
-        if len(position) != table.ndim or any(p >= g for p, g in zip(position, table.shape)):
+        grid = table.shape[: len(position)]
+        if len(position) != len(self._record_grid(table)) or any(p >= g for p, g in zip(position, grid)):
             return  # outside the array's grid: Zarr never asks for it
         raw = buf.as_numpy_array()
-        tail = raw[-4:].tobytes()
-        if _chunk_digest(self._store_id, key, tail) != int(table[position]):
+        if not self._matches_record(key, raw, table[position]):
             crc = _crc32c_function()
-            if crc is not None and np.uint32(crc(raw[:-4])).tobytes() != tail:
+            if crc is not None and np.uint32(crc(raw[:-4])).tobytes() != raw[-4:].tobytes():
                 return  # truncated or corrupt, not misplaced: Zarr's checksum check reports it
             self._misplaced_chunks.append((name, position, str(self._fail(self._misplaced(key, name, position)))))
+
+    def _record_grid(self, table) -> tuple:
+        """The chunk grid a table of records covers (format 3 tables have one more axis: the record's bytes)."""
+        return tuple(table.shape[:-1]) if self._format >= 3 else tuple(table.shape)
+
+    def _matches_record(self, key: str, raw, record) -> bool:
+        """Whether the chunk bytes ``raw`` read at ``key`` are the ones its record (an entry of the table) names."""
+        if self._format >= 3:
+            return _chunk_record(self._store_id, key, raw) == np.asarray(record).tobytes()
+        return _chunk_digest(self._store_id, key, raw[-4:].tobytes()) == int(record)
 
     def _misplaced_error(self) -> StoreError:
         """The problem :meth:`_check_chunk` noted, the first in chunk order (Zarr reads chunks concurrently)."""
@@ -599,7 +672,7 @@ class _StoreBase:
     def _misplaced(self, key: str, name: str, position) -> str:
         return (
             f"chunk {key} (array {name!r}, chunk position {tuple(position)}) is not the chunk written at this "
-            "position of this store: its checksum differs from the one recorded for it (chunk files moved, "
+            "position of this store: it differs from the record kept for it (chunk files moved, "
             f"swapped, copied from another store or altered); {self._recreate_hint()}"
         )
 
@@ -622,10 +695,22 @@ class _StoreBase:
                 f"(SHA-256 differs from the metadata's); {self._recreate_hint()}"
             )
         table = self._digest_table(name)
-        if table.dtype != np.dtype("<u8") or tuple(table.shape) != tuple(grid):
+        dtype, shape = (np.uint8, (*grid, _RECORD_BYTES)) if self._format >= 3 else ("<u8", tuple(grid))
+        if table.dtype != np.dtype(dtype) or tuple(table.shape) != tuple(shape):
             raise self._fail(
                 f"the chunk identity records of array {name!r} have shape {table.shape}, its chunk grid is {grid}"
             )
+        if self._format >= 3:
+            file = os.path.join(self.path, name, "zarr.json")
+            try:
+                sha = _sha256_file(file)
+            except OSError as exc:
+                raise self._fail(f"cannot read {file} ({exc.strerror or exc})") from None
+            if sha != self.meta["array_metadata"].get(name):
+                raise self._fail(
+                    f"the Zarr metadata of array {name!r} ({file}) is not the one written with this store "
+                    f"(edited after the store was written); {self._recreate_hint()}"
+                )
 
     def array_names(self) -> list[str]:
         """The store's arrays (those its kind requires)."""
@@ -699,10 +784,10 @@ class _StoreBase:
         tail = raw[-4:]
         if crc is not None and np.uint32(crc(raw[:-4])).tobytes() != tail:
             return f"chunk {key}: its content does not match its CRC-32C checksum (truncated or corrupt)"
-        if table is not None and _chunk_digest(self._store_id, key, tail) != int(table[position]):
+        if table is not None and not self._matches_record(key, np.frombuffer(raw, np.uint8), table[position]):
             return (
                 f"chunk {key} (array {name!r}, chunk position {tuple(position)}): not the chunk written at this "
-                "position (moved, swapped or copied from another store)"
+                "position (moved, swapped, copied from another store or altered)"
             )
         return None
 

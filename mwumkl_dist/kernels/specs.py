@@ -93,6 +93,23 @@ def _features_tuple(features) -> tuple[int, ...] | None:
     return out
 
 
+#: Largest polynomial degree: each kernel value is ``degree`` multiplications.
+MAX_DEGREE = 100
+#: Gaussian widths accepted: ``gamma = 1 / (2 sigma^2)`` stays a normal, finite float.
+SIGMA_RANGE = (1e-100, 1e100)
+
+
+def _check_sigma(sigma, what: str) -> None:
+    """``sigma`` a number in :data:`SIGMA_RANGE`, else a ``ValueError`` saying so."""
+    lo, hi = SIGMA_RANGE
+    try:
+        ok = lo <= float(sigma) <= hi
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{what} must be a positive number from {lo:g} to {hi:g}, got {sigma!r}")
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Base class of the closed-form kernels; ``features=None`` means all features."""
@@ -137,8 +154,9 @@ class Polynomial(KernelSpec):
 
     def __post_init__(self):
         super().__post_init__()
-        if int(self.degree) != self.degree or self.degree < 1:
-            raise ValueError(f"polynomial degree must be a positive integer, got {self.degree!r}")
+        if int(self.degree) != self.degree or not 1 <= self.degree <= MAX_DEGREE:
+            # Bounded: a kernel value is `degree` multiplications (the same bits on every device).
+            raise ValueError(f"polynomial degree must be a positive integer, at most {MAX_DEGREE}, got {self.degree!r}")
         if not np.isfinite(self.coef0):
             raise ValueError(f"polynomial coef0 must be finite, got {self.coef0!r}")
         object.__setattr__(self, "degree", int(self.degree))
@@ -161,8 +179,7 @@ class Gaussian(KernelSpec):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (np.isfinite(self.sigma) and self.sigma > 0):
-            raise ValueError(f"gaussian sigma must be a positive finite number, got {self.sigma!r}")
+        _check_sigma(self.sigma, "gaussian sigma")
         object.__setattr__(self, "sigma", float(self.sigma))
 
     @property
@@ -243,8 +260,10 @@ class RandomGaussianBank:
             raise ValueError(f"n_kernels must be a positive integer, got {self.n_kernels!r}")
         if int(self.subset_size) != self.subset_size or self.subset_size < 1:
             raise ValueError(f"subset_size must be a positive integer, got {self.subset_size!r}")
-        if not self.sigmas or any(not (np.isfinite(s) and s > 0) for s in self.sigmas):
+        if not self.sigmas:
             raise ValueError("sigmas must be positive finite numbers")
+        for s in self.sigmas:
+            _check_sigma(s, "random bank sigma")
         object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
 
     def block(self, start: int, stop: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,6 @@ from mwumkl_dist.solvers.structure import (
     SCREEN_C,
     SCREEN_EPSILON,
     SCREEN_SELECTIVITY,
-    STRUCTURE_RUNGS,
     FeatureStructure,
     Screen,
     structure_rungs,
@@ -383,7 +382,7 @@ def choose_C(
         selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
         if scorer.selects_groups:
             candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
-            ladder = group_ladder(n_groups(cv.kernel_set.specs), STRUCTURE_RUNGS)
+            ladder = group_ladder(n_groups(cv.kernel_set.specs))
             candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
             group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
             # The fewest groups within one standard error of the best selection (the one-standard-error rule on

@@ -98,15 +98,17 @@ AUTO_GROUP_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 #: ... and a ladder of the ``top`` heaviest groups of one selection fit at a moderate selectivity, whose weights
 #: rank the groups rather than collapse onto a few (see :mod:`mwumkl_dist.solvers.structure`; E6's
 #: make_classification k=5 of d=50 keeps 3 of the 5 informative features at a threshold of 0.2, ionosphere
-#: with 30 noise features 7 of its 34): the rungs of :data:`~mwumkl_dist.solvers.structure.STRUCTURE_RUNGS`
-#: below the group count, each refitted at the chosen ``C`` and ten times it.
+#: with 30 noise features 7 of its 34): the top 1, 2, 4, ... groups (:func:`group_ladder`), each refitted at the
+#: chosen ``C`` and ten times it.
 AUTO_GROUP_LADDER_FIT = (0.1, 30.0)
 
 
-def group_ladder(n: int, rungs) -> list[GroupSelection]:
-    """The ladder's group selections for ``n`` feature groups: ``top`` = each of ``rungs`` below ``n``."""
+def group_ladder(n: int, rungs: int = 5) -> list[GroupSelection]:
+    """The ladder's group selections for ``n`` feature groups: ``top`` = the ``rungs`` largest powers of two
+    below ``n`` (``n`` groups of per-feature kernels: 1, 2, 4, ... features)."""
     C, selectivity = AUTO_GROUP_LADDER_FIT
-    return [GroupSelection(C, selectivity, top=int(k)) for k in rungs if k < n]
+    tops = [2**k for k in range(max(int(n) - 1, 1).bit_length()) if 2**k < n][-int(rungs) :]
+    return [GroupSelection(C, selectivity, top=k) for k in tops]
 
 
 def feature_groups(specs) -> list:

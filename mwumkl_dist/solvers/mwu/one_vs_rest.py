@@ -18,7 +18,8 @@ from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, Sol
 from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
 from mwumkl_dist.engines.base import Engine
 from mwumkl_dist.engines.local import LocalEngine
-from mwumkl_dist.io.checkpoint import Checkpointer, fingerprint, load_checkpoint
+from mwumkl_dist.io.atomic import exclusive_writer
+from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint, load_checkpoint
 from mwumkl_dist.solvers.base import one_vs_rest_targets
 from mwumkl_dist.solvers.mwu.iterate import solve
 from mwumkl_dist.solvers.spec import FitSpec
@@ -150,10 +151,15 @@ def solve_one_vs_rest(
     fp = None
     if spec.checkpoint is not None or resume is not None:
         fp = _fingerprint(data, classes, settings)
-    resumed = load_checkpoint(resume, fp) if resume is not None else None
+    resumed = None
+    if resume is not None:
+        resumed = load_checkpoint(resume, fp)
+        check_resumable(resume, resumed, n_samples=data.n_samples, n_kernels=len(data.kernel_names),
+                        n_problems=len(targets), n_iter=settings.n_iter, y=data.y, targets=targets)  # fmt: skip
     results: list[MWUResult] = list(resumed["finished"]) if resumed is not None else []
     try:
-        traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score)
+        with exclusive_writer(spec.checkpoint, "checkpoint"):  # two fits writing one checkpoint: the second fails
+            traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score)
     except _cluster_failures(spec) as exc:
         raise _with_checkpoint_note(exc, spec, fp) from None
     if len(results) < len(targets):
