@@ -120,10 +120,23 @@ def _width_band(model) -> str:
     )
 
 
-def _structure(model) -> str:
-    """A structured model (``structure_``, kernels="auto"): its features and the subsets with kernels of their own."""
-    return describe_structure(model.structure_, getattr(model, "feature_names_in_", None)) + (
-        ": better than the all-features candidates by more than the standard error of their difference"
+def _structure(model) -> str | None:
+    """The structure search's outcome (kernels="auto"): the structured model's features and the subsets with kernels
+    of their own, or that no structure beat the kernels on all the features."""
+    structure = getattr(model, "structure_", None)
+    if structure is not None:
+        return describe_structure(structure, getattr(model, "feature_names_in_", None)) + (
+            ": better than the all-features candidates by more than the standard error of their difference"
+        )
+    path = getattr(model, "structure_path_", None)
+    if not path:
+        return None
+    (best, _), error = min(path.items(), key=lambda item: (item[1], item[0][0].top))
+    tops = sorted({key[0].top for key in path})
+    return (
+        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, the top "
+        f"{best.top} feature(s) at {_percent(error)} cross-validated error, was not better by more than the "
+        "standard error of their difference)"
     )
 
 
@@ -151,21 +164,23 @@ def _epsilon(model) -> str:
     return f"{eps} (auto: at most 0.1 and T >= n / 5 iterations, which an unpolished fit needs)"
 
 
-#: The summary's choices: ``(label, fitted attribute, line)``; an entry shows when the model has the attribute.
+#: The summary's choices: ``(label, fitted attribute, line)``; an entry shows when the model has the attribute and
+#: its line is not None.
 CHOICES: list[tuple[str, str, Callable]] = [
     ("solver", "solver_", _solver),
     ("C", "C_", _C),
     ("selectivity", "selectivity_", _selectivity),
     ("group selection", "group_selection_", _group_selection),
     ("width band", "width_band_", _width_band),
-    ("structure", "structure_", _structure),
+    ("structure", "structure_path_", _structure),
     ("epsilon", "epsilon_", _epsilon),
 ]
 
 
 def chosen_lines(model) -> list[str]:
     """What the fit used, one line each, with why (:data:`CHOICES`)."""
-    return [_line(label, say(model)) for label, name, say in CHOICES if getattr(model, name, None) is not None]
+    said = [(label, say(model)) for label, name, say in CHOICES if getattr(model, name, None) is not None]
+    return [_line(label, text) for label, text in said if text is not None]
 
 
 # ----------------------------------------------------------------------------- errors

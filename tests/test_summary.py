@@ -74,3 +74,19 @@ def test_every_choice_has_a_line_and_a_new_one_is_one_entry(monkeypatch):
         [*CHOICES, ("structure", "found_structure_", lambda m: f"kept {m.found_structure_['kept']}")],
     )
     assert chosen_lines(clf)[-1] == "structure        kept 2"
+
+
+def test_a_structure_search_that_keeps_every_feature_says_so():
+    # Uniform noise in every feature, the label on all of them: no few features carry the signal.
+    rng = np.random.default_rng(3)
+    X = rng.random((150, 4))
+    y = (X.sum(axis=1) + 0.2 * rng.standard_normal(150) > 2).astype(int)
+    clf = MWUMKLClassifier().fit(X, y)
+    assert getattr(clf, "structure_", None) is None and clf.structure_path_
+    (line,) = [line for line in chosen_lines(clf) if line.startswith("structure")]
+    tops = {key[0].top for key in clf.structure_path_}
+    best = min(clf.structure_path_.values())
+    assert line.startswith("structure        none: all 4 features")
+    assert f"the best of {len(tops)} feature structures" in line and f"{100 * best:.2f} %" in line
+    del clf.structure_path_  # a loaded model keeps no path: no line rather than a wrong one
+    assert not [line for line in chosen_lines(clf) if line.startswith("structure")]

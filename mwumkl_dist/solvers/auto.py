@@ -554,7 +554,10 @@ class _FoldScorer:
             f for f in range(k) if f not in self._screens
         ]  # fmt: skip
         jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
-        description = f"{what}: {len(candidates)} candidates x {k} folds on {len(self.rows)} rows"
+        plural = "s" if len(candidates) != 1 else ""
+        description = f"{what}: {len(candidates)} candidate{plural} x {k} folds on {len(self.rows)} rows"
+        if todo or screens:  # the fits the candidates share come first, in the same count
+            description += f" (+ {len(todo) + len(screens)} shared {'screens' if screens else 'selection fits'})"
         total = len(todo) + len(screens) + len(jobs)
         with progress.phase("cross-validation", total, unit="fits", description=description) as step:
             chosen = fold_map(lambda job: self._selection_fit(*job), todo, doing="choosing C by cross-validation",
