@@ -418,6 +418,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         class_weight=None,
         probability=False,
         solver="auto",
+        n_components="auto",
     ):
         self.kernels = kernels
         self.epsilon = epsilon
@@ -445,6 +446,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.class_weight = class_weight
         self.probability = probability
         self.solver = solver
+        self.n_components = n_components
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -162,7 +162,7 @@ def _two_stage_model(X, y, **params):
     est = MWUMKLClassifier(**{"kernels": "paper", **params})
     spec = FitSpec.from_params(est.get_params())
     data = make_training_input(X, y, est.kernels, estimator=est)
-    solver = two_stage.TwoStageSolver(weight_points=150, n_components=60)
+    solver = two_stage.TwoStageSolver(weight_points=150, n_components=60, precision="float64")
     task = FitTask.prepare(spec, data, sample_weight=None, seed=0, fit=fit_model)
     attrs = {"classes_": task.classes, "kernel_names_": data.kernel_names, **solver.fit(spec, task).attributes}
     for name, value in attrs.items():
