@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import pytest
@@ -192,3 +193,41 @@ def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
     limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
     assert budget in {limit // 4 for limit in limits}
     assert "dask-scratch" in scratch  # the worker's local directory, not the temp directory
+
+
+class _SlowShard:
+    """A shard whose ``work`` call takes ``seconds`` and counts its rows as it goes (``rows_done``)."""
+
+    def __init__(self, rows):
+        self.rows_done = 0
+
+    def work(self, seconds):
+        self.rows_done = 0
+        for _ in range(10):
+            time.sleep(seconds / 10)
+            self.rows_done += 5
+        return seconds
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_a_long_call_on_a_healthy_worker_is_no_hang(client, monkeypatch):
+    """A shard busy longer than superstep_timeout sends heartbeats: it is not rebuilt, and its rows reach the
+    driver as it goes.  Without heartbeats the same call is taken for a hung worker (the issue's 2M-row fit)."""
+    from mwumkl_dist.engines import dask_pool
+    from mwumkl_dist.engines.dask_pool import DaskPool
+
+    monkeypatch.setattr(dask_pool, "HEARTBEAT_EVERY", 0.1)
+    monkeypatch.setattr(dask_pool, "REPLACEMENT_GRACE", 0.2)
+    slots = [(0, 50), (50, 100)]
+    seen = []
+    with DaskPool(slots, lambda rows: functools.partial(_SlowShard, rows), client=client, timeout=60,
+                  call_timeout=0.5) as pool:  # fmt: skip
+        assert pool.call("work", lambda rows: (0.05,), superstep=True) == [0.05, 0.05]  # its first time: untimed
+        assert pool.call("work", lambda rows: (2.0,), superstep=True, progress=seen.append) == [2.0, 2.0]
+        assert pool.recoveries == 0
+        assert seen and max(seen) <= 100 and seen == sorted(seen)
+        monkeypatch.setattr(dask_pool._HEARTBEATS, "start", lambda *args: 0)
+        monkeypatch.setattr(dask_pool._HEARTBEATS, "stop", lambda *args: None)
+        pool.timeout = 2.0  # the wait for a worker that answers
+        with pytest.raises(ConnectionError, match="the only ones it lists do not answer"):
+            pool.call("work", lambda rows: (2.0,), superstep=True)  # both healthy workers taken for hung

@@ -92,6 +92,8 @@ class LinearShard:
         self.dtype = np.dtype(np.float32)
         self.bases: list[Basis] = []
         self.y = self.cw = None
+        #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
+        self.rows_done = 0
 
     def _read(self, lo: int, hi: int):
         if isinstance(self.rows, DataStore):
@@ -124,6 +126,7 @@ class LinearShard:
         self.cw = np.asarray(cw, dtype=np.float64)
         sizes = [hi - lo for lo, hi in self.blocks]
         storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
+        self.rows_done = 0
         if storage == "recompute":  # every pass computes them: nothing to do now
             if step is not None:
                 step.advance(sum(sizes))
@@ -133,6 +136,7 @@ class LinearShard:
         def build(i):
             lo, hi = self.blocks[i]
             self.features_.put(i, self._computed(self._read(lo, hi)))
+            self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
             if step is not None:
                 step.advance(hi - lo)
 

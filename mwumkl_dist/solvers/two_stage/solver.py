@@ -278,7 +278,7 @@ class TwoStageSolver:
                         step.advance()
             decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(len(targets))])
                          for c in candidates}  # fmt: skip
-            C = self._chosen_C(task, held, decisions, C)
+            C, path = self._chosen_C(task, held, decisions, C)
         dual_coef = np.zeros((len(targets), len(landmarks)))
         intercept = np.zeros(len(targets))
         ranks = []
@@ -299,6 +299,8 @@ class TwoStageSolver:
             "intercept_": intercept,
             "polished_": False,
         }
+        if check:
+            attrs["final_C_path_"] = path
         return attrs, C, ranks, spilled
 
     def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int):
@@ -345,7 +347,7 @@ class TwoStageSolver:
                         alpha, b = solve_exact(K, labels[k], 1.0 / (c * point_weights[k]), left_out=held)
                         decisions[c][:, k] = (K @ (alpha * labels[k]))[held] + b
                         step.advance()
-            C = self._chosen_C(task, held, decisions, C)
+            C, path = self._chosen_C(task, held, decisions, C)
         coef = np.zeros((len(targets), n))
         intercept = np.zeros(len(targets))
         with progress.phase("polish", len(targets), unit="problems",
@@ -363,6 +365,8 @@ class TwoStageSolver:
             "support_vectors_": data.support_vectors(support),
             "polished_": True,
         }
+        if check:
+            attrs["final_C_path_"] = path
         return attrs, C
 
     def _held_out(self, task: FitTask) -> np.ndarray:
@@ -374,9 +378,10 @@ class TwoStageSolver:
         held[stratified_rows(y, size, task.seed + 1)] = True
         return held
 
-    def _chosen_C(self, task: FitTask, held: np.ndarray, decisions: dict, C: float) -> float:
+    def _chosen_C(self, task: FitTask, held: np.ndarray, decisions: dict, C: float) -> tuple[float, dict]:
         """The candidate with the lowest (weighted) error on the held-out rows, where it beats the weight stage's
-        ``C`` by more than the standard error of their paired difference; else that ``C``."""
+        ``C`` by more than the standard error of their paired difference, else that ``C``; and every
+        candidate's held-out error (``final_C_path_``)."""
         y = task.data.y[held]
         weights = score_weights(task.data.y, task.class_weight, task.sample_weight)
         w = np.ones(len(y)) if weights is None else np.asarray(weights)[held]
@@ -384,8 +389,8 @@ class TwoStageSolver:
         errors = {c: float(np.sum(loss)) for c, loss in losses.items()}
         best = min(errors, key=lambda c: (errors[c], c != C))
         if errors[C] - errors[best] > standard_error_of_sum(losses[best] - losses[C]):
-            return float(best)
-        return float(C)
+            return float(best), errors
+        return float(C), errors
 
     def choose_maps(self, data, order: np.ndarray, unit: list, n_components=None, first_only: bool = False):
         """Each problem's Nystroem maps on the first landmarks of ``order``: ``(maps, residuals)``.
@@ -514,8 +519,9 @@ def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: 
         def load(rows):
             return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases, step, dtype)
 
-        storages = shards.call("load_problem", load, keep=True)  # kept: a rebuilt Dask shard loads it again
-        step.update(n)  # the remote shards' rows
+        # kept: a rebuilt Dask shard loads it again; remote shards' rows come with their heartbeats
+        storages = shards.call("load_problem", load, keep=True, progress=lambda rows: step.update(min(rows, n)))
+        step.update(n)
     return "spill" if "spill" in storages else storages[0]
 
 
