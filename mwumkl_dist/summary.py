@@ -305,7 +305,8 @@ def fit_summary(model, X=None, y=None, *, limit: int = 10, seed: int = 0, iterat
     stopped = " (stopped early: interrupted)" if model.interrupted_ else ""
     lines.append(_line("iterations", iterations or ", ".join(str(int(t)) for t in n_iter) + stopped))
     of = f" of {len(y)}" if y is not None and getattr(model, "solver_", "mwu") == "mwu" else ""
-    what = " (the Nystroem landmarks)" if getattr(model, "solver_", "mwu") == "two-stage" and not model.polished_ else ""
+    landmarks = getattr(model, "solver_", "mwu") == "two-stage" and not model.polished_
+    what = " (the Nystroem landmarks)" if landmarks else ""
     lines.append(_line("support vectors", f"{len(model.support_)}{of}{what}"))
     biases = np.atleast_1d(model.intercept_)
     more = ", ..." if len(biases) > limit else ""
