@@ -286,7 +286,7 @@ def test_auto_solver_rule():
     assert resolve_solver(spec(), data(n), resume="ck.npz") == "mwu"
     # Either engine, in memory or from a data store (both have feature rows and a kernel set).
     assert resolve_solver(spec(engine="dask"), data(n)) == "two-stage"
-    assert resolve_solver(spec(device="cuda"), data(n)) == "mwu"
+    assert resolve_solver(spec(device="cuda"), data(n)) == "two-stage"  # its linear stage on the GPU too
     assert resolve_solver(spec(), SimpleNamespace(n_samples=n, kernel_set=None)) == "mwu"  # precomputed
     with pytest.raises(ValueError, match="checkpoints"):
         resolve_solver(spec(solver="two-stage", checkpoint="c.npz"), data(10))

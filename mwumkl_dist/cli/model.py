@@ -479,7 +479,7 @@ def _planned_iterations(args, n: int, n_kernels: int) -> int:
     """The iteration count T of each binary problem, resolved as the estimator will."""
     two_stage = args.solver == "two-stage" or (
         args.solver == "auto" and args.kernels != "precomputed" and n >= AUTO_TWO_STAGE_POINTS
-        and getattr(args, "device", "cpu") == "cpu" and args.checkpoint is None and args.resume is None
+        and args.checkpoint is None and args.resume is None
         and not (args.C != "auto" and math.isinf(args.C))
     )  # fmt: skip
     if two_stage:  # the MWU iterations run on the weight subsample only, read into memory

@@ -68,11 +68,15 @@ class LinearShard:
     keeps them in memory within :func:`feature_memory_budget` (where the shard is
     built) and otherwise spills them or computes them again, whichever the cost model
     (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
+    ``device="cuda"``: the columns live on the shard's GPU
+    (:class:`~mwumkl_dist.data.cuda_shards.DeviceColumns`; storage ``"device"``) and the
+    passes over them run there; the rows changing sides are copied back for the Hessian.
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
 
-    def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto"):
+    def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
+                 device: str = "cpu"):  # fmt: skip
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
         if start % row_block:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
@@ -83,6 +87,8 @@ class LinearShard:
         self.row_block = row_block
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.storage = storage
+        self.device = device
+        self._device_columns = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
         self._budget, self._scratch = feature_memory_budget(), scratch_dir()
@@ -125,8 +131,10 @@ class LinearShard:
         self.y = np.asarray(y, dtype=np.float64)
         self.cw = np.asarray(cw, dtype=np.float64)
         sizes = [hi - lo for lo, hi in self.blocks]
-        storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         self.rows_done = 0
+        if self.device == "cuda":
+            return self._load_on_device(step)
+        storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         if storage == "recompute":  # every pass computes them: nothing to do now
             if step is not None:
                 step.advance(sum(sizes))
@@ -144,6 +152,20 @@ class LinearShard:
             ordered_map(build, range(len(self.blocks)))
         return storage
 
+    def _load_on_device(self, step) -> str:
+        from mwumkl_dist.data.cuda_shards import DeviceColumns
+
+        if self.dtype != np.float32:
+            raise ValueError(f"a GPU shard keeps its kernel columns in single precision, not {self.dtype}")
+        fmap = self.feature_map
+        self._device_columns = DeviceColumns(fmap.kernel_set, fmap.landmarks, fmap.weights, self.width)
+        for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
+            self._device_columns.put(i, self._read(lo, hi))
+            self.rows_done += hi - lo
+            if step is not None:
+                step.advance(hi - lo)
+        return "device"
+
     def _storage(self, nbytes: int) -> str:
         if self.storage != "auto":
             return self.storage
@@ -158,6 +180,8 @@ class LinearShard:
 
     def columns(self, i: int, rows=None) -> np.ndarray:
         """Block ``i``'s kernel columns (``rows``: only those of its rows, local indices), stored or computed again."""
+        if self._device_columns is not None:
+            return self._device_columns.host(i, rows)
         if self.features_ is not None:
             block = self.features_.get(i)
             return block if rows is None else block[rows]
@@ -223,6 +247,9 @@ class LinearShard:
             rows = np.flatnonzero(active[local])
             if not len(rows):
                 return None
+            if self._device_columns is not None:
+                return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
+                                                        labels)  # fmt: skip
             K = np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64)
             t = K @ beta + bias
             if labels:
@@ -246,19 +273,26 @@ class LinearShard:
             rows = np.flatnonzero(selected[self._local(i)])
             return np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64) if len(rows) else None
 
-        parts = [p for p in ordered_map(part, range(len(self.blocks))) if p is not None]
+        parts = [p for p in self._map(part, range(len(self.blocks))) if p is not None]
         return np.vstack(parts) if parts else np.zeros((0, width))
 
     def direction(self, d, level: int = -1) -> np.ndarray:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
+        if self._device_columns is not None:
+            parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
+            return np.concatenate(parts) if parts else np.zeros(0)
         with one_blas_thread():
             parts = ordered_map(
                 lambda i: np.asarray(self.columns(i)[:, : basis.width], dtype=np.float64) @ beta + d[basis.rank],
                 range(len(self.blocks)),
             )
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _map(self, fn, items) -> list:
+        """``ordered_map`` over the blocks; on a GPU shard one block after the other (the GPU is one device)."""
+        return ordered_map(fn, items) if self._device_columns is None else [fn(i) for i in items]
 
     def _mask(self, bits) -> np.ndarray:
         return np.unpackbits(bits, count=self.stop - self.start).astype(bool)
@@ -277,7 +311,7 @@ class LinearShard:
         for lo, hi in dyadic_nodes(first, first + len(self.blocks)):
             stack: list = []  # (level, sum) of completed subtrees, left to right
             for b0 in range(lo, hi, batch):
-                for value in ordered_map(part, range(b0 - first, min(b0 + batch, hi) - first)):
+                for value in self._map(part, range(b0 - first, min(b0 + batch, hi) - first)):
                     level = 0
                     while stack and stack[-1][0] == level:
                         value = _plus(stack.pop()[1], value)
@@ -290,6 +324,9 @@ class LinearShard:
         if self.features_ is not None:
             self.features_.close()
             self.features_ = None
+        if self._device_columns is not None:
+            self._device_columns.close()
+            self._device_columns = None
 
 
 #: The cost model of a pass over kernel columns that are not in memory (seconds per column entry, one core of the
@@ -334,7 +371,7 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-def _linear_factory(source, kernel_set, row_block: int, storage):
+def _linear_factory(source, kernel_set, row_block: int, storage, device: str = "cpu"):
     """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
     A store's shards read their rows where they are built; an array's shards are given their rows.
@@ -343,7 +380,7 @@ def _linear_factory(source, kernel_set, row_block: int, storage):
     def factory_for(rows):
         start, stop = rows
         part = source if isinstance(source, DataStore) else source[start:stop]
-        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, storage)
+        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, storage, device)
 
     return factory_for
 
@@ -359,6 +396,7 @@ def linear_shards(
     call_timeout=None,
     row_block=None,
     storage="auto",
+    device="cpu",
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
@@ -371,7 +409,7 @@ def linear_shards(
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
-    factory_for = _linear_factory(source, data.kernel_set, row_block, storage)
+    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device)
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool
 

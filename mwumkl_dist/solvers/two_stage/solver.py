@@ -88,8 +88,6 @@ def two_stage_blocker(data, spec: FitSpec | None = None, *, resume=None) -> str 
         return "the hard margin (C = inf)"
     if spec.checkpoint is not None:
         return "checkpoints (they hold the MWU iterations' state)"
-    if spec.device != "cpu":
-        return f'device="{spec.device}" (the two-stage fit runs on the CPU)'
     if resume is not None:
         return "resuming an MWU checkpoint"
     return None
@@ -160,6 +158,7 @@ class TwoStageSolver:
             call_timeout=spec.superstep_timeout,
             row_block=self.row_block,
             storage=self.storage,
+            device=spec.device,
         ) as shards:
             attrs = self._full_stage(spec, task, shards, weights, clock)
         if spec.verbose:
@@ -209,7 +208,8 @@ class TwoStageSolver:
             attrs, C = self._exact_stage(task, unit, point_weights, C, check, clock)
             ranks, residuals, spilled = [n] * len(task.targets), [0.0] * len(task.targets), False
         else:
-            attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock)
+            attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
+                                                            spec.device)  # fmt: skip
         single = len(task.targets) == 1
         out = {key: weights[key] for key in _FROM_WEIGHT_STAGE if key in weights}
         out.update(attrs)
@@ -231,7 +231,7 @@ class TwoStageSolver:
         return out
 
     def _nystroem_stage(self, task: FitTask, shards, maps: list, point_weights: list, C: float, check: bool,
-                        clock: list) -> tuple[dict, float, list, bool]:  # fmt: skip
+                        clock: list, device: str = "cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
         """The linear stage on the Nystroem features: ``(attributes, C, ranks, spilled)``."""
         data, n = task.data, task.data.n_samples
         order = landmark_order(n, task.seed)
@@ -258,11 +258,11 @@ class TwoStageSolver:
             if start is None and len(levels) > 1:  # the smaller map's model on the first landmarks starts the solve
                 with _newton_phase(levels[0], n, which) as warm_step:
                     warm = self._solve(shards, levels[0], 0, labels[k], C, point_weights[k], train, None, warm_step,
-                                       task.seed)  # fmt: skip
+                                       task.seed, device)  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
             with _newton_phase(levels[-1], n, which) as newton_step:
                 return self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                   newton_step, task.seed)  # fmt: skip
+                                   newton_step, task.seed, device)  # fmt: skip
 
         if check:
             train = ~held
@@ -303,12 +303,12 @@ class TwoStageSolver:
             attrs["final_C_path_"] = path
         return attrs, C, ranks, spilled
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int):
+    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, device="cpu"):
         """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards), by the method
         :func:`linear_method` picks (or :attr:`method`)."""
         method = self.method
         if method == "auto":
-            method = linear_method(len(y_pm), fmap.n_columns, fmap.rank, warm=start is not None)
+            method = linear_method(len(y_pm), fmap.n_columns, fmap.rank, warm=start is not None, device=device)
         if method == "cg":
             return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, seed=seed,
                                    step=step)  # fmt: skip
