@@ -49,7 +49,9 @@ def test_device_cuda_resolves_to_the_two_stage_fit():
     from mwumkl_dist.solvers.two_stage.solver import AUTO_TWO_STAGE_POINTS
 
     data = SimpleNamespace(n_samples=AUTO_TWO_STAGE_POINTS + 1, kernel_set=object(), polish_blocker=None)
-    spec = FitSpec.from_params({"device": "cuda"})
+    from mwumkl_dist import MWUMKLClassifier
+
+    spec = FitSpec.from_params(MWUMKLClassifier(device="cuda").get_params())
     assert resolve_solver(spec, data) == "two-stage"
     assert solver_note(spec, data) is None  # nothing to warn about: the GPU does not rule the two-stage fit out
 
