@@ -176,8 +176,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         the same, bit for bit, for every engine, shard count and thread count.
         ``"auto"``: two-stage above 3000 training rows (where the exact polish
         stops: the raw MWU classifier is worse or slower there) for feature rows
-        (in memory or in a data store) with a finite ``C``, on the CPU and
-        without a checkpoint; else ``"mwu"``.  ``solver_`` records the one used.
+        (in memory or in a data store) with a finite ``C`` and without a
+        checkpoint, on either device; else ``"mwu"``.  ``solver_`` records the one used.
     engine : {"local", "dask"}, default="local"
         Where the shards live: in this process, or on Dask workers.
     device : {"cpu", "cuda"}, default="cpu"
@@ -186,7 +186,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ``[gpu]`` extra, numba-cuda); with ``engine="dask"`` each worker's
         shards use that worker's GPU (one worker per GPU).  The results equal
         the CPU's (the same operations in the same order).  Without a usable
-        GPU, ``"cuda"`` is a ``RuntimeError`` naming what is missing.
+        GPU, ``"cuda"`` is a ``RuntimeError`` naming what is missing.  The
+        two-stage fit runs its weight stage on the GPU engine and keeps its
+        linear stage's kernel columns on the GPU (single precision), where the
+        Newton passes run; its exact solve stays on the CPU.  Its model agrees
+        with the CPU's to rounding, not bit for bit.
     client : distributed.Client, str or None, default=None
         With ``engine="dask"``: a client, a scheduler address
         (``"tcp://host:8786"``), or None for a local threaded cluster.
@@ -418,6 +422,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         class_weight=None,
         probability=False,
         solver="auto",
+        n_components="auto",
     ):
         self.kernels = kernels
         self.epsilon = epsilon
@@ -445,6 +450,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.class_weight = class_weight
         self.probability = probability
         self.solver = solver
+        self.n_components = n_components
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

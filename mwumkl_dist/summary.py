@@ -60,6 +60,12 @@ def _solver(model) -> str:
     if solver == "two-stage":
         residual = np.max(np.atleast_1d(getattr(model, "nystroem_residual_", np.nan)))
         rank = np.max(np.atleast_1d(model.n_components_))
+        if model.polished_:
+            how = "polish=True" if model.polish is True else "auto: its Gram matrix fits in memory"
+            return (
+                f"two-stage{why}: kernel weights on {model.weight_points_} rows, then the exact SVM on all "
+                f"{rank} rows ({how}; LIBSVM on the combined kernel)"
+            )
         return (
             f"two-stage{why}: kernel weights on {model.weight_points_} rows, then a linear SVM on Nystroem features "
             f"of rank {rank} (residual {residual:.3g})"
@@ -79,15 +85,21 @@ def _C(model) -> str:
     text = f"{C:g} ({unit})"
     if not _auto(model, "C"):
         return text + ": given"
+    final = getattr(model, "final_C_path_", None)
+    checked = ""
+    if final:
+        errors = ", ".join(f"{float(c):g}: {100 * e:.2f} %" for c, e in sorted(final.items()))
+        checked = f"; then checked on all rows (size-relative C: held-out error {errors})"
     for attribute, what in (("width_band_", "band of widths"), ("group_selection_", "group selection"),
                             ("structure_", "structure")):  # fmt: skip
         if getattr(model, attribute, None) is not None:
-            return text + f": the C of the chosen {what} (below)"
+            return text + f": the C of the chosen {what} (below){checked}"
     path = getattr(model, "C_path_", None)
     if not path:
-        return text + ": auto without cross-validation (a kernel store, or a class too small for two folds)"
+        return text + ": auto without cross-validation (a kernel store, or a class too small for two folds)" + checked
     grid = sorted(float(c) for c in path)
-    return text + f": the lowest cross-validated error of {len(grid)} candidates ({grid[0]:g} to {grid[-1]:g})"
+    text += f": the lowest cross-validated error of {len(grid)} candidates ({grid[0]:g} to {grid[-1]:g})"
+    return text + checked
 
 
 def _selectivity(model) -> str:
@@ -308,7 +320,8 @@ def fit_summary(model, X=None, y=None, *, limit: int = 10, seed: int = 0, iterat
     stopped = " (stopped early: interrupted)" if model.interrupted_ else ""
     lines.append(_line("iterations", iterations or ", ".join(str(int(t)) for t in n_iter) + stopped))
     of = f" of {len(y)}" if y is not None and getattr(model, "solver_", "mwu") == "mwu" else ""
-    what = " (the Nystroem landmarks)" if getattr(model, "solver_", "mwu") == "two-stage" else ""
+    landmarks = getattr(model, "solver_", "mwu") == "two-stage" and not model.polished_
+    what = " (the Nystroem landmarks)" if landmarks else ""
     lines.append(_line("support vectors", f"{len(model.support_)}{of}{what}"))
     biases = np.atleast_1d(model.intercept_)
     more = ", ..." if len(biases) > limit else ""

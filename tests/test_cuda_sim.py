@@ -760,6 +760,7 @@ def case_ptx():
     f8, i8 = T.float64, T.int64
     A1, A2, A3 = (T.Array(f8, d, "C") for d in (1, 2, 3))
     I1, I2, J1 = T.Array(i8, 1, "C"), T.Array(i8, 2, "C"), T.Array(T.int32, 1, "C")
+    F2 = T.Array(T.float32, 2, "C")
     plan = (I1, A1, A1, I1, I1, I1, I1)  # kind, pa, pb, grp, square_of, root, depth
     step = (i8, i8, f8, f8)  # lp, lq, diag_p, diag_q
     sigs = {
@@ -782,6 +783,11 @@ def case_ptx():
         "rules_coef": (A1, A1, f8, f8, f8, A1, A1),
         "rules_coef (paper's scale)": (A1, A1, f8, f8, T.none, A1, A1),
         "weighted_kernel_sums": (A2, A2, A2, A2, A2, A2, *plan, I1, I1, A2),
+        # the two-stage fit's linear stage: columns in single precision, products in double
+        "combined_columns": (A2, A2, A2, A2, A2, *plan, I1, I1, F2),
+        "columns_times": (F2, A1, f8, A1),
+        "active_weights": (F2, A1, f8, A1, A1, T.Array(T.boolean, 1, "C"), T.boolean, A1),
+        "columns_transposed_times": (F2, A1, A1),
     }
     # rules_coef calls CUDA's sinh and exp, whose own code uses FMA (their bits are CUDA's in any case): its
     # arithmetic around them is checked with both replaced by the identity.

@@ -162,7 +162,7 @@ def _two_stage_model(X, y, **params):
     est = MWUMKLClassifier(**{"kernels": "paper", **params})
     spec = FitSpec.from_params(est.get_params())
     data = make_training_input(X, y, est.kernels, estimator=est)
-    solver = two_stage.TwoStageSolver(weight_points=150, n_components=60)
+    solver = two_stage.TwoStageSolver(weight_points=150, n_components=60, precision="float64")
     task = FitTask.prepare(spec, data, sample_weight=None, seed=0, fit=fit_model)
     attrs = {"classes_": task.classes, "kernel_names_": data.kernel_names, **solver.fit(spec, task).attributes}
     for name, value in attrs.items():
@@ -286,7 +286,7 @@ def test_auto_solver_rule():
     assert resolve_solver(spec(), data(n), resume="ck.npz") == "mwu"
     # Either engine, in memory or from a data store (both have feature rows and a kernel set).
     assert resolve_solver(spec(engine="dask"), data(n)) == "two-stage"
-    assert resolve_solver(spec(device="cuda"), data(n)) == "mwu"
+    assert resolve_solver(spec(device="cuda"), data(n)) == "two-stage"  # its linear stage on the GPU too
     assert resolve_solver(spec(), SimpleNamespace(n_samples=n, kernel_set=None)) == "mwu"  # precomputed
     with pytest.raises(ValueError, match="checkpoints"):
         resolve_solver(spec(solver="two-stage", checkpoint="c.npz"), data(10))

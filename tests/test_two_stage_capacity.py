@@ -28,20 +28,21 @@ def _data(n=600, d=3, seed=0):
 
 @pytest.fixture
 def small_ranks(monkeypatch):
-    """Ranks that start at 16 landmarks and may grow to ``2 sqrt(n)``: several levels on a few hundred rows."""
+    """Ranks that start at 16 landmarks and may grow to 60: several levels on a few hundred rows."""
     monkeypatch.setattr(nystroem, "N_COMPONENTS", 16)
     monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
-    monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
+    monkeypatch.setattr(nystroem, "RANK_MAX", 60)
     monkeypatch.setattr(partition, "ROW_BLOCK", 64)
     monkeypatch.setattr(nystroem, "PRODUCT_ROWS", 8)  # the driver's products in several blocks too
 
 
-def test_rank_cap_and_levels():
-    assert two_stage.rank_cap(300) == 300  # every row a landmark: the exact kernel
-    assert two_stage.rank_cap(5000) == 566  # 8 sqrt(n)
-    assert two_stage.rank_cap(3001) == two_stage.N_COMPONENTS  # never below the start
-    assert two_stage.rank_cap(10**9) == two_stage.N_COMPONENTS_MAX
-    assert [two_stage.rank_cap(n) for n in (10**4, 10**5)] == [800, 1400]
+def test_rank_budget_and_levels():
+    assert two_stage.rank_budget(300) == 300  # every row a landmark: the exact kernel
+    assert two_stage.rank_budget(5000) == two_stage.RANK_MAX == 4096  # the r x r matrices' bound
+    assert two_stage.rank_budget(10**9) == two_stage.N_COMPONENTS  # never below the start
+    # single-precision columns within 2 GiB: 5368 landmarks at 10^5 rows, 536 at 10^6
+    assert [two_stage.rank_budget(n) for n in (10**5, 10**6)] == [4096, 536]
+    assert two_stage.rank_budget(10**6, column_bytes=8) == two_stage.N_COMPONENTS  # 268 in double: the start
     assert two_stage.rank_levels(500, 1952) == [500, 1000, 1952]
     assert two_stage.rank_levels(500, 500) == [500]
     assert two_stage.rank_levels(500, 300) == [300]
@@ -82,7 +83,7 @@ def _maps(X, y, kernels, **options):
 
 def test_adaptive_rank_grows_while_the_residual_is_large_and_stops_at_the_cap(small_ranks):
     X, y = _data(900)
-    cap = two_stage.rank_cap(900)
+    cap = two_stage.rank_budget(900)
     assert cap == 60
     # A narrow Gaussian: the residual stays large, the rank doubles up to the cap.
     maps, residuals = _maps(X, y, "gaussian:0.03")
@@ -107,11 +108,10 @@ def _objective(v, F, y, C, c):
 
 def _pool(columns, y, c, bases, n_shards=1):
     slots = partition.linear_row_ranges(len(y), n_shards, 64)
-    pool = LocalPool(
-        slots, lambda r: functools.partial(two_stage.LinearShard, columns[r[0] : r[1]], *r, row_block=64, spill=False)
-    )
+    pool = LocalPool(slots, lambda r: functools.partial(two_stage.LinearShard, columns[r[0] : r[1]], *r, row_block=64,
+                                                        storage="memory"))  # fmt: skip
     fmap = two_stage.GivenFeatures(columns.shape[1])
-    pool.call("load_problem", lambda r: (fmap, y[r[0] : r[1]], c[r[0] : r[1]], bases))
+    pool.call("load_problem", lambda r: (fmap, y[r[0] : r[1]], c[r[0] : r[1]], bases, None, "float64"))
     return pool
 
 
@@ -137,7 +137,8 @@ def test_newton_matches_an_exact_convex_solver_on_a_nystroem_basis(C):
         warm_small = two_stage.newton_solve(pool, small.basis, y, C, c, level=0)
         start = np.append(fmap.coefficients(small.expansion(warm_small.coef)), warm_small.intercept)
         warm = two_stage.newton_solve(pool, fmap.basis, y, C, c, level=1, start=start)
-    for result in (cold, warm):
+        cg = two_stage.cg_newton_solve(pool, fmap.basis, y, C, c, level=1, start=start, gtol=1e-10)
+    for result in (cold, warm, cg):
         v = np.append(result.coef, result.intercept)
         assert _objective(v, F, y, C, c) <= ref.fun * (1 + 1e-10)
         np.testing.assert_allclose(v, ref.x, atol=2e-5 * max(1.0, np.abs(ref.x).max()))
@@ -161,9 +162,11 @@ def test_newton_on_some_rows_is_the_solve_on_those_rows():
     train = rng.random(400) < 0.7
     with _pool(F, y, c, None, n_shards=2) as pool:
         part = two_stage.newton_solve(pool, two_stage.Basis(7, None), y, 2.0, c, train=train)
+        by_cg = two_stage.cg_newton_solve(pool, two_stage.Basis(7, None), y, 2.0, c, train=train, gtol=1e-12)
     alone = two_stage.fit_squared_hinge(F[train], y[train], 2.0)
-    np.testing.assert_allclose(part.coef, alone[0], atol=1e-10)
-    np.testing.assert_allclose(part.outputs, F @ part.coef + part.intercept, atol=1e-10)  # held-out rows too
+    for result in (part, by_cg):
+        np.testing.assert_allclose(result.coef, alone[0], atol=1e-9)
+        np.testing.assert_allclose(result.outputs, F @ result.coef + result.intercept, atol=1e-9)  # held-out rows too
 
 
 def test_block_tree_sums_do_not_depend_on_the_sharding():
@@ -200,7 +203,7 @@ def test_shard_tree_sums_follow_the_tree(monkeypatch):
 
     rng = np.random.default_rng(2)
     X = rng.random((64 * 13 + 5, 2))
-    shard = two_stage.LinearShard(X[64 * 3 :], 64 * 3, X.shape[0], row_block=64, spill=False)
+    shard = two_stage.LinearShard(X[64 * 3 :], 64 * 3, X.shape[0], row_block=64, storage="memory")
     values = [rng.standard_normal(3) for _ in shard.blocks]
     with thread_limit(2):
         nodes = shard._tree_sums(lambda i: values[i].copy())  # a new part per call, as gram_parts makes
@@ -209,7 +212,8 @@ def test_shard_tree_sums_follow_the_tree(monkeypatch):
         np.testing.assert_array_equal(total, _tree(values, a - 3, b - 3))
 
 
-PARAMS = dict(C=10.0, solver="two-stage", kernels="gaussian:0.05,gaussian:0.2,poly:2")
+# polish=False: the Nystroem stage (the exact solve would take these few hundred rows)
+PARAMS = dict(C=10.0, solver="two-stage", kernels="gaussian:0.05,gaussian:0.2,poly:2", polish=False)
 
 
 @pytest.fixture
@@ -222,7 +226,7 @@ def always_grow(monkeypatch, small_ranks):
 def test_adaptive_model_is_the_same_for_any_sharding_and_threads_and_saved(always_grow, tmp_path):
     X, y = _data(700)
     a = MWUMKLClassifier(**PARAMS, n_jobs=1).fit(X, y)
-    assert a.n_components_ == len(a.support_) == two_stage.rank_cap(700) == 53
+    assert a.n_components_ == len(a.support_) == two_stage.rank_budget(700) == 60
     assert np.all(np.diff(a.support_) > 0) and 0 < a.nystroem_residual_ < 1
     b = MWUMKLClassifier(**PARAMS, n_shards=3, n_jobs=2).fit(X, y)
     for name in ("kernel_weights_", "support_", "dual_coef_", "intercept_", "nystroem_residual_"):
@@ -244,23 +248,30 @@ def test_multiclass_problems_share_the_landmarks(always_grow):
     y = np.digitize(X[:, 0] + 0.5 * X[:, 1], [0.5, 1.0])
     est = MWUMKLClassifier(**PARAMS, n_shards=2).fit(X, y)
     assert est.dual_coef_.shape == (3, len(est.support_)) and est.nystroem_residual_.shape == (3,)
-    assert len(est.support_) == two_stage.rank_cap(600)
+    assert len(est.support_) == two_stage.rank_budget(600)
     assert np.mean(est.predict(X) == y) > 0.8
 
 
 @pytest.mark.timeout(120)
 def test_a_smooth_combination_at_a_weak_ridge_keeps_the_hessian_positive_definite(monkeypatch):
     """Wide Gaussians on 4 features (K(L, L) with eigenvalues down to 1e-12 of the largest) at C = 1000 and
-    1400 landmarks: with those eigenvalues kept (the old rcond, 1e-12) the projected Gram's rounding made the
-    Newton Hessian indefinite (LinAlgError); the map drops them (nystroem.RCOND) and the fit is good."""
+    1400 landmarks: with those directions kept (an eigendecomposition's rcond 1e-12, or a pivoted Cholesky
+    factorisation stopped relative to the largest diagonal: 201 features, |M| = 1e5) the projected Gram's
+    rounding made the Newton Hessian indefinite (LinAlgError); the map drops them (nystroem.RCOND of the
+    trace) and the fit is good."""
     monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(two_stage_solver.TwoStageSolver(), n_components=1400))
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(12000, 4))
     y = np.where(X[:, 0] + 0.5 * np.sin(6 * X[:, 1]) + 0.2 * rng.normal(size=len(X)) > 0.75, 1, -1)
-    params = dict(kernels="gaussian:1.5,gaussian:2.1,gaussian:3", C=1000.0, selectivity=0.0, solver="two-stage")
+    params = dict(
+        kernels="gaussian:1.5,gaussian:2.1,gaussian:3", C=1000.0, selectivity=0.0, solver="two-stage", polish=False
+    )
     clf = MWUMKLClassifier(**params, random_state=0).fit(X, y)
     assert clf.n_components_ < 1400 and clf.score(X, y) > 0.85
-    # The map keeps only eigenvalues above RCOND of the largest.
+    # The map keeps about the directions an eigendecomposition keeps above RCOND of the largest eigenvalue.
     L = X[nystroem.landmark_order(len(X), 0)[:1400]]
-    fmap = nystroem.nystroem_map(KernelSet(params["kernels"], 4), L, np.full(3, 1.0 / 3.0))
-    assert fmap.eigenvalues.min() > nystroem.RCOND * fmap.eigenvalues.max() and fmap.rank < 1400
+    ks = KernelSet(params["kernels"], 4)
+    fmap = nystroem.nystroem_map(ks, L, np.full(3, 1.0 / 3.0))
+    s = np.linalg.eigvalsh(combined_kernel(ks, L, L, np.full(3, 1.0 / 3.0)))
+    assert 0.5 * np.sum(s > nystroem.RCOND * s[-1]) <= fmap.rank <= np.sum(s > nystroem.RCOND * s[-1])
+    assert np.linalg.norm(fmap.projection, 2) < 10 / np.sqrt(nystroem.RCOND * s[-1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(partition, "ROW_BLOCK", 64)  # 11 row blocks of 64 rows: shards cut between them
 
 
-PARAMS = dict(C=10.0, solver="two-stage", kernels="poly:1,gaussian:0.5,gaussian:1,gaussian:2", n_jobs=1)
+# polish=False: the Nystroem stage on shards (in memory the exact solve would take these few hundred rows)
+PARAMS = dict(C=10.0, solver="two-stage", kernels="poly:1,gaussian:0.5,gaussian:1,gaussian:2", n_jobs=1, polish=False)
 
 
 def test_linear_row_ranges_follow_row_blocks():
@@ -102,9 +104,10 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     one = two_stage.fit_squared_hinge(F, y, 3.0, c)
     slots = partition.linear_row_ranges(300, 3, 64)
     with LocalPool(
-        slots, lambda r: functools.partial(two_stage.LinearShard, F[r[0] : r[1]], *r, row_block=64, spill=False)
+        slots, lambda r: functools.partial(two_stage.LinearShard, F[r[0] : r[1]], *r, row_block=64, storage="memory")
     ) as pool:
-        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], c[r[0] : r[1]]))
+        pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], c[r[0] : r[1]], None, None,
+                                             "float64"))  # fmt: skip
         three = two_stage.solve_squared_hinge(pool, 6, y, 3.0, c)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
@@ -141,11 +144,11 @@ def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, cli
 
     for module in (nystroem, two_stage_solver):
         monkeypatch.setattr(module, "N_COMPONENTS", 16)
-    monkeypatch.setattr(nystroem, "RANK_PER_SQRT_N", 2.0)
+    monkeypatch.setattr(nystroem, "RANK_MAX", 53)
     monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
     X, y = _data()
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
-    assert len(ref.support_) == two_stage.rank_cap(700) == 53
+    assert len(ref.support_) == two_stage.rank_budget(700) == 53
     _assert_identical(ref, MWUMKLClassifier(**PARAMS, engine="dask", client=client, n_shards=3).fit(X, y))
 
 
@@ -190,3 +193,41 @@ def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
     limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
     assert budget in {limit // 4 for limit in limits}
     assert "dask-scratch" in scratch  # the worker's local directory, not the temp directory
+
+
+class _SlowShard:
+    """A shard whose ``work`` call takes ``seconds`` and counts its rows as it goes (``rows_done``)."""
+
+    def __init__(self, rows):
+        self.rows_done = 0
+
+    def work(self, seconds):
+        self.rows_done = 0
+        for _ in range(10):
+            time.sleep(seconds / 10)
+            self.rows_done += 5
+        return seconds
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_a_long_call_on_a_healthy_worker_is_no_hang(client, monkeypatch):
+    """A shard busy longer than superstep_timeout sends heartbeats: it is not rebuilt, and its rows reach the
+    driver as it goes.  Without heartbeats the same call is taken for a hung worker (the issue's 2M-row fit)."""
+    from mwumkl_dist.engines import dask_pool
+    from mwumkl_dist.engines.dask_pool import DaskPool
+
+    monkeypatch.setattr(dask_pool, "HEARTBEAT_EVERY", 0.1)
+    monkeypatch.setattr(dask_pool, "REPLACEMENT_GRACE", 0.2)
+    slots = [(0, 50), (50, 100)]
+    seen = []
+    with DaskPool(slots, lambda rows: functools.partial(_SlowShard, rows), client=client, timeout=60,
+                  call_timeout=0.5) as pool:  # fmt: skip
+        assert pool.call("work", lambda rows: (0.05,), superstep=True) == [0.05, 0.05]  # its first time: untimed
+        assert pool.call("work", lambda rows: (2.0,), superstep=True, progress=seen.append) == [2.0, 2.0]
+        assert pool.recoveries == 0
+        assert seen and max(seen) <= 100 and seen == sorted(seen)
+        monkeypatch.setattr(dask_pool._HEARTBEATS, "start", lambda *args: 0)
+        monkeypatch.setattr(dask_pool._HEARTBEATS, "stop", lambda *args: None)
+        pool.timeout = 2.0  # the wait for a worker that answers
+        with pytest.raises(ConnectionError, match="the only ones it lists do not answer"):
+            pool.call("work", lambda rows: (2.0,), superstep=True)  # both healthy workers taken for hung

@@ -113,6 +113,16 @@ def C_or_auto(text: str) -> float | str:
     return value
 
 
+def n_components_or_auto(text: str) -> int | str:
+    """``"auto"`` or a positive integer (the two-stage fit's Nystroem rank)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive integer, got {text!r}") from None
+
+
 def selectivity_choice(text: str) -> float | str:
     """``"auto"``, ``"exact"`` (also ``inf``), ``"paper"`` or a number ``>= 0``."""
     word = text.strip().lower()

@@ -24,6 +24,7 @@ from mwumkl_dist.cli.args import (
     epsilon_or_auto,
     existing_file,
     kernel_spec,
+    n_components_or_auto,
     n_jobs,
     positive_float,
     positive_int,
@@ -143,6 +144,14 @@ def _model_options() -> argparse.ArgumentParser:
         help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
         "then a linear solver on Nystroem features of the learned kernel (time ~ n; data files and data stores, "
         f"not kernel stores); auto (default): two-stage from {AUTO_TWO_STAGE_POINTS} points",
+    )
+    group.add_argument(
+        "--n-components",
+        type=n_components_or_auto,
+        default="auto",
+        metavar="R",
+        help="the two-stage fit's Nystroem rank: R landmarks, or auto (default): grown until the features reproduce "
+        "the learned kernel (residual 0.02) within a memory budget, or the exact solve where its Gram fits",
     )
     group.add_argument(
         "--no-scale-C",
@@ -320,6 +329,7 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
         polish=POLISH[args.polish],
         n_jobs=args.n_jobs,
         solver=args.solver,
+        n_components=args.n_components,
         **extra,
     )
 
@@ -510,7 +520,7 @@ def _planned_iterations(args, n: int, n_kernels: int) -> int:
     """The iteration count T of each binary problem, resolved as the estimator will."""
     two_stage = args.solver == "two-stage" or (
         args.solver == "auto" and args.kernels != "precomputed" and n >= AUTO_TWO_STAGE_POINTS
-        and getattr(args, "device", "cpu") == "cpu" and args.checkpoint is None and args.resume is None
+        and args.checkpoint is None and args.resume is None
         and not (args.C != "auto" and math.isinf(args.C))
     )  # fmt: skip
     if two_stage:  # the MWU iterations run on the weight subsample only, read into memory

@@ -561,21 +561,59 @@ def exact_row_dots(VT, rows, weights, chunk, limbs, bad):
                 cuda.atomic.add(limbs, (r, k), acc[0, k])
 
 
+@cuda.jit(device=True)
+def _combined_entry(Xt, t, sqx, SV, j, sv_sq, weights, o, kind, pa, pb, grp, square_of, root, depth, gptr, gfeat):
+    """``sum_i weights[o, i] K_i(x_t, sv_j)`` from 0 in kernel order (``cpu._wks_rows``'s inner sum).
+
+    A Gaussian with weight 0 adds ``0 * K = 0`` (``K`` is finite) and is skipped; consecutive kernels on
+    one group share its dot product.
+    """
+    m = weights.shape[1]
+    acc = 0.0
+    last_g = -1
+    dot = 0.0
+    d2 = 0.0
+    prev = 0.0
+    have_prev = False
+    for i in range(m):
+        w = weights[o, i]
+        r = root[i]
+        if w == 0.0 and kind[r] == 2:
+            have_prev = False
+            continue
+        if have_prev and square_of[i] >= 0 and square_of[i] == i - 1:
+            kv = prev * prev
+        else:
+            g = grp[r]
+            if g != last_g:
+                dot = 0.0
+                for u in range(gptr[g], gptr[g + 1]):
+                    f = gfeat[u]
+                    a = _mul(SV[j, f], Xt[f, t])
+                    if a != 0.0:
+                        dot += a
+                d2 = (sqx[g, t] + sv_sq[j, g]) - _mul(2.0, dot)
+                last_g = g
+            kv = _chain_value(kind[r], pa[r], pb[r], dot, d2, depth[i])
+        prev = kv
+        have_prev = True
+        acc += _mul(w, kv)
+    return acc
+
+
 @cuda.jit
 def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, square_of, root, depth, gptr, gfeat,
                          out):  # fmt: skip
     """``out[t, o] = sum_j coef[o, j] sum_i weights[o, i] K_i(x_t, sv_j)``: one (row, output) per thread.
 
     ``cpu._wks_rows`` for one row: per support vector (in order, those
-    with ``coef != 0``) the weighted kernel sum from 0 in kernel order, then
+    with ``coef != 0``) the weighted kernel sum (:func:`_combined_entry`), then
     added to the row's total.  ``Xt`` ``(d, n)`` and ``SV`` ``(n_sv, d)`` are
     dense; ``sqx`` ``(n_groups, n)`` and ``sv_sq`` ``(n_sv, n_groups)`` their
-    group norms.  A Gaussian with weight 0 adds ``0 * K = 0`` (``K`` is
-    finite) and is skipped; consecutive kernels on one group share its dot product.
+    group norms.
     """
     n = Xt.shape[1]
     n_out = weights.shape[0]
-    m = weights.shape[1]
     n_sv = SV.shape[0]
     total = n * n_out
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -586,37 +624,74 @@ def weighted_kernel_sums(Xt, sqx, SV, sv_sq, coef, weights, kind, pa, pb, grp, s
             c = coef[o, j]
             if c == 0.0:
                 continue
-            acc = 0.0
-            last_g = -1
-            dot = 0.0
-            d2 = 0.0
-            prev = 0.0
-            have_prev = False
-            for i in range(m):
-                w = weights[o, i]
-                r = root[i]
-                if w == 0.0 and kind[r] == 2:
-                    have_prev = False
-                    continue
-                if have_prev and square_of[i] >= 0 and square_of[i] == i - 1:
-                    kv = prev * prev
-                else:
-                    g = grp[r]
-                    if g != last_g:
-                        dot = 0.0
-                        for u in range(gptr[g], gptr[g + 1]):
-                            f = gfeat[u]
-                            a = _mul(SV[j, f], Xt[f, t])
-                            if a != 0.0:
-                                dot += a
-                        d2 = (sqx[g, t] + sv_sq[j, g]) - _mul(2.0, dot)
-                        last_g = g
-                    kv = _chain_value(kind[r], pa[r], pb[r], dot, d2, depth[i])
-                prev = kv
-                have_prev = True
-                acc += _mul(w, kv)
+            acc = _combined_entry(Xt, t, sqx, SV, j, sv_sq, weights, o, kind, pa, pb, grp, square_of, root, depth,
+                                  gptr, gfeat)  # fmt: skip
             s += _mul(c, acc)
         out[t, o] = s
+
+
+# ----------------------------------------------------------------------------- the linear stage's columns
+
+
+@cuda.jit
+def combined_columns(Xt, sqx, L, l_sq, weights, kind, pa, pb, grp, square_of, root, depth, gptr, gfeat, out):
+    """``out[j, t] = sum_i weights[0, i] K_i(x_t, l_j)`` in single precision: a linear-stage shard's kernel
+    columns on the landmarks ``L``, stored transposed (``(n_landmarks, n_rows)``: a warp's threads, consecutive
+    rows, write and later read consecutive addresses).  One entry per thread."""
+    n = Xt.shape[1]
+    total = L.shape[0] * n
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for idx in range(start, total, stride):
+        j, t = _unflatten(idx, n)
+        out[j, t] = _combined_entry(Xt, t, sqx, L, j, l_sq, weights, 0, kind, pa, pb, grp, square_of, root, depth,
+                                    gptr, gfeat)  # fmt: skip
+
+
+@cuda.jit
+def columns_times(Ct, beta, bias, out):
+    """``out[t] = sum_j Ct[j, t] beta[j] + bias`` (double precision, landmarks in order): one row per thread.
+
+    ``beta`` may be shorter than ``Ct``'s landmarks (a smaller rank level uses the first ones)."""
+    width, n = beta.shape[0], Ct.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for t in range(start, n, stride):
+        s = 0.0
+        for j in range(width):
+            s += _mul(float(Ct[j, t]), beta[j])
+        out[t] = s + bias
+
+
+@cuda.jit
+def active_weights(Ct, beta, bias, y, c, active, labels, out):
+    """``out[t] = c_t (sum_j Ct[j, t] beta[j] + bias - [y_t])`` on active rows, 0 elsewhere: one row per thread
+    (the first ``len(beta)`` landmarks)."""
+    width, n = beta.shape[0], Ct.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for t in range(start, n, stride):
+        if not active[t]:
+            out[t] = 0.0
+            continue
+        s = 0.0
+        for j in range(width):
+            s += _mul(float(Ct[j, t]), beta[j])
+        s += bias
+        if labels:
+            s -= y[t]
+        out[t] = _mul(c[t], s)
+
+
+@cuda.jit
+def columns_transposed_times(Ct, u, out):
+    """``out[j] = sum_t Ct[j, t] u[t]`` (double precision, rows in order): one landmark per thread (the first
+    ``len(out)``)."""
+    width, n = out.shape[0], Ct.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, width, stride):
+        s = 0.0
+        for t in range(n):
+            if u[t] != 0.0:
+                s += _mul(float(Ct[j, t]), u[t])
+        out[j] = s
 
 
 # ----------------------------------------------------------------------------- the MWU rules on m-vectors

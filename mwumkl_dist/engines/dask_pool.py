@@ -46,6 +46,7 @@ __all__ = [
     "WAIT_FIRST_REPORT",
     "WAIT_REPORT_EVERY",
     "REPLACEMENT_GRACE",
+    "HEARTBEAT_EVERY",
 ]
 
 logger = logging.getLogger("mwumkl_dist")
@@ -75,6 +76,11 @@ PLACEMENT_RECHECK = 0.5
 #: A shard silent this many seconds on one call (or three times its slowest answer to such a call so
 #: far, if longer) is reported, then every WAIT_REPORT_EVERY s, until ``superstep_timeout``.
 SLOW_REPORT = 10.0
+#: A shard busy with a call says so every this many seconds (a heartbeat frame, with the rows its call has
+#: done where the shard counts them, ``rows_done``): a long call (a linear-stage shard's columns of millions of
+#: rows, a Newton step's pass over them) is silent no longer than this, so ``superstep_timeout`` only takes a
+#: worker that stopped answering for hung, however long its healthy calls take.
+HEARTBEAT_EVERY = 2.0
 #: A worker left mid-fit: how long its shards' rebuild waits for a replacement worker to join (a
 #: nanny restarts a killed worker in a few seconds) before using the workers left.
 REPLACEMENT_GRACE = 10.0
@@ -344,6 +350,7 @@ class ShardServer:
             return _channel.encode(("error", traceback.format_exc()))
 
     def _serve_driver(self, chan) -> None:
+        lock = threading.Lock()  # the answer and the heartbeats share the channel
         try:
             with chan:
                 while True:
@@ -351,7 +358,13 @@ class ShardServer:
                     if method == "close":
                         chan.send(("ok", None))
                         return
-                    chan.send_frame(self._answer(method, args))
+                    busy = _HEARTBEATS.start(self, chan, lock)
+                    try:
+                        answer = self._answer(method, args)
+                    finally:
+                        _HEARTBEATS.stop(busy, lock)
+                    with lock:
+                        chan.send_frame(answer)
         except (EOFError, OSError):
             return  # the driver closed the channel, or died
         finally:
@@ -421,14 +434,75 @@ class _ServeThreads:
 _SERVE_THREADS = _ServeThreads()
 
 
+class _Heartbeats:
+    """One daemon thread per worker process (started with its first busy shard, never again) that sends each
+    shard busy with a call a heartbeat frame, ``("alive", (seconds, rows_done))``, every :data:`HEARTBEAT_EVERY`
+    seconds until its answer goes out (the driver waits on; see :meth:`DaskPool._gather`).  It looks every
+    :data:`_HEARTBEAT_TICK` seconds."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._busy: dict = {}  # token -> [server, channel, channel lock, start, last beat]
+        self._started = False
+        self._tokens = 0
+
+    def start(self, server, chan, lock) -> int:
+        with self._lock:
+            self._tokens += 1
+            token = self._tokens
+            now = time.monotonic()
+            self._busy[token] = [server, chan, lock, now, now]
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, name="mwumkl-heartbeat", daemon=True).start()
+        return token
+
+    def stop(self, token: int, lock) -> None:
+        with lock, self._lock:  # under the channel's lock: no heartbeat after the answer
+            self._busy.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(_HEARTBEAT_TICK)
+            with self._lock:
+                busy = list(self._busy.items())
+            for token, entry in busy:
+                server, chan, lock, start, last = entry
+                now = time.monotonic()
+                if now - last < HEARTBEAT_EVERY:
+                    continue
+                with lock:
+                    with self._lock:
+                        if token not in self._busy:  # answered meanwhile
+                            continue
+                        entry[4] = now
+                    done = getattr(server.shard, "rows_done", None)
+                    with contextlib.suppress(OSError, EOFError, ValueError):
+                        chan.send(("alive", (now - start, done)))
+
+
+#: How often the heartbeat thread looks for busy shards (seconds).
+_HEARTBEAT_TICK = 0.1
+
+
+#: The heartbeats of this process's shard servers.
+_HEARTBEATS = _Heartbeats()
+
+
+#: What :meth:`DaskPool._recv_frame` returns for a heartbeat.
+_ALIVE = object()
+
+
 class _Block:
-    """Driver-side handle of one remote shard: its slot, worker, actor and channel."""
+    """Driver-side handle of one remote shard: its slot, worker, actor and channel (and the rows its current
+    call has done, from its last heartbeat)."""
 
     def __init__(self, slot):
         self.slot = slot
         self.worker = None
         self.actor_future = None
         self.conn = None
+        self.rows_done = None
 
 
 class DaskPool:
@@ -840,75 +914,97 @@ class DaskPool:
 
     # ------------------------------------------------------------------ messaging
     def _recv(self, block: _Block):
+        """The shard's answer (heartbeats skipped)."""
+        while True:
+            value = self._recv_frame(block)
+            if value is not _ALIVE:
+                return value
+
+    def _recv_frame(self, block: _Block):
+        """The shard's next frame: its answer, or :data:`_ALIVE` for a heartbeat (its rows done noted)."""
         try:
             status, value = block.conn.recv()
         except TimeoutError:
             raise ShardLostError(f"shard {block.slot} did not answer within {self.timeout:g} s") from None
         if status == "error":
             raise RuntimeError(f"shard {block.slot} failed:\n{value}")
+        if status == "alive":
+            block.rows_done = value[1]
+            return _ALIVE
         return value
 
     def _call(self, block: _Block, method, args: tuple):
         block.conn.send_frame(_channel.encode((method, args)))
         return self._recv(block)
 
-    def _gather(self, blocks, name: str, number: int, superstep: bool) -> tuple[dict, list, set]:
+    def _gather(self, blocks, name: str, number: int, superstep: bool, progress=None) -> tuple[dict, list, set]:
         """The answers of ``blocks`` (sent a call), as they come; a shard silent too long is lost.
 
-        A superstep's shard silent for :data:`SLOW_REPORT` s (or three times the slowest answer
-        to that call so far) is reported, then every ``WAIT_REPORT_EVERY`` s; silent for
-        ``call_timeout`` s, its worker is taken for hung (from a call's second time on: the first
-        may compile and load caches on a fresh worker).  Other calls wait up to ``timeout``.
-        Returns ``(results by id(block), lost blocks, hung workers)``.
+        Silent means no frame at all: a busy shard sends a heartbeat every :data:`HEARTBEAT_EVERY` s
+        (:class:`_Heartbeats`), so a long call on a healthy worker is never silent long.  A superstep's
+        shard silent for :data:`SLOW_REPORT` s (or three times the slowest answer to that call so far) is
+        reported, then every ``WAIT_REPORT_EVERY`` s; silent for ``call_timeout`` s, its worker is taken for
+        hung (from a call's second time on: the first may compile and load caches on a fresh worker).  Other
+        calls wait up to ``timeout`` of silence.  ``progress(rows)``: called with the rows the shards' calls
+        have done so far (their heartbeats' counts) as they come.  Returns ``(results by id(block), lost
+        blocks, hung workers)``.
         """
         results: dict = {}
         lost: list = []
         waiting = {b.conn.sock.fileno(): b for b in blocks}
         poller = select.poll()
-        for fd in waiting:
+        for fd, b in waiting.items():
             poller.register(fd, select.POLLIN | select.POLLPRI)
+            b.rows_done = None
         start = time.monotonic()
+        heard = dict.fromkeys(waiting, start)
         timed = superstep and name in self._slowest
         limit = self.call_timeout if timed else self.timeout
-        give_up = start + limit
-        report_at = start + max(SLOW_REPORT, 3.0 * self._slowest.get(name, 0.0)) if superstep else float("inf")
+        report_after = max(SLOW_REPORT, 3.0 * self._slowest.get(name, 0.0)) if superstep else float("inf")
+        report_at = start + report_after
+        hung: set = set()
+
+        def done(fd):
+            waiting.pop(fd)
+            poller.unregister(fd)
+
         while waiting:
             ready = [fd for fd, b in waiting.items() if b.conn.buffered]
             if not ready:
-                wait = max(0.0, min(report_at, give_up) - time.monotonic())
-                ready = [fd for fd, _ in poller.poll(int(wait * 1000) + 1)]
+                deadline = min(min(heard[fd] for fd in waiting) + limit, report_at)
+                ready = [fd for fd, _ in poller.poll(int(max(0.0, deadline - time.monotonic()) * 1000) + 1)]
             for fd in ready:
-                b = waiting.pop(fd)
-                poller.unregister(fd)
+                b = waiting[fd]
                 try:
-                    results[id(b)] = self._recv(b)
+                    value = self._recv_frame(b)
                 except (OSError, EOFError, ShardLostError):
+                    done(fd)
                     lost.append(b)
+                    continue
+                heard[fd] = time.monotonic()
+                if value is _ALIVE:
+                    if progress is not None:
+                        progress(sum(int(x.rows_done or 0) for x in blocks))
+                    continue
+                done(fd)
+                results[id(b)] = value
             now = time.monotonic()
-            if waiting and now >= give_up:
-                break
+            for fd in [fd for fd in waiting if now - heard[fd] >= limit]:
+                b = waiting[fd]
+                done(fd)
+                hung.add(b.worker)
+                lost.append(b)
+                which = "superstep_timeout" if timed else "worker_timeout"
+                logger.warning("worker %s has not answered %s %d for %.0f s (%s = %g s); rebuilding its shards on "
+                               "other workers", b.worker, name, number, now - heard[fd], which, limit)  # fmt: skip
             if waiting and now >= report_at:
-                self._report_slow(list(waiting.values()), name, number, now - start, limit)
+                silent = [b for fd, b in waiting.items() if now - heard[fd] >= report_after]
+                if silent:
+                    self._report_slow(silent, name, number, now - min(heard[fd] for fd in waiting), limit)
                 report_at = now + WAIT_REPORT_EVERY
         took = time.monotonic() - start
-        if not waiting and not lost and took > self._slowest.get(name, 0.0):
+        if not lost and took > self._slowest.get(name, 0.0):
             self._slowest[name] = took
-        hung = set()
-        if waiting:
-            silent = list(waiting.values())
-            hung = {b.worker for b in silent}
-            which = "superstep_timeout" if timed else "worker_timeout"
-            for worker in sorted(hung):
-                logger.warning(
-                    "worker %s has not answered %s %d for %.0f s (%s = %g s); rebuilding its shards on other workers",
-                    worker,
-                    name,
-                    number,
-                    time.monotonic() - start,
-                    which,
-                    limit,
-                )
-            lost.extend(silent)
         return results, lost, hung
 
     def _report_slow(self, blocks, name: str, number: int, waited: float, limit: float) -> None:
@@ -930,7 +1026,8 @@ class DaskPool:
                 limit,
             )
 
-    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False, superstep=False) -> list:
+    def call(self, method, args_for=None, *, shared=False, shards=None, keep=False, superstep=False,
+             progress=None) -> list:  # fmt: skip
         """See :meth:`~.pool.ShardPool.call`: sent to every shard first, then gathered (the shards work in parallel).
 
         Each group of equal arguments is pickled once and the same bytes go to each of its shards.
@@ -954,7 +1051,7 @@ class DaskPool:
                 sent.append(b)
             except (OSError, EOFError, ValueError):
                 lost.append(b)
-        results, silent, hung = self._gather(sent, name, number, superstep)
+        results, silent, hung = self._gather(sent, name, number, superstep, progress)
         lost += silent
         if lost:
             self._departures(lost, hung)

@@ -45,7 +45,15 @@ class ShardPool(Protocol):
     remote: bool
 
     def call(
-        self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False, superstep=False
+        self,
+        method,
+        args_for=None,
+        *,
+        shared=False,
+        shards: Sequence[int] | None = None,
+        keep=False,
+        superstep=False,
+        progress=None,
     ) -> list:
         """``method(*args_for(slot))`` on every shard (or on the shards at the indices ``shards``), in that order.
 
@@ -56,8 +64,10 @@ class ShardPool(Protocol):
         is called once per key).  ``keep``: a rebuilt shard is given this call again (see the
         module).  ``superstep``: a short call the iteration repeats, so a shard that takes far
         longer than usual on it is hung (the Dask pool reports it, and rebuilds it after the
-        estimator's ``superstep_timeout``).  Shards work in parallel where they live apart; a
-        lost shard is rebuilt and asked again.
+        estimator's ``superstep_timeout``; a busy remote shard sends heartbeats, so only a silent
+        one counts).  ``progress(rows)``: told the rows the remote shards' calls have done so far
+        (their heartbeats' counts; a local shard advances its own progress phase instead).  Shards
+        work in parallel where they live apart; a lost shard is rebuilt and asked again.
         """
 
     def close(self) -> None:
@@ -115,7 +125,15 @@ class LocalPool:
         self.shards = [factory_for(slot)() for slot in self.slots]
 
     def call(
-        self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, keep=False, superstep=False
+        self,
+        method,
+        args_for=None,
+        *,
+        shared=False,
+        shards: Sequence[int] | None = None,
+        keep=False,
+        superstep=False,
+        progress=None,
     ) -> list:
         targets = range(len(self.shards)) if shards is None else shards
         args = call_args(self.slots, targets, args_for, shared)

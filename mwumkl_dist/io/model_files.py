@@ -111,7 +111,7 @@ def _model_meta(estimator) -> dict:
 
 
 #: The cross-validation paths saved with a model (for its summary and pictures), by attribute.
-CV_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
+CV_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "final_C_path_")
 
 
 def _path_items(path: dict) -> list:

@@ -39,6 +39,7 @@ __all__ = [
     "support_vector_sums",
     "kernel_traces",
     "combined_kernel",
+    "evaluation_counts",
     "kernel_matrices",
     "data_scale",
     "neighbour_distance",
@@ -398,6 +399,28 @@ def _combine(dot, sqx, sqz, plan_arrays, members, w, out, parallel: bool = True)
             _combine_chunks(dot, sqx, sqz, kind, param_a, param_b, source, members, w, out, n_chunks)
 
 
+def _needed(plan, weights) -> np.ndarray:
+    """Which kernels :func:`combined_kernel` evaluates: those of non-zero weight and the sources of their squares."""
+    needed = np.asarray(weights) != 0.0
+    for i in plan.order[::-1]:  # sources come before their squares in the chain order
+        if needed[i] and plan.square_of[i] >= 0:
+            needed[plan.square_of[i]] = True
+    return needed
+
+
+def evaluation_counts(kernels: KernelSet, weights) -> tuple[int, int, int]:
+    """What one entry of :func:`combined_kernel` costs: ``(feature groups, exponentials, other kernels)``.
+
+    Each feature group with a kernel to evaluate is one dot product and distance; each Gaussian that is
+    not the square of another one ``exp``; the rest (squares, polynomials, linear kernels) a few products.
+    """
+    plan = kernels.plan
+    needed = _needed(plan, np.asarray(weights, dtype=np.float64))
+    groups = sum(1 for members in _group_members(plan) if needed[members].any())
+    exps = int(np.count_nonzero(needed & (np.asarray(plan.kind) == 2) & (np.asarray(plan.square_of) < 0)))
+    return groups, exps, int(np.count_nonzero(needed)) - exps
+
+
 def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray:
     """``sum_i weights[i] K_i(X, Z)`` as a dense ``(n_X, n_Z)`` array.
 
@@ -420,10 +443,7 @@ def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray
     if w.shape != (len(ks),):
         raise ValueError(f"weights must have shape ({len(ks)},), got {w.shape}")
     plan = ks.plan
-    needed = w != 0.0
-    for i in plan.order[::-1]:  # sources come before their squares in the chain order
-        if needed[i] and plan.square_of[i] >= 0:
-            needed[plan.square_of[i]] = True
+    needed = _needed(plan, w)
     out = np.zeros((X.shape[0], Z.shape[0]))
     plan_arrays = (
         np.ascontiguousarray(plan.kind, dtype=np.int64),

@@ -71,6 +71,7 @@ __all__ = [
     "solver_selectivity",
     "screen_spec",
     "no_iterations_needed",
+    "standard_error_of_sum",
 ]
 
 logger = logging.getLogger("mwumkl_dist")
@@ -590,7 +591,7 @@ class _FoldScorer:
         the rows' differences, square-rooted): far smaller than either error's binomial standard error
         when the two candidates mostly agree, as a band of widths and its whole family do.
         """
-        return _standard_error_of_sum(self._losses[a] - self._losses[b])
+        return standard_error_of_sum(self._losses[a] - self._losses[b])
 
     def record(self, candidate) -> dict:
         """A scored candidate's cross-validation: its ``error``, the ``standard_error`` of that error (from
@@ -598,7 +599,7 @@ class _FoldScorer:
         if candidate not in self._losses:
             return {}
         losses = self._losses[candidate]
-        return {"error": float(np.sum(losses)), "standard_error": _standard_error_of_sum(losses),
+        return {"error": float(np.sum(losses)), "standard_error": standard_error_of_sum(losses),
                 "rows": len(self.rows), "folds": len(self.folds)}  # fmt: skip
 
     def groups_kept(self, selection: GroupSelection) -> float:
@@ -658,7 +659,7 @@ class _FoldScorer:
                               doing="choosing C by cross-validation")  # fmt: skip
 
 
-def _standard_error_of_sum(d: np.ndarray) -> float:
+def standard_error_of_sum(d: np.ndarray) -> float:
     """The standard error of ``sum(d)`` for per-row shares ``d`` of an error (inf for one row)."""
     n = len(d)
     return math.sqrt(n / (n - 1) * float(np.sum((d - d.mean()) ** 2))) if n > 1 else math.inf

@@ -65,7 +65,7 @@ def resolve_solver(spec: FitSpec, data: TrainingInput, *, resume=None) -> str:
 
     ``"auto"``: the two-stage fit from :data:`~mwumkl_dist.solvers.two_stage.solver.AUTO_TWO_STAGE_POINTS`
     training rows when it can run (feature rows in memory or in a data store, finite ``C``, no
-    checkpoint, the CPU; either engine) and the fit does not resume an MWU checkpoint; else the
+    checkpoint; either engine and device) and the fit does not resume an MWU checkpoint; else the
     MWU fit.  A named solver that cannot run is a ValueError naming why.
     """
     if spec.solver == "auto":
@@ -85,7 +85,7 @@ def solver_note(spec: FitSpec, data: TrainingInput, *, resume=None) -> str | Non
     """Why ``solver="auto"`` runs the MWU fit where it would pick the two-stage fit (None: nothing to say).
 
     From :data:`~mwumkl_dist.solvers.two_stage.solver.AUTO_TWO_STAGE_POINTS` rows ``"auto"`` means the
-    two-stage fit; a setting that rules it out (a checkpoint, ``C=inf``, a GPU) makes it the MWU
+    two-stage fit; a setting that rules it out (a checkpoint, ``C=inf``) makes it the MWU
     fit on all the rows, a much longer fit: the user should hear of it.
     """
     if spec.solver != "auto" or data.n_samples < AUTO_TWO_STAGE_POINTS:

@@ -120,6 +120,14 @@ def _superstep_timeout(value):
     return value
 
 
+def _n_components(value):
+    if isinstance(value, str) and value == "auto":
+        return None  # the rank follows the data (see the two-stage solver)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f'n_components must be "auto" or a positive integer, got {value!r}')
+    return int(value)
+
+
 def _callback(value):
     if value is not None and not callable(value):
         raise TypeError("callback must be callable or None")
@@ -168,6 +176,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "superstep_timeout": _superstep_timeout,
     "callback": _callback,
     "polish": _polish,
+    "n_components": _n_components,
     "probability": _probability,
     "class_weight": _class_weight,
     "kernels": _unchecked,  # checked with the data (make_training_input)
@@ -184,7 +193,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
 class FitSpec:
     """What a fit runs with: the estimator's parameters, validated.
 
-    ``epsilon`` and ``C`` are floats, or None for ``"auto"``; ``selectivity`` is
+    ``epsilon``, ``C`` and ``n_components`` are numbers, or None for ``"auto"``; ``selectivity`` is
     "auto", "paper", "exact" or a float; everything else is as the estimator
     documents it.  Nested fits derive theirs with :func:`dataclasses.replace`.
     """
@@ -215,6 +224,7 @@ class FitSpec:
     class_weight: object = None
     probability: bool = False
     solver: str = "auto"
+    n_components: int | None = None
     #: Not a parameter: whether ``selectivity="auto"`` may score bands of Gaussian widths (the two-stage
     #: fit's weight stage turns them off where its sample is far smaller than the data; see its solver).
     width_bands: bool = True

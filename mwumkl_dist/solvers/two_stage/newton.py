@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,8 @@ from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
 
 __all__ = [
     "NewtonResult",
+    "cg_newton_solve",
+    "linear_method",
     "fit_linear",
     "fit_squared_hinge",
     "newton_solve",
@@ -186,6 +189,206 @@ def newton_solve(
     return NewtonResult(v[:r].copy(), float(v[r]), o, steps)
 
 
+def cg_newton_solve(
+    shards,
+    basis,
+    y_pm,
+    C: float,
+    sample_weight=None,
+    *,
+    level: int = -1,
+    start=None,
+    train=None,
+    seed: int = 0,
+    tol: float = 1e-10,
+    gtol: float = 1e-7,
+    max_iter: int = 100,
+    max_cg: int = 500,
+    step=None,
+) -> NewtonResult:
+    """:func:`newton_solve`'s problem by a truncated Newton method: each step's system by preconditioned conjugate
+    gradients (CG), never forming the Hessian.
+
+    The Hessian ``H = I + C Z_A' D Z_A`` of the squared hinge (``A`` the active rows) is only multiplied by:
+    one pass over the active rows' kernel columns per product (:meth:`LinearShard.active_sums`,
+    ``O(n_A r)``, summed in tree order: the same bits for any sharding), against ``O(n_A r^2)`` to form it
+    and ``O(r^3)`` per step to factor it.  The preconditioner is a sketch of ``H`` in the spirit of Falkon
+    (Rudi, Carratino, Rosasco 2017): ``I + C (n_A / s) Z_S' D Z_S`` on ``s = min(n_A, 2 (r + 1))`` active
+    rows drawn with ``seed`` (their columns fetched once, :meth:`LinearShard.selected_columns`;
+    ``O(s r^2 + r^3 / 3)``), built at the first step and again when the active set has grown or shrunk by
+    half since.  (The landmarks themselves are no sample for it: a landmark's own feature is far larger than
+    the other rows' there; on 6000 rows at rank 400 that estimate left a condition number of 6.6e11 where 800
+    random active rows leave 7.)
+
+    Each step solves ``H d = -g`` to the relative residual ``min(0.1, sqrt(|g| / |g_0|))`` (at most
+    ``max_cg`` products; truncated Newton's forcing sequence: superlinear convergence), then the exact line
+    search of :func:`newton_solve`.  It ends when the gradient falls below ``gtol`` times its first norm,
+    when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.  ``step``: a progress
+    phase advanced once per pass over the columns (each product, each step's outputs).
+    """
+    y = np.asarray(y_pm, dtype=np.float64)
+    n = len(y)
+    cw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    C = float(C)
+    r = basis.rank
+    M = basis.projection
+    fitted = np.ones(n, dtype=bool) if train is None else np.asarray(train, dtype=bool)
+    yf, cf = y[fitted], cw[fitted]
+
+    def advance():
+        if step is not None:
+            step.advance()
+
+    def outputs(d):
+        out = np.concatenate(shards.call("direction", lambda rows, d=d: (d, level), shared=True, superstep=True))
+        advance()
+        return out
+
+    def loss_sums(active, u, labels):
+        """``C Z_A' D (Z_A u - [y_A])`` in the features' space (one pass)."""
+        beta = M @ u[:r] if M is not None else u[:r]
+
+        def args(rows, beta=beta):
+            lo, hi = rows
+            return level, np.packbits(active[lo:hi]), beta, float(u[r]), labels
+
+        nodes = dict(node for parts in shards.call("active_sums", args, superstep=True) for node in parts)
+        total = tree_total(nodes, max(hi for _, hi in nodes))
+        advance()
+        if total is None:
+            return np.zeros(r + 1)
+        return C * np.append(M.T @ total[:-1] if M is not None else total[:-1], total[-1])
+
+    def sketch(active):
+        """The preconditioner's Cholesky factor from ``s`` random active rows (None: no active row)."""
+        rows = np.flatnonzero(active)
+        if not len(rows):
+            return None
+        size = min(len(rows), 2 * (r + 1))
+        chosen = np.zeros(n, dtype=bool)
+        chosen[np.random.default_rng(seed).choice(rows, size=size, replace=False)] = True
+
+        def args(rows, chosen=chosen):
+            lo, hi = rows
+            return level, np.packbits(chosen[lo:hi])
+
+        K = np.vstack(shards.call("selected_columns", args))
+        Z = np.empty((size, r + 1))
+        Z[:, :r] = K @ M if M is not None else K
+        Z[:, r] = 1.0
+        Z *= np.sqrt(cw[chosen])[:, None]
+        P = (C * len(rows) / size) * (Z.T @ Z)
+        P[np.diag_indices(r + 1)] += 1.0
+        return scipy.linalg.cho_factor(P, lower=True, check_finite=False)
+
+    if start is None:
+        v, o = np.zeros(r + 1), np.zeros(n)
+    else:
+        v = np.asarray(start, dtype=np.float64).copy()
+        o = outputs(v)
+
+    def objective(v, o):
+        h = np.maximum(0.0, 1.0 - yf * o[fitted])
+        return 0.5 * v @ v + 0.5 * C * np.sum(cf * h * h)
+
+    f_old = objective(v, o)
+    g0 = None
+    built_at, factor = -1, None
+    steps = 0
+    for steps in range(1, max_iter + 1):
+        active = (y * o < 1.0) & fitted
+        n_active = int(np.count_nonzero(active))
+        g = v + loss_sums(active, v, True)
+        g_norm = float(np.linalg.norm(g))
+        g0 = g_norm if g0 is None else g0
+        if g_norm <= gtol * max(g0, 1e-300):
+            break
+        if built_at < 0 or not built_at / 2 <= n_active <= 2 * built_at:
+            factor, built_at = sketch(active), n_active
+
+        def precondition(x, factor=factor):
+            return x if factor is None else scipy.linalg.cho_solve(factor, x, check_finite=False)
+
+        d = _conjugate_gradients(lambda u, active=active: u + loss_sums(active, u, False), -g, precondition,
+                                 min(0.1, math.sqrt(g_norm / g0)), max_cg)  # fmt: skip
+        delta = outputs(d)
+        t = _line_search(v @ d, d @ d, 1.0 - yf * o[fitted], yf * delta[fitted], cf, C)
+        t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
+        v = v + t * d
+        o = o + t * delta
+        f_new = objective(v, o)
+        logger.debug("newton-cg: step %d, %d active rows, step length %.3g, gradient %.3g, objective %.10g",
+                     steps, n_active, t, g_norm, f_new)  # fmt: skip
+        if f_old - f_new <= tol * max(f_old, 1e-300):
+            break
+        f_old = f_new
+    return NewtonResult(v[:r].copy(), float(v[r]), o, steps)
+
+
+def _conjugate_gradients(product, b, precondition, rtol: float, max_iter: int) -> np.ndarray:
+    """Preconditioned conjugate gradients for ``A x = b`` (``A`` symmetric positive definite), from ``x = 0``,
+    to ``|A x - b| <= rtol |b|`` or ``max_iter`` products."""
+    x = np.zeros_like(b)
+    res = b.copy()
+    z = precondition(res)
+    p = z.copy()
+    rz = float(res @ z)
+    limit = rtol * float(np.linalg.norm(b))
+    for _ in range(max_iter):
+        Ap = product(p)
+        alpha = rz / float(p @ Ap)
+        x += alpha * p
+        res -= alpha * Ap
+        if float(np.linalg.norm(res)) <= limit:
+            break
+        z = precondition(res)
+        rz_new = float(res @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x
+
+
+#: The cost model that picks the linear solve's method (:func:`linear_method`; one core of the 2-core development
+#: box, measured with numpy): dense products and factorisations at ``GEMM_RATE`` flops per second (a Gram matrix
+#: of 8192 x 501 rows: 7.7e10), a pass over stored single-precision columns at ``PASS_SECONDS`` per entry (their
+#: product with a vector, widened to double: 1.8 ns; the conjugate gradients' product over the active rows, a
+#: gather and two products: 3.3 ns), ``NEWTON_STEPS`` Newton steps and ``CG_PRODUCTS`` products per step (6000
+#: rows, rank 400, 9 per step at C = 1, 120 at C = 100).
+GEMM_RATE = 5e10
+PASS_SECONDS = 1.8e-9
+CG_PASS_SECONDS = 3.3e-9
+NEWTON_STEPS = 10
+CG_PRODUCTS = 30
+#: On a GPU shard (``device="cuda"``) the passes run on the device, at ``GPU_PASS_SECONDS`` per entry (the
+#: simple kernels of :mod:`mwumkl_dist.devices.cuda_kernels`, an estimate: a tenth of an H100's bandwidth),
+#: and the explicit Hessian first copies the active rows' columns to the host at ``COPY_SECONDS`` per entry
+#: (single precision over PCIe, about 20 GB/s).
+GPU_PASS_SECONDS = 5e-11
+COPY_SECONDS = 2e-10
+
+
+def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu") -> str:
+    """The cheaper way to solve the squared hinge on ``n_rows`` rows' columns of ``width`` landmarks at ``rank``:
+    ``"explicit"`` (:func:`newton_solve`) or ``"cg"`` (:func:`cg_newton_solve`), by the cost model above.
+
+    The explicit Hessian costs ``O(n_A width^2)`` to form (every row is active at a cold start, about a quarter
+    from a warm one) and ``O(rank^3 / 3)`` per step; the conjugate gradients ``O(n_A width)`` per product and a
+    sketch of ``2 rank`` rows.  Both make one pass over all rows per step for the outputs.  On a GPU
+    (``device="cuda"``) the passes are the device's, and the explicit Hessian copies the columns it needs to
+    the host first.
+    """
+    n, w, r = float(n_rows), float(width), float(rank)
+    n_active = n / 4 if warm else n
+    on_gpu = device == "cuda"
+    outputs = NEWTON_STEPS * n * w * (GPU_PASS_SECONDS if on_gpu else PASS_SECONDS)
+    explicit = (2 * n_active * w * w + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
+    explicit += n_active * w * COPY_SECONDS if on_gpu else 0.0
+    cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
+    product = GPU_PASS_SECONDS if on_gpu else CG_PASS_SECONDS
+    cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * min(n_active, n / 4) * w * product
+    return "cg" if cg < explicit else "explicit"
+
+
 def solve_squared_hinge(
     shards, rank: int, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100, **options
 ):
@@ -214,6 +417,6 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     F = np.asarray(F, dtype=np.float64)
     y = np.asarray(y_pm, dtype=np.float64)
     cw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    with LocalPool([(0, F.shape[0])], lambda rows: functools.partial(LinearShard, F, *rows, spill=False)) as pool:
-        pool.call("load_problem", lambda rows: (GivenFeatures(F.shape[1]), y, cw))
+    with LocalPool([(0, F.shape[0])], lambda rows: functools.partial(LinearShard, F, *rows, storage="memory")) as pool:
+        pool.call("load_problem", lambda rows: (GivenFeatures(F.shape[1]), y, cw, None, None, "float64"))
         return solve_squared_hinge(pool, F.shape[1], y, C, cw, tol=tol, max_iter=max_iter)

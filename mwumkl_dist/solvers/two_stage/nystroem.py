@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 
 from mwumkl_dist.core.partition import row_blocks
 from mwumkl_dist.devices.threads import one_blas_thread, ordered_map
@@ -16,8 +16,8 @@ from mwumkl_dist.kernels.specs import KernelSet
 __all__ = [
     "WEIGHT_POINTS",
     "N_COMPONENTS",
-    "N_COMPONENTS_MAX",
-    "RANK_PER_SQRT_N",
+    "COLUMN_MEMORY",
+    "RANK_MAX",
     "RESIDUAL_TOL",
     "RESIDUAL_POINTS",
     "PRUNE",
@@ -27,7 +27,7 @@ __all__ = [
     "nystroem_residual",
     "landmark_order",
     "landmark_rows",
-    "rank_cap",
+    "rank_budget",
     "rank_levels",
     "unit_weights",
     "pruned_weights",
@@ -47,18 +47,16 @@ logger = logging.getLogger("mwumkl_dist")
 WEIGHT_POINTS = 3000
 #: The adaptive rank starts at this many landmarks (the fixed rank before it) ...
 N_COMPONENTS = 500
-#: ... and doubles (nested landmarks) while the Nystroem residual is above :data:`RESIDUAL_TOL`, up to
-#: ``RANK_PER_SQRT_N * sqrt(n)`` landmarks (the ``sqrt(n)`` that suffices for the kernel SVM's rate when
-#: the regularisation falls as ``1 / sqrt(n)``, Rudi et al. 2015) and never more than :data:`N_COMPONENTS_MAX`
-#: (see :func:`rank_cap`).  Measured (official test files, same kernel weights, 2-core box): cod-rna
-#: (59,535 rows) 500 landmarks 3.80 %, 1000 3.55 %, 1942 3.41 % (tuned RBF SVC 3.64 %); magic04 (14,265
-#: rows) 500: 13.99 %, 955: 13.56 %; a9a (32,561) 500: 14.88 %, 1413: 14.84 % (SVC 14.93 %); twonorm and
-#: ringnorm (5,550) the same error at 500 and 596.  The linear solve costs ``O(n_A r^2)`` (``n_A`` rows on or
-#: inside the margin), so a rank growing as ``sqrt(n)`` costs ``O(n^2)``: the cap stops the growth at
-#: 30,625 rows, from where the fit is linear in ``n`` again.  E7's cod-rna at 10^5 rows (one thread, the
-#: same run): rank 1000 3.53 % in 9.0 s CPU, 1400 3.43 % in 11.1 s, 2000 3.43 % in 18.4 s.
-N_COMPONENTS_MAX = 1400
-RANK_PER_SQRT_N = 8.0
+#: ... and doubles (nested landmarks) while the Nystroem residual is above :data:`RESIDUAL_TOL`, within a budget
+#: (:func:`rank_budget`): the kernel columns of every row on the landmarks, in single precision, within
+#: ``COLUMN_MEMORY`` bytes, and at most ``RANK_MAX`` landmarks (the linear solve's ``r x r`` matrices, ``8 r^2``
+#: bytes each, ``r^3 / 3`` operations per factorisation: 0.8 s at 4096 on one core of the development box).
+#: The budget replaces a cap of ``8 sqrt(n)`` and 1400 landmarks, which stopped a9a at a residual of 0.20 and
+#: cod-rna at 0.05.  Both are constants, not the machine's free memory: the rank, hence the model, must not
+#: depend on where the fit runs (the shards keep the columns in memory, spill them or compute them again
+#: within their own memory; see :class:`~mwumkl_dist.solvers.two_stage.shards.LinearShard`).
+COLUMN_MEMORY = 2 * 2**30
+RANK_MAX = 4096
 #: The relative Nystroem residual ``mean_j (k(x_j, x_j) - |phi(x_j)|^2) / mean_j k(x_j, x_j)`` at which
 #: the rank stops growing, measured on :data:`RESIDUAL_POINTS` rows drawn after every landmark.  Kept
 #: small: a residual of 0.1 still costs accuracy (cod-rna 0.098 at 500 landmarks, 0.050 at 1942; magic04
@@ -88,16 +86,14 @@ def landmark_rows(n_samples: int, n_components: int, seed: int) -> np.ndarray:
     return np.sort(landmark_order(n_samples, seed)[:k])
 
 
-def rank_cap(n_samples: int) -> int:
-    """The most landmarks the adaptive rank takes on ``n_samples`` rows.
+def rank_budget(n_samples: int, column_bytes: int = 4) -> int:
+    """The most landmarks the adaptive rank takes on ``n_samples`` rows (see :data:`COLUMN_MEMORY`).
 
-    ``RANK_PER_SQRT_N * sqrt(n)`` (at least :data:`N_COMPONENTS`, at most
-    :data:`N_COMPONENTS_MAX` and ``n``): the features cost ``O(n r)`` memory and
-    the linear solve ``O(n_A r^2)`` per Hessian, so the cap keeps both within
-    ``O(n^2)`` of the kernel SVM they approximate and, past ``N_COMPONENTS_MAX``, linear in ``n``.
+    ``COLUMN_MEMORY / (column_bytes n)`` landmarks, at most :data:`RANK_MAX` and ``n``, and never fewer
+    than :data:`N_COMPONENTS` (the start: larger data compute their columns again at each pass).
     """
     n = int(n_samples)
-    return int(min(n, N_COMPONENTS_MAX, max(N_COMPONENTS, round(RANK_PER_SQRT_N * math.sqrt(n)))))
+    return int(min(n, RANK_MAX, max(N_COMPONENTS, COLUMN_MEMORY // (int(column_bytes) * max(n, 1)))))
 
 
 def rank_levels(start: int, cap: int) -> list[int]:
@@ -149,17 +145,20 @@ class Basis:
 class NystroemMap:
     """Nystroem features ``phi(x) = K(x, L) M`` of the combined kernel ``K = sum_i weights[i] K_i``.
 
-    A linear-stage shard stores the kernel columns ``K(x, L)`` (:meth:`columns`)
-    and applies ``M`` (its :attr:`basis`) as it goes: the features of a
-    smaller map on the first landmarks (:func:`landmark_order`) are those
+    ``M`` (:attr:`projection`) and the factor ``G`` (:attr:`factor`) come from a pivoted Cholesky
+    factorisation of ``K(L, L)`` (:func:`nystroem_map`): ``K(L, L) ~ G G'`` and ``M' G = I``, so the
+    features of the landmarks themselves are the rows of ``G`` and ``phi(x)' phi(z)`` is the
+    Nystroem approximation of ``K(x, z)`` on the pivot landmarks.  A linear-stage shard stores the
+    kernel columns ``K(x, L)`` (:meth:`columns`) and applies ``M`` (its :attr:`basis`) as it goes:
+    the features of a smaller map on the first landmarks (:func:`landmark_order`) are those
     columns' first ones times that map's ``M``.
     """
 
     kernel_set: KernelSet
     landmarks: object  # (n_landmarks, n_features) ndarray or CSR
     weights: np.ndarray  # (n_kernels,)
-    projection: np.ndarray  # (n_landmarks, rank)
-    eigenvalues: np.ndarray | None = None  # (rank,): those of K(L, L) that the columns of M divide by
+    projection: np.ndarray  # (n_landmarks, rank): M, zero on the landmarks that are not pivots
+    factor: np.ndarray | None = None  # (n_landmarks, rank): G, the landmarks' own features
 
     @property
     def rank(self) -> int:
@@ -202,44 +201,54 @@ class NystroemMap:
     def coefficients(self, beta) -> np.ndarray:
         """The ``w`` whose :meth:`expansion` is nearest ``beta`` in the kernel's norm (``beta`` itself at full rank).
 
-        ``M = U S^{-1/2}``, so ``w = S^{1/2} U' beta = S M' beta``: a smaller
+        ``w = M' K(L, L) beta = G' beta`` (``M' K(L, L) M = I``): a smaller
         map's model, ``beta`` padded with zeros on the new landmarks, as a
         starting point of this map's solve.
         """
-        if self.eigenvalues is None:
-            raise ValueError("this Nystroem map does not keep the eigenvalues of K(L, L)")
+        if self.factor is None:
+            raise ValueError("this Nystroem map does not keep the factor of K(L, L)")
         beta = np.asarray(beta, dtype=np.float64)
         padded = np.zeros(self.n_columns)
         padded[: len(beta)] = beta
-        return self.eigenvalues * (self.projection.T @ padded)
+        return self.factor.T @ padded
 
 
-#: Eigenvalues of ``K(L, L)`` below this fraction of the largest are dropped from a Nystroem map.  The
-#: features divide by the square roots of the kept ones, and the Newton solve projects Gram matrices of the
-#: kernel columns through the map: a rounding error of the columns' Gram grows by ``1 / s_min``.  At 1e-12
-#: a smooth combination (a band of the widest Gaussians, cod-rna at 10^5 rows) kept eigenvalues near
-#: 1e-9 and the Hessian lost its positive definiteness; what 1e-9 drops changes the kernel by at most
-#: ``rank * 1e-9`` of its largest eigenvalue.
+#: The pivoted Cholesky factorisation of ``K(L, L)`` stops where the largest remaining diagonal (the
+#: Nystroem error at a landmark) is below this fraction of the trace of ``K(L, L)`` (a bound of its largest
+#: eigenvalue): landmarks the others already reproduce to that precision add no feature.  The features
+#: divide by the pivots, and the Newton solve projects Gram matrices of the kernel columns through the map:
+#: a rounding error of the columns grows by the norm of ``M``.  Relative to the largest diagonal instead, a
+#: smooth combination (wide Gaussians on 4 features, 1400 landmarks) kept 201 features with ``|M| = 1.0e5``
+#: and made the Newton Hessian indefinite; relative to the trace it keeps about what an eigendecomposition
+#: keeps above ``1e-9`` of the largest eigenvalue (100 features, ``|M| = 880``), as the maps before did.
 RCOND = 1e-9
 
 
 def nystroem_map(kernel_set: KernelSet, landmarks, weights, rcond: float = RCOND) -> NystroemMap:
-    """The Nystroem map of ``sum_i weights[i] K_i`` on ``landmarks``.
+    """The Nystroem map of ``sum_i weights[i] K_i`` on ``landmarks`` (a pivoted Cholesky factorisation).
 
-    Eigenvalues of ``K(L, L)`` below ``rcond`` times the largest are dropped (:data:`RCOND`; a
-    rank-deficient or very smooth combination, e.g. a linear kernel on few features, repeated
-    landmarks, wide Gaussians).
+    ``K(L, L) P = ...``: LAPACK's ``dpstrf`` picks, step by step, the landmark the others reproduce
+    worst, and stops when every remaining one is reproduced to ``rcond`` times the largest diagonal
+    (:data:`RCOND`; a rank-deficient or very smooth combination, e.g. a linear kernel on few features,
+    repeated landmarks, wide Gaussians, keeps fewer features than landmarks).  ``r^3 / 3`` operations,
+    about a twentieth of an eigendecomposition's, so large ranks cost little here.
     """
     weights = np.asarray(weights, dtype=np.float64)
     K = combined_kernel(kernel_set, landmarks, landmarks, weights)
     K = 0.5 * (K + K.T)
-    s, U = np.linalg.eigh(K)
-    if not s.size or s[-1] <= 0:
+    trace = float(np.sum(np.diagonal(K))) if K.size else 0.0
+    if not trace > 0:
         raise ValueError("the combined kernel is zero on the landmarks")
-    keep = s > rcond * s[-1]
-    projection = U[:, keep] / np.sqrt(s[keep])
-    return NystroemMap(kernel_set, landmarks, weights, np.ascontiguousarray(projection[:, ::-1]),
-                       np.ascontiguousarray(s[keep][::-1]))  # fmt: skip
+    c, piv, rank, info = scipy.linalg.lapack.dpstrf(K, lower=1, tol=rcond * trace)
+    if info < 0:  # pragma: no cover - an argument LAPACK rejects
+        raise ValueError(f"pivoted Cholesky factorisation failed (dpstrf info {info})")
+    pivots = piv[:rank] - 1  # LAPACK's pivots count from 1
+    L11 = np.tril(c[:rank, :rank])
+    factor = np.zeros((K.shape[0], rank))
+    factor[piv - 1] = np.tril(c)[:, :rank]
+    projection = np.zeros((K.shape[0], rank))
+    projection[pivots] = scipy.linalg.solve_triangular(L11, np.eye(rank), lower=True, check_finite=False).T
+    return NystroemMap(kernel_set, landmarks, weights, projection, factor)
 
 
 def nystroem_residual(fmap: NystroemMap, X) -> float:

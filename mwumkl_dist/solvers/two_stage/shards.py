@@ -13,12 +13,14 @@ from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_bloc
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
-from mwumkl_dist.kernels.evaluation import kernel_traces
+from mwumkl_dist.kernels.evaluation import evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
 __all__ = [
+    "STORAGES",
+    "pass_cost",
     "all_traces",
     "LinearShard",
     "linear_shards",
@@ -43,6 +45,10 @@ class GivenFeatures:
         return np.asarray(X, dtype=np.float64)
 
 
+#: How a shard keeps its kernel columns (see :class:`LinearShard`).
+STORAGES = ("auto", "memory", "spill", "recompute")
+
+
 class LinearShard:
     """Rows ``[start, stop)`` of the linear stage: their kernel columns of one binary problem's combined kernel.
 
@@ -53,31 +59,47 @@ class LinearShard:
     sharding evaluates the same blocks with the same operations; sums over the
     blocks follow one tree over the global block indices
     (:func:`~mwumkl_dist.core.partition.tree_total`): the same bits for any sharding.
-    The shard stores its rows' kernel columns on the landmarks, ``K(x, L)``
-    (the map's :meth:`~mwumkl_dist.solvers.two_stage.nystroem.NystroemMap.columns`),
-    and turns them into features of a :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis`
-    (one per rank level) as the solver asks.  They are held in memory, or
-    spilled to a temporary file when they exceed :func:`feature_memory_budget`
-    where the shard is built (``spill="auto"``; True/False force it).
+    The shard's rows' kernel columns on the landmarks, ``K(x, L)`` (the map's
+    :meth:`~mwumkl_dist.solvers.two_stage.nystroem.NystroemMap.columns`), rounded to
+    ``dtype`` (single precision by default), are turned into features of a
+    :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` (one per rank level) as the
+    solver asks.  ``storage`` says where they are between passes: in memory, spilled
+    to a temporary file, or computed again block by block at every pass; ``"auto"``
+    keeps them in memory within :func:`feature_memory_budget` (where the shard is
+    built) and otherwise spills them or computes them again, whichever the cost model
+    (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
+    ``device="cuda"``: the columns live on the shard's GPU
+    (:class:`~mwumkl_dist.data.cuda_shards.DeviceColumns`; storage ``"device"``) and the
+    passes over them run there; the rows changing sides are copied back for the Hessian.
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
 
-    def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, spill="auto"):
+    def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
+                 device: str = "cpu"):  # fmt: skip
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
         if start % row_block:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {', '.join(STORAGES)}, got {storage!r}")
         self.rows, self.start, self.stop = rows, int(start), int(stop)
         self.kernel_set = kernel_set
         self.row_block = row_block
         self.blocks = row_blocks(self.start, self.stop, row_block)
-        self.spill = spill
+        self.storage = storage
+        self.device = device
+        self._device_columns = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
         self._budget, self._scratch = feature_memory_budget(), scratch_dir()
         self.features_: FeatureBlocks | None = None
+        self.feature_map = None
+        self.width = 0
+        self.dtype = np.dtype(np.float32)
         self.bases: list[Basis] = []
         self.y = self.cw = None
+        #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
+        self.rows_done = 0
 
     def _read(self, lo: int, hi: int):
         if isinstance(self.rows, DataStore):
@@ -92,33 +114,80 @@ class LinearShard:
         """Every kernel's trace on each block (summed by the driver in row order)."""
         return ordered_map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
 
-    def load_problem(self, feature_map, y, cw, bases=None, step=None) -> bool:
+    def load_problem(self, feature_map, y, cw, bases=None, step=None, dtype="float32") -> str:
         """Compute the rows' kernel columns under ``feature_map`` (``.columns(X)``, ``.basis``); labels +-1, ``c_j``.
 
         ``bases``: the :class:`Basis` of each rank level, the calls' ``level``
         indexes them (default: the map's own).  ``step``: a progress phase advanced by each block's
         rows (:class:`~mwumkl_dist.core.progress.Phase`; sent to a remote shard it is silent).
-        Returns whether the columns were spilled to disk.
+        ``dtype``: the precision the columns are kept in.  Returns the storage used
+        (``"memory"``, ``"spill"`` or ``"recompute"``).
         """
         self.close()
         self.bases = list(bases) if bases is not None else [feature_map.basis]
-        width = max(b.width for b in self.bases)
-        sizes = [hi - lo for lo, hi in self.blocks]
-        nbytes = sum(sizes) * width * 8
-        spill = self.spill is True or (self.spill == "auto" and nbytes > self._budget)
-        self.features_ = FeatureBlocks(sizes, width, self._scratch if spill else None)
+        self.width = max(b.width for b in self.bases)
+        self.feature_map = feature_map
+        self.dtype = np.dtype(dtype)
         self.y = np.asarray(y, dtype=np.float64)
         self.cw = np.asarray(cw, dtype=np.float64)
+        sizes = [hi - lo for lo, hi in self.blocks]
+        self.rows_done = 0
+        if self.device == "cuda":
+            return self._load_on_device(step)
+        storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
+        if storage == "recompute":  # every pass computes them: nothing to do now
+            if step is not None:
+                step.advance(sum(sizes))
+            return storage
+        self.features_ = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
 
         def build(i):
             lo, hi = self.blocks[i]
-            self.features_.put(i, np.ascontiguousarray(feature_map.columns(self._read(lo, hi))[:, :width]))
+            self.features_.put(i, self._computed(self._read(lo, hi)))
+            self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
             if step is not None:
                 step.advance(hi - lo)
 
         with one_blas_thread():
             ordered_map(build, range(len(self.blocks)))
-        return self.features_.spilled
+        return storage
+
+    def _load_on_device(self, step) -> str:
+        from mwumkl_dist.data.cuda_shards import DeviceColumns
+
+        if self.dtype != np.float32:
+            raise ValueError(f"a GPU shard keeps its kernel columns in single precision, not {self.dtype}")
+        fmap = self.feature_map
+        self._device_columns = DeviceColumns(fmap.kernel_set, fmap.landmarks, fmap.weights, self.width)
+        for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
+            self._device_columns.put(i, self._read(lo, hi))
+            self.rows_done += hi - lo
+            if step is not None:
+                step.advance(hi - lo)
+        return "device"
+
+    def _storage(self, nbytes: int) -> str:
+        if self.storage != "auto":
+            return self.storage
+        if nbytes <= self._budget:
+            return "memory"
+        spill, recompute = pass_cost(self.feature_map.kernel_set, self.feature_map.weights, self.dtype.itemsize)
+        return "recompute" if recompute < spill else "spill"
+
+    def _computed(self, X) -> np.ndarray:
+        """The kernel columns of rows ``X`` as the shard keeps them (the first ``width``, in ``dtype``)."""
+        return np.ascontiguousarray(self.feature_map.columns(X)[:, : self.width], dtype=self.dtype)
+
+    def columns(self, i: int, rows=None) -> np.ndarray:
+        """Block ``i``'s kernel columns (``rows``: only those of its rows, local indices), stored or computed again."""
+        if self._device_columns is not None:
+            return self._device_columns.host(i, rows)
+        if self.features_ is not None:
+            block = self.features_.get(i)
+            return block if rows is None else block[rows]
+        lo, hi = self.blocks[i]
+        X = self._read(lo, hi)
+        return self._computed(X if rows is None else X[rows])
 
     def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
         """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
@@ -131,9 +200,7 @@ class LinearShard:
         ``part`` a ``(k + 2, k + 1)`` array (the Gram matrix's rows, then the
         vector's; ``k`` the rank or width) summed over the node's blocks in tree order, or None.
         """
-        count = self.stop - self.start
-        entering = np.unpackbits(entering_bits, count=count).astype(bool)
-        leaving = np.unpackbits(leaving_bits, count=count).astype(bool)
+        entering, leaving = self._mask(entering_bits), self._mask(leaving_bits)
         basis = self.bases[level]
         k = basis.width if on_columns else basis.rank
 
@@ -142,32 +209,93 @@ class LinearShard:
             rows_in, rows_out = np.flatnonzero(entering[local]), np.flatnonzero(leaving[local])
             if not len(rows_in) and not len(rows_out):
                 return None
-            columns = self.features_.get(i)
-            y, c = self.y[local], self.cw[local]
+            changed = np.concatenate((rows_in, rows_out))
+            columns = self.columns(i, changed)
+            y, c = self.y[local][changed], self.cw[local][changed]
+            sign = np.concatenate((np.ones(len(rows_in)), -np.ones(len(rows_out))))
             out = np.zeros((k + 2, k + 1))
-            for rows, sign in ((rows_in, 1.0), (rows_out, -1.0)):
-                if len(rows):
-                    sw = np.sqrt(c[rows])
-                    Z = np.empty((len(rows), k + 1))
-                    Z[:, :k] = columns[rows, :k] if on_columns else basis.features(columns[rows])
+            for mine in (sign > 0, sign < 0):
+                if mine.any():
+                    sw = np.sqrt(c[mine])
+                    Z = np.empty((int(np.count_nonzero(mine)), k + 1))
+                    Z[:, :k] = columns[mine, :k] if on_columns else basis.features(columns[mine])
                     Z[:, k] = 1.0
                     Z *= sw[:, None]
-                    out[: k + 1] += sign * (Z.T @ Z)
-                    out[k + 1] += sign * (Z.T @ (sw * y[rows]))
+                    s = sign[mine][0]
+                    out[: k + 1] += s * (Z.T @ Z)
+                    out[k + 1] += s * (Z.T @ (sw * y[mine]))
             return out
 
         with one_blas_thread():
             return self._tree_sums(part)
 
+    def active_sums(self, level: int, active_bits, beta, bias: float, labels: bool) -> list:
+        """``sum_{j in A} c_j (k_j' beta + bias - [y_j]) [k_j, 1]`` per tree node, ``k_j`` the columns of a level.
+
+        With ``labels`` (the ``- y_j``) it is the loss's share of the gradient, without it the
+        product of the loss's Hessian with a direction whose column-space coefficients are
+        ``beta`` (and bias ``bias``): the conjugate gradients' product, one pass over the active rows'
+        columns.  Returns ``[((lo, hi), part)]`` as :meth:`gram_parts`, ``part`` a ``(width + 1,)``
+        array (None for a node without active rows).
+        """
+        active = self._mask(active_bits)
+        width = self.bases[level].width
+        beta = np.asarray(beta, dtype=np.float64)
+
+        def part(i):
+            local = self._local(i)
+            rows = np.flatnonzero(active[local])
+            if not len(rows):
+                return None
+            if self._device_columns is not None:
+                return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
+                                                        labels)  # fmt: skip
+            K = np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64)
+            t = K @ beta + bias
+            if labels:
+                t -= self.y[local][rows]
+            t *= self.cw[local][rows]
+            out = np.empty(width + 1)
+            out[:width] = t @ K
+            out[width] = np.sum(t)
+            return out
+
+        with one_blas_thread():
+            return self._tree_sums(part)
+
+    def selected_columns(self, level: int, selected_bits) -> np.ndarray:
+        """The kernel columns of ``bases[level]`` of the selected rows (``np.packbits`` of the shard's mask), in row
+        order, ``(selected, width)`` in double precision."""
+        selected = self._mask(selected_bits)
+        width = self.bases[level].width
+
+        def part(i):
+            rows = np.flatnonzero(selected[self._local(i)])
+            return np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64) if len(rows) else None
+
+        parts = [p for p in self._map(part, range(len(self.blocks))) if p is not None]
+        return np.vstack(parts) if parts else np.zeros((0, width))
+
     def direction(self, d, level: int = -1) -> np.ndarray:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
+        if self._device_columns is not None:
+            parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
+            return np.concatenate(parts) if parts else np.zeros(0)
         with one_blas_thread():
             parts = ordered_map(
-                lambda i: self.features_.get(i)[:, : basis.width] @ beta + d[basis.rank], range(len(self.blocks))
+                lambda i: np.asarray(self.columns(i)[:, : basis.width], dtype=np.float64) @ beta + d[basis.rank],
+                range(len(self.blocks)),
             )
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _map(self, fn, items) -> list:
+        """``ordered_map`` over the blocks; on a GPU shard one block after the other (the GPU is one device)."""
+        return ordered_map(fn, items) if self._device_columns is None else [fn(i) for i in items]
+
+    def _mask(self, bits) -> np.ndarray:
+        return np.unpackbits(bits, count=self.stop - self.start).astype(bool)
 
     def _tree_sums(self, part) -> list:
         """``[((lo, hi), sum)]``: ``part(i)`` (an array or None) of the shard's blocks summed per tree node.
@@ -183,7 +311,7 @@ class LinearShard:
         for lo, hi in dyadic_nodes(first, first + len(self.blocks)):
             stack: list = []  # (level, sum) of completed subtrees, left to right
             for b0 in range(lo, hi, batch):
-                for value in ordered_map(part, range(b0 - first, min(b0 + batch, hi) - first)):
+                for value in self._map(part, range(b0 - first, min(b0 + batch, hi) - first)):
                     level = 0
                     while stack and stack[-1][0] == level:
                         value = _plus(stack.pop()[1], value)
@@ -196,6 +324,30 @@ class LinearShard:
         if self.features_ is not None:
             self.features_.close()
             self.features_ = None
+        if self._device_columns is not None:
+            self._device_columns.close()
+            self._device_columns = None
+
+
+#: The cost model of a pass over kernel columns that are not in memory (seconds per column entry, one core of the
+#: 2-core development box): reading a spilled entry costs its bytes over ``SPILL_READ_RATE`` (bytes per second; the
+#: disk read 1.1 GB/s with direct I/O and 0.7 GB/s through the page cache, measured with dd, taken lower for a
+#: shared disk); computing one costs ``GROUP_COST`` per feature group (its share of the dot products and the
+#: distances), ``EXP_COST`` per Gaussian that is no square of another (the squares cost ``OTHER_COST`` as the
+#: polynomials do), as :func:`~mwumkl_dist.kernels.evaluation.combined_kernel` evaluates them.  Measured there (20,000
+#: x 1000 entries, one thread): one Gaussian on 8 features 14.8 ns per entry, 6 of them without squares 55 ns,
+#: E7's structure (two groups, two chains of three widths) 63 ns.
+SPILL_READ_RATE = 5e8
+GROUP_COST = 4e-9
+EXP_COST = 9e-9
+OTHER_COST = 1e-9
+
+
+def pass_cost(kernel_set: KernelSet, weights, itemsize: int = 4) -> tuple[float, float]:
+    """``(spilled, recomputed)``: the estimated seconds per column entry of a pass over spilled columns, and of
+    one that computes them again (see :data:`SPILL_READ_RATE`)."""
+    groups, exps, others = evaluation_counts(kernel_set, weights)
+    return itemsize / SPILL_READ_RATE, groups * GROUP_COST + exps * EXP_COST + others * OTHER_COST
 
 
 def _plus(a, b):
@@ -208,7 +360,7 @@ def _plus(a, b):
 
 def all_traces(kernel_set: KernelSet, X) -> np.ndarray:
     """Traces of every kernel on the rows of ``X``: the block traces of :func:`row_blocks`, summed in order."""
-    shard = LinearShard(X, 0, X.shape[0], kernel_set, spill=False)
+    shard = LinearShard(X, 0, X.shape[0], kernel_set, storage="memory")
     return sum_parts(shard.trace_parts(), len(kernel_set))
 
 
@@ -219,7 +371,7 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-def _linear_factory(source, kernel_set, row_block: int, spill):
+def _linear_factory(source, kernel_set, row_block: int, storage, device: str = "cpu"):
     """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
     A store's shards read their rows where they are built; an array's shards are given their rows.
@@ -228,7 +380,7 @@ def _linear_factory(source, kernel_set, row_block: int, spill):
     def factory_for(rows):
         start, stop = rows
         part = source if isinstance(source, DataStore) else source[start:stop]
-        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, spill)
+        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, storage, device)
 
     return factory_for
 
@@ -243,7 +395,8 @@ def linear_shards(
     timeout: float = 600.0,
     call_timeout=None,
     row_block=None,
-    spill="auto",
+    storage="auto",
+    device="cpu",
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
@@ -256,7 +409,7 @@ def linear_shards(
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
-    factory_for = _linear_factory(source, data.kernel_set, row_block, spill)
+    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device)
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool
 

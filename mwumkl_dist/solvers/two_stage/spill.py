@@ -54,22 +54,24 @@ def scratch_dir() -> str:
 
 
 class FeatureBlocks:
-    """A shard's feature blocks, in memory or spilled to an (unlinked) temporary file read back block by block.
+    """A shard's feature blocks (of ``dtype``), in memory or spilled to an (unlinked) temporary file read back
+    block by block.
 
     Spilled, the shard's memory holds one block per thread at a time; the file
     vanishes when it is closed, or with the process.
     """
 
-    def __init__(self, sizes, rank: int, spill_dir: str | None = None):
+    def __init__(self, sizes, rank: int, spill_dir: str | None = None, dtype=np.float64):
         self.sizes = [int(s) for s in sizes]
         self.rank = int(rank)
+        self.dtype = np.dtype(dtype)
         self._blocks: list = [None] * len(self.sizes)
         self._fd = None
         if spill_dir is not None:
-            fd, path = tempfile.mkstemp(prefix="mwumkl-features-", suffix=".f64", dir=spill_dir)
+            fd, path = tempfile.mkstemp(prefix="mwumkl-features-", suffix=f".{self.dtype.str[1:]}", dir=spill_dir)
             os.unlink(path)
             self._fd = fd
-            self._offsets = np.concatenate(([0], np.cumsum(self.sizes))) * self.rank * 8
+            self._offsets = np.concatenate(([0], np.cumsum(self.sizes))) * self.rank * self.dtype.itemsize
 
     @property
     def spilled(self) -> bool:
@@ -77,13 +79,13 @@ class FeatureBlocks:
 
     @property
     def nbytes(self) -> int:
-        return sum(self.sizes) * self.rank * 8
+        return sum(self.sizes) * self.rank * self.dtype.itemsize
 
     def put(self, i: int, F: np.ndarray) -> None:
         if self._fd is None:
-            self._blocks[i] = F
+            self._blocks[i] = np.ascontiguousarray(F, dtype=self.dtype)
             return
-        view = memoryview(np.ascontiguousarray(F, dtype=np.float64)).cast("B")
+        view = memoryview(np.ascontiguousarray(F, dtype=self.dtype)).cast("B")
         offset, done = int(self._offsets[i]), 0
         while done < len(view):
             done += os.pwrite(self._fd, view[done:], offset + done)
@@ -91,7 +93,7 @@ class FeatureBlocks:
     def get(self, i: int) -> np.ndarray:
         if self._fd is None:
             return self._blocks[i]
-        out = np.empty((self.sizes[i], self.rank))
+        out = np.empty((self.sizes[i], self.rank), dtype=self.dtype)
         view = memoryview(out).cast("B")
         offset, done = int(self._offsets[i]), 0
         while done < len(view):
