@@ -269,6 +269,7 @@ def render(out: Path, report_path: Path) -> str:
     lines += _e6(out, rel)
     lines += _e7(out, rel)
     lines += _e8(out, rel)
+    lines += _e10(out, rel)
     return "\n".join(_with_notes(lines, out / NOTES)) + "\n"
 
 
@@ -321,6 +322,29 @@ def _e6(out: Path, rel: str) -> list[str]:
         *table,
         "",
         _img(f"{rel}/e6", "e6_feature_weights.png", "E6: learned weight per feature against the truth"),
+        "",
+    ]
+
+
+def _e10(out: Path, rel: str) -> list[str]:
+    """E10, structure (``benchmarks/bench_structure.py``, its own run and output folder ``e10/``)."""
+    path = out / "e10" / "E10.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    commit = doc.get("machine", {}).get("git_commit", "?")
+    table = (out / "e10" / "E10.md").read_text().rstrip("\n").splitlines()
+    return [
+        "## E10 — structure in the data",
+        "",
+        f"`python -m benchmarks.bench_structure` (commit {commit}): data whose signal lives in a few features or "
+        "their interactions (E7's synthetic set, a madelon-like `make_classification`), `MWUMKLClassifier()` with "
+        "no arguments against a tuned RBF SVC, the SVC on the true relevant features (oracle) and LightGBM's "
+        "defaults. Every fit on one thread.",
+        "",
+        *table,
+        "",
+        _img(f"{rel}/e10", "e10_error.png", "E10: test error per problem and method"),
         "",
     ]
 

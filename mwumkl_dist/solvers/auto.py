@@ -386,10 +386,12 @@ def choose_C(
             ladder = group_ladder(n_groups(cv.kernel_set.specs))
             candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
             group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
-            # The fewest groups within one standard error of the best selection (the one-standard-error rule on
-            # the model's size: a selection that keeps more groups must be measurably better).
-            best = group_path[_first_best(group_path)]
-            close = [key for key, e in group_path.items() if _within_one_standard_error(e, [best], len(scorer.rows))]
+            # The fewest groups within one paired standard error of the best selection (the one-standard-error
+            # rule on the model's size: a selection that keeps more groups must be measurably better).  Paired:
+            # the binomial standard error of ~400 rows (2 points) let selections of too few groups through.
+            best = _first_best(group_path)
+            close = [key for key, e in group_path.items()
+                     if e - group_path[best] <= scorer.paired_standard_error(key[::-1], best[::-1])]  # fmt: skip
             pick = min(close, key=lambda key: (scorer.groups_kept(key[0]), group_path[key]))
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
