@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+import _cudasim
 import numpy as np
 import pytest
 
@@ -22,23 +23,15 @@ CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "margins", "fit"
 
 @pytest.fixture(scope="module")
 def simulator_run():
-    """All checks in one subprocess (numba and the package imported once): case -> its output."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", MWUMKL_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, __file__, *CASES], env=env, capture_output=True, text=True, timeout=1100)
-    out = {}
-    for block in proc.stdout.split("\n=== ")[1:]:
-        case, _, text = block.partition("\n")
-        out[case.strip()] = text
-    return proc, out
+    """Every check in one subprocess (numba and the package imported once): case -> its output."""
+    return _cudasim.run_cases(__file__, CASES, timeout=1100)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_kernels_under_simulator(simulator_run, case):
-    proc, out = simulator_run
-    assert case in out, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert out[case].strip().endswith("ok"), out[case]
+    _cudasim.check_case(simulator_run, case)
 
 
 def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():
@@ -808,43 +801,5 @@ def _columns_exp(x):
     return _columns.exp_block(np.ascontiguousarray(x))
 
 
-def _main(cases) -> int:
-    import traceback
-
-    import numba
-
-    assert numba.config.ENABLE_CUDASIM or cases == ["ptx"], "run with NUMBA_ENABLE_CUDASIM=1"
-    import time
-
-    # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
-    # the GIL in turn: with the default 5 ms switch interval the checks take about 3 times as long.
-    sys.setswitchinterval(5e-4)
-    if numba.config.ENABLE_CUDASIM:
-        # A module's first warning adds __warningregistry__ to its globals, and every call of a simulated
-        # device function iterates its module's globals (numba's swapped_cuda_module): a thread warning
-        # then breaks another thread's call ("dictionary changed size during iteration"; case_margins'
-        # overflow warns in cuda_kernels._mul).  The registries exist before any kernel runs.
-        from mwumkl_dist.core import mwu_rules
-        from mwumkl_dist.devices import cuda_kernels
-
-        for module in (cuda_kernels, mwu_rules):
-            vars(module).setdefault("__warningregistry__", {})
-
-    failed = 0
-    for case in cases:
-        print(f"\n=== {case}", flush=True)
-        t0 = time.perf_counter()
-        try:
-            globals()["case_" + case]()
-        except Exception:
-            traceback.print_exc(file=sys.stdout)
-            print("FAILED", flush=True)
-            failed += 1
-        else:
-            print(f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            print("ok", flush=True)
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(_cudasim.main(globals(), sys.argv[1:], simulated_only=sys.argv[1:] != ["ptx"]))

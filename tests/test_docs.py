@@ -108,6 +108,8 @@ def check_pip(command: str) -> None:
 def check_command(command: str) -> None:
     """A command that is not run: its program exists; ``mwumkl-dist`` commands parse."""
     words = shlex.split(command, comments=True)
+    while re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):  # environment assignments before the program
+        words = words[1:]
     if words[0] == "pip":
         return check_pip(command)
     if words[0] == "mwumkl-dist":

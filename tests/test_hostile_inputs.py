@@ -500,6 +500,7 @@ def test_running_out_of_memory_is_said_not_an_empty_error(tmp_path, capsys, monk
         raise MemoryError()  # what (0,) * 2_000_000_000 raised, with an empty message
 
     monkeypatch.setattr("mwumkl_dist.cli.model.read_data", no_memory)
+    (tmp_path / "d.svm").write_text("1 1:0.5\n-1 1:0.25\n")  # it exists: the reader runs out of memory
     _one_line_error(capsys, 1, ["fit", "--data", tmp_path / "d.svm", "--model", tmp_path / "m.npz"],
                     r"error: out of memory; the input is too large")  # fmt: skip
 

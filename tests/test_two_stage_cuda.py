@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import _cudasim
 import numpy as np
 import pytest
 
@@ -22,23 +23,15 @@ CASES = ["columns", "fit"]
 
 @pytest.fixture(scope="module")
 def simulator_run():
-    """Every check in one subprocess: case -> its output."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", MWUMKL_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, __file__, *CASES], env=env, capture_output=True, text=True, timeout=560)
-    out = {}
-    for block in proc.stdout.split("\n=== ")[1:]:
-        case, _, text = block.partition("\n")
-        out[case.strip()] = text
-    return proc, out
+    """Every check in one subprocess (numba and the package imported once): case -> its output."""
+    return _cudasim.run_cases(__file__, CASES, timeout=560)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("case", CASES)
 def test_two_stage_linear_stage_under_simulator(simulator_run, case):
-    proc, out = simulator_run
-    assert case in out, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert out[case].strip().endswith("ok"), out[case]
+    _cudasim.check_case(simulator_run, case)
 
 
 def test_device_cuda_resolves_to_the_two_stage_fit():
@@ -253,34 +246,5 @@ def case_fit():
     cuda_shards.DeviceColumns.put = real_put
 
 
-def _main(cases) -> int:
-    import time
-    import traceback
-
-    import numba
-
-    assert numba.config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
-    sys.setswitchinterval(5e-4)  # see test_cuda_sim._main
-    from mwumkl_dist.core import mwu_rules
-    from mwumkl_dist.devices import cuda_kernels
-
-    for module in (cuda_kernels, mwu_rules):
-        vars(module).setdefault("__warningregistry__", {})
-    failed = 0
-    for case in cases:
-        print(f"\n=== {case}", flush=True)
-        t0 = time.perf_counter()
-        try:
-            globals()["case_" + case]()
-        except Exception:
-            traceback.print_exc(file=sys.stdout)
-            print("FAILED", flush=True)
-            failed += 1
-        else:
-            print(f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            print("ok", flush=True)
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(_cudasim.main(globals(), sys.argv[1:]))

@@ -23,6 +23,10 @@ __all__ = ["LineProgress", "PhaseBars", "progress_bar", "format_rate", "numba_ca
 COMPILING_NOTE = "compiling numba kernels (first run only; later runs load them from the cache)..."
 
 
+#: :class:`LineProgress` writes a line at least this often (seconds) while its phase reports.
+LINE_SECONDS = 5.0
+
+
 class LineProgress(tqdm):
     """A ``tqdm`` for logs and pipes: a line at each further tenth of the work, or after ``every`` seconds.
 
@@ -30,9 +34,9 @@ class LineProgress(tqdm):
     long phase from looking silent in a log (the time since the last line, on tqdm's clock).
     """
 
-    def __init__(self, *args, every: float = 5.0, **kwargs):
+    def __init__(self, *args, every: float | None = None, **kwargs):
         self._shown_tenth = None  # tqdm's __init__ displays already
-        self._every = float(every)
+        self._every = LINE_SECONDS if every is None else float(every)
         self._shown_at = None
         super().__init__(*args, **kwargs)
 
@@ -93,6 +97,8 @@ class PhaseBars:
             self._key = key
         if info.total != self.bar.total:  # a phase whose count became known as it ended
             self.bar.total = info.total
+        if info.done == self.bar.n:  # a phase waiting on a long call: its elapsed time (a log line every so often)
+            self.bar.refresh()
         self.bar.update(info.done - self.bar.n)
         if info.total is not None and info.done >= info.total:
             self.close()

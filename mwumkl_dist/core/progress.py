@@ -46,12 +46,18 @@ PHASES = {
 }
 
 
+#: While a phase waits on a call that reports nothing (LIBSVM, a factorisation), its sink hears from it every this
+#: many seconds (:meth:`Phase.waiting`).
+HEARTBEAT_SECONDS = 2.0
+
+
 @dataclass
 class ProgressInfo:
     """One progress event: ``done`` of ``total`` units of ``phase``, ``elapsed`` seconds after it began.
 
     ``total`` is None where the count is not known in advance (Newton steps).  ``description`` says
-    what the phase does, for people.  In the ``"iterations"`` phase ``iteration`` and ``n_iter``
+    what the phase does, for people; a phase waiting on a long call repeats its count (:meth:`Phase.waiting`).
+    In the ``"iterations"`` phase ``iteration`` and ``n_iter``
     (the same as ``done`` and ``total``) count the current binary problem's iterations and ``s`` holds
     the solver's margins ``alpha' G_i alpha``; elsewhere ``s`` is None.
     """
@@ -113,6 +119,31 @@ class Phase:
                 return False
             self.done = new
             return self._emit(s)
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """Around a long call that reports nothing (LIBSVM, a Newton step's factorisation): the sink sees the phase
+        again, the same count with its elapsed time, every :data:`HEARTBEAT_SECONDS` until the call returns, so
+        that a long wait is not taken for a hang."""
+        if self._sink is None:
+            yield self
+            return
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(HEARTBEAT_SECONDS):
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._emit()
+
+        thread = threading.Thread(target=beat, name="mwumkl-progress-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
 
     def close(self) -> None:
         """End the phase.  When its count did not reach ``total`` (unknown, or a phase that ended early: the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -309,10 +310,11 @@ class TwoStageSolver:
         method = self.method
         if method == "auto":
             method = linear_method(len(y_pm), fmap.n_columns, fmap.rank, warm=start is not None, device=device)
-        if method == "cg":
-            return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, seed=seed,
-                                   step=step)  # fmt: skip
-        return newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step)
+        with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
+            if method == "cg":
+                return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
+                                       seed=seed, step=step)  # fmt: skip
+            return newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step)
 
     def _exact_stage(self, task: FitTask, unit: list, point_weights: list, C: float, check: bool,
                      clock: list) -> tuple[dict, float]:  # fmt: skip
@@ -344,7 +346,8 @@ class TwoStageSolver:
                 for k in range(len(targets)):
                     K = gram(k)
                     for c in candidates:
-                        alpha, b = solve_exact(K, labels[k], 1.0 / (c * point_weights[k]), left_out=held)
+                        with step.waiting():  # LIBSVM reports nothing
+                            alpha, b = solve_exact(K, labels[k], 1.0 / (c * point_weights[k]), left_out=held)
                         decisions[c][:, k] = (K @ (alpha * labels[k]))[held] + b
                         step.advance()
             C, path = self._chosen_C(task, held, decisions, C)
@@ -353,7 +356,9 @@ class TwoStageSolver:
         with progress.phase("polish", len(targets), unit="problems",
                             description=f"exact solve: LIBSVM on {n} rows at C = {C:g}") as step:  # fmt: skip
             for k in range(len(targets)):
-                alpha, intercept[k] = solve_exact(gram(k), labels[k], 1.0 / (C * point_weights[k]))
+                K = gram(k)
+                with step.waiting():  # LIBSVM reports nothing
+                    alpha, intercept[k] = solve_exact(K, labels[k], 1.0 / (C * point_weights[k]))
                 coef[k] = n * alpha * labels[k]  # on the raw kernels: raw weights are mu / r = unit weights / n
                 step.advance()
                 clock.append(time.process_time())

@@ -1,0 +1,69 @@
+"""The harness of the tests that run CUDA kernels under numba's simulator (``test_cuda_sim.py``,
+``test_two_stage_cuda.py``).
+
+``NUMBA_ENABLE_CUDASIM=1`` must be set before ``numba.cuda`` is first imported, so a test file runs its checks
+in a subprocess, itself run as a script: :func:`run_cases` starts it and splits its output by case,
+:func:`main` (the script's entry) runs each ``case_NAME`` function of the file and prints ``ok`` or the
+traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+
+def run_cases(script: str, cases, timeout: float):
+    """Run ``script``'s ``cases`` under the simulator in one subprocess: ``(process, {case: its output})``."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", MWUMKL_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, script, *cases], env=env, capture_output=True, text=True, timeout=timeout)
+    out = {}
+    for block in proc.stdout.split("\n=== ")[1:]:
+        case, _, text = block.partition("\n")
+        out[case.strip()] = text
+    return proc, out
+
+
+def check_case(run, case: str) -> None:
+    """Assert that ``case`` of a :func:`run_cases` result ran and printed ``ok``."""
+    proc, out = run
+    assert case in out, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert out[case].strip().endswith("ok"), out[case]
+
+
+def main(namespace: dict, cases, simulated_only: bool = True) -> int:
+    """Run ``namespace["case_" + name]`` for each of ``cases``; 1 if any failed.  ``simulated_only``: refuse to
+    run without the simulator (a case that compiles for a real GPU passes ``False``)."""
+    import numba
+
+    assert numba.config.ENABLE_CUDASIM or not simulated_only, "run with NUMBA_ENABLE_CUDASIM=1"
+    # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
+    # the GIL in turn: with the default 5 ms switch interval the checks take about 3 times as long.
+    sys.setswitchinterval(5e-4)
+    if numba.config.ENABLE_CUDASIM:
+        # A module's first warning adds __warningregistry__ to its globals, and every call of a simulated
+        # device function iterates its module's globals (numba's swapped_cuda_module): a thread warning
+        # then breaks another thread's call ("dictionary changed size during iteration"; an overflow warns in
+        # cuda_kernels._mul).  The registries exist before any kernel runs.
+        from mwumkl_dist.core import mwu_rules
+        from mwumkl_dist.devices import cuda_kernels
+
+        for module in (cuda_kernels, mwu_rules):
+            vars(module).setdefault("__warningregistry__", {})
+    failed = 0
+    for case in cases:
+        print(f"\n=== {case}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            namespace["case_" + case]()
+        except Exception:
+            traceback.print_exc(file=sys.stdout)
+            print("FAILED", flush=True)
+            failed += 1
+        else:
+            print(f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print("ok", flush=True)
+    return 1 if failed else 0
