@@ -271,7 +271,7 @@ def screen_cost(sizes, n_rows: int, threads, dask_workers: int = 0, repeat: int 
     from mwumkl_dist.solvers.structure import SCREEN_C, SCREEN_EPSILON, SCREEN_SELECTIVITY
 
     X, y = synthetic_rows(n_rows, part=0)
-    X = np.hstack([X, synthetic_rows(n_rows, part=1)[0]])  # 40 features: enough pairs for every size
+    X = np.hstack([X, synthetic_rows(n_rows, part=1)[0]])  # 40 features: 820 singles and pairs (``kernels``: how many)
     scale = data_scale([X], X.shape[1], X[scale_sample_rows(n_rows)])
     subsets = [(f,) for f in range(X.shape[1])] + list(itertools.combinations(range(X.shape[1]), 2))
     settings = dict(C=SCREEN_C, selectivity=SCREEN_SELECTIVITY, epsilon=SCREEN_EPSILON, polish=False)
@@ -294,11 +294,11 @@ def screen_cost(sizes, n_rows: int, threads, dask_workers: int = 0, repeat: int 
         for m in sizes:
             kernels = [k for s in subsets[:m] for k in subset_kernels(scale, s, SCREEN_EXPONENTS)]
             for t in threads:
-                rows.append({"m": m, "n": n_rows, "engine": "local", "threads": t,
+                rows.append({"m": m, "kernels": len(kernels), "n": n_rows, "engine": "local", "threads": t,
                              "seconds": timed(kernels=kernels, n_jobs=t)})  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
             if client is not None:
-                rows.append({"m": m, "n": n_rows, "engine": "dask", "workers": dask_workers,
+                rows.append({"m": m, "kernels": len(kernels), "n": n_rows, "engine": "dask", "workers": dask_workers,
                              "seconds": timed(kernels=kernels, engine="dask", client=client,
                                               n_kernel_shards=dask_workers)})  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
