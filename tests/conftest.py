@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+
+# A suite started in the background by a shell without job control (``nohup python -m pytest ... &``) inherits
+# SIGINT ignored, and so would every process it starts: the tests of Ctrl-C (in process and in children) need it
+# delivered, as in a terminal or CI.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def explicit_kernel(spec, X, Z=None):

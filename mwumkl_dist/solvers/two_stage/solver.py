@@ -430,7 +430,10 @@ class TwoStageSolver:
         S = data.support_vectors(sample) if len(sample) else None
         maps, residuals = [[] for _ in unit], [None] * len(unit)
         description = f"Nystroem rank: {'adaptive, ' if n_components is None else ''}up to {levels[-1]} landmarks"
-        with progress.phase("nystroem", len(levels) * len(unit), unit="maps", description=description) as step:
+        with (
+            progress.phase("nystroem", len(levels) * len(unit), unit="maps", description=description) as step,
+            step.waiting(),
+        ):  # the largest map alone is a long step (a factorisation of K(L, L))
             for r in levels:
                 for k, weights in enumerate(unit):
                     maps[k].append(nystroem_map(data.kernel_set, L[:r], weights))
