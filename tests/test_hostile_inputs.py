@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import tracemalloc
 import uuid
 import zipfile
@@ -126,11 +125,11 @@ def test_a_model_whose_support_vector_indices_are_out_of_range_is_refused_not_a_
     [("poly:100000000", "degree must be a positive integer, at most 100"), ("gaussian:1e-300", "sigma must be"),
      ("gaussian:1e300", "sigma must be"), ("gaussian:2^-2000", "sigma must be")],
 )  # fmt: skip
+@pytest.mark.timeout(300)
 def test_unbounded_kernel_parameters_are_refused_at_once(capsys, tmp_path, spec, pattern):
-    start = time.monotonic()
+    # At once: a usage error (status 2) before the data file is opened (it does not even exist), not 40 s of work.
     _one_line_error(capsys, 2, ["fit", "--data", tmp_path / "x.csv", "--model", tmp_path / "m.npz",
                                 "--kernels", spec], pattern)  # fmt: skip
-    assert time.monotonic() - start < 60  # a refusal, not 40 s of work (the bound is generous for a busy machine)
 
 
 def test_a_model_naming_an_unbounded_kernel_is_refused_at_load(cli_model, tmp_path):
