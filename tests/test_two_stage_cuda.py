@@ -18,7 +18,7 @@ import _cudasim
 import numpy as np
 import pytest
 
-CASES = ["columns", "fit"]
+CASES = ["columns", "fit", "routing"]
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,21 @@ def simulator_run():
 @pytest.mark.parametrize("case", CASES)
 def test_two_stage_linear_stage_under_simulator(simulator_run, case):
     _cudasim.check_case(simulator_run, case)
+
+
+@pytest.fixture(scope="module")
+def gpu_run():
+    """The same checks on a real GPU, where there is one."""
+    if not _cudasim.real_gpu():
+        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
+    return _cudasim.run_cases(__file__, CASES, timeout=560, simulate=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", CASES)
+def test_two_stage_linear_stage_on_a_gpu(gpu_run, case):
+    _cudasim.check_case(gpu_run, case)
 
 
 def test_device_cuda_resolves_to_the_two_stage_fit():
@@ -244,6 +259,48 @@ def case_fit():
     want = a.decision_function(Xt)
     np.testing.assert_allclose(b.decision_function(Xt), want, rtol=0, atol=1e-5 * np.abs(want).max())
     cuda_shards.DeviceColumns.put = real_put
+
+
+def case_routing():
+    """The device cost model on (outside these tests it is the default): a small two-stage fit with
+    ``device="cuda"`` runs its weight stage's MWU fit on CPU threads (launch-bound on a GPU) and keeps its linear
+    stage's columns on the GPU; the model is the one with every MWU fit on the GPU (their numbers are equal)."""
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.devices import routing
+
+    rng = np.random.default_rng(4)
+    X = rng.random((72, 3))
+    y = np.where(np.sin(3 * X[:, 0]) + X[:, 1] ** 2 - 0.6 + 0.1 * rng.standard_normal(72) > 0, "a", "b")
+    Xt = rng.random((30, 3))
+    params = dict(kernels="linear, gaussian:0.5, gaussian:1, poly:2", C=10.0, epsilon=0.5, solver="two-stage",
+                  n_components=14, device="cuda")  # fmt: skip
+    devices, loads = [], []
+    real_on_device, real_put = cuda_shards.on_device, cuda_shards.DeviceColumns.put
+
+    def on_device(problem, device="cuda", driver_gpu=True):
+        devices.append(device)
+        return real_on_device(problem, device, driver_gpu)
+
+    def put(self, i, X):
+        loads.append(X.shape[0])
+        return real_put(self, i, X)
+
+    cuda_shards.on_device, cuda_shards.DeviceColumns.put = on_device, put
+    try:
+        os.environ[routing.ROUTING_ENV] = "cost"
+        routed = MWUMKLClassifier(**params).fit(X, y)
+        assert devices == ["cpu"] and sum(loads) == 72, (devices, loads)
+        del devices[:], loads[:]
+        os.environ[routing.ROUTING_ENV] = "device"
+        everywhere = MWUMKLClassifier(**params).fit(X, y)
+        assert devices == ["cuda"] and sum(loads) == 72, (devices, loads)
+    finally:
+        cuda_shards.on_device, cuda_shards.DeviceColumns.put = real_on_device, real_put
+        os.environ[routing.ROUTING_ENV] = "device"
+    assert np.array_equal(routed.kernel_weights_, everywhere.kernel_weights_)
+    assert np.array_equal(routed.support_, everywhere.support_)
+    np.testing.assert_array_equal(routed.decision_function(Xt), everywhere.decision_function(Xt))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ from mwumkl_dist.kernels.specs import KernelPlan
 __all__ = [
     "check_device",
     "gpu_available",
+    "numpy_compat",
     "device_memory",
     "DeviceMemoryError",
     "CudaFeatureShard",
@@ -100,11 +101,26 @@ class DeviceMemoryError(MemoryError):
     """A shard (or a prediction block) does not fit in the GPU's free memory."""
 
 
+def numpy_compat() -> bool:
+    """Give numpy back ``np.row_stack`` (an alias of ``np.vstack``) where it lacks it; True if it did.
+
+    numpy 2.5 removed ``row_stack`` (deprecated since 2.0); numba-cuda releases that predate it still name it
+    when ``numba.cuda`` is imported, and the import fails with ``AttributeError``.  The alias is the function
+    numpy itself had under that name, so nothing computes differently.  Called before ``numba.cuda`` is first
+    imported (:func:`check_device`).
+    """
+    if hasattr(np, "row_stack"):
+        return False
+    np.row_stack = np.vstack
+    return True
+
+
 def check_device():
     """The ``numba.cuda`` module, once CUDA is usable here; else a :class:`RuntimeError` naming what is missing."""
+    numpy_compat()
     try:
         from numba import cuda
-    except ImportError as exc:  # numba without its CUDA target, or an import error in it
+    except (ImportError, AttributeError) as exc:  # numba without its CUDA target, or an import error in it
         raise RuntimeError(f"device='cuda' needs numba's CUDA support (numba-cuda), which cannot be imported: {exc}; "
                            f"{_INSTALL}") from exc  # fmt: skip
     try:
@@ -664,7 +680,9 @@ class DeviceRules:
         v_pos, v_neg = self._on_device(pos.v_row), self._on_device(neg.v_row)
         k.rules_margins[grid](kb, self._inv, ridge_p, ridge_n, self.s, v_pos, v_neg, self._next, self._u, self._top,
                               self.coef.bad)  # fmt: skip
-        k.rules_coef[grid](self._u, self._top, self.eps_p, self.rho, self.selectivity, self.coef.values, self.coef.bad)
+        relative = self.selectivity is not None  # a launch takes no None: the paper's scale is a flag
+        k.rules_coef[grid](self._u, self._top, self.eps_p, self.rho, relative, self.selectivity if relative else 0.0,
+                           self.coef.values, self.coef.bad)  # fmt: skip
         self.coef.finite = None
         return self.coef
 
