@@ -17,7 +17,6 @@ import sys
 import time
 import traceback
 
-
 #: Set in a real-GPU run's subprocess (``run_cases(simulate=False)``): :func:`main` then runs without the simulator.
 REAL_GPU_ENV = "MWUMKL_TEST_REAL_GPU"
 

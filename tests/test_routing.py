@@ -66,3 +66,11 @@ def test_a_routed_fit_still_needs_a_gpu(monkeypatch):
     assert routing.mwu_device("cuda", 8, 1, 1) == "cpu"
     with pytest.raises(RuntimeError, match="device='cuda'"):
         MWUMKLClassifier(kernels="linear", C=1.0, device="cuda").fit(X, ["a", "b"] * 4)
+
+
+def test_scoring_goes_where_it_pays():
+    assert routing.scoring_device("cpu", 10**6, 10**4, 10**3, 16) == "cpu"
+    # a fold's test rows: 400 rows x 200 support vectors x 10 kernels, a few ms on 16 cores at most
+    assert routing.scoring_device("cuda", 400, 200, 10, 16) == "cpu"
+    # a million-kernel bank's support rows: the GPU
+    assert routing.scoring_device("cuda", 166, 100, 10**6, 16) == "cuda"

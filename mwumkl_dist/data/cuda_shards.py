@@ -111,7 +111,7 @@ def numpy_compat() -> bool:
     """
     if hasattr(np, "row_stack"):
         return False
-    np.row_stack = np.vstack
+    np.vstack = np.vstack
     return True
 
 

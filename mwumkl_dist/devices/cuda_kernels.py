@@ -858,7 +858,9 @@ def check_arguments(name: str, args) -> None:
     for i, a in enumerate(args):
         if _is_device_array(a) or (isinstance(a, _SCALARS) and not isinstance(a, np.ndarray)):
             continue
-        what = "None" if a is None else f"a host numpy array {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        what = type(a).__name__
+        if a is None or isinstance(a, np.ndarray):
+            what = "None" if a is None else f"a host numpy array {a.shape}"
         raise TypeError(f"CUDA kernel {name}: argument {i} is {what}; a launch takes device arrays "
                         "(cuda.to_device) and numbers only")  # fmt: skip
 

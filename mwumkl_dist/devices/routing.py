@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["GPU_STEP_SECONDS", "GPU_ENTRY_SECONDS", "CPU_ENTRY_SECONDS", "mwu_device", "routing_enabled"]
+__all__ = ["GPU_STEP_SECONDS", "GPU_ENTRY_SECONDS", "CPU_ENTRY_SECONDS", "GPU_SCORE_SECONDS", "mwu_device",
+           "scoring_device", "routing_enabled"]  # fmt: skip
 
 #: Fixed cost of one GPU superstep, seconds: about 10 launches at 5-10 us, the points' copy in and the
 #: message's copy back (each a synchronisation), and the Python around them.
@@ -36,6 +37,9 @@ GPU_STEP_SECONDS = 2e-4
 GPU_ENTRY_SECONDS = 2e-11
 #: Cost per entry of a CPU superstep on one thread, seconds (a Gaussian kernel's ``exp`` and the update).
 CPU_ENTRY_SECONDS = 4e-9
+#: Fixed cost of scoring rows on the GPU, seconds: the support vectors, plan and rows sent (dense), a launch,
+#: the values copied back.  Per (row, support vector, kernel) entry the costs are the supersteps' above.
+GPU_SCORE_SECONDS = 2e-3
 
 ROUTING_ENV = "MWUMKL_DEVICE_ROUTING"
 
@@ -59,4 +63,17 @@ def mwu_device(device: str, n_rows: int, n_kernels: int, threads: int) -> str:
     entries = float(n_rows) * float(n_kernels)
     cpu = entries * CPU_ENTRY_SECONDS / max(int(threads), 1)
     gpu = GPU_STEP_SECONDS + entries * GPU_ENTRY_SECONDS
+    return "cuda" if gpu < cpu else "cpu"
+
+
+def scoring_device(device: str, n_rows: int, n_support: int, n_kernels: int, threads: int) -> str:
+    """Where ``n_rows`` rows are scored with a model of ``n_support`` support vectors and ``n_kernels`` kernels,
+    asked for ``device`` (a fold's or a bias check's decision values): the GPU where
+    ``GPU_SCORE_SECONDS + e GPU_ENTRY_SECONDS < e CPU_ENTRY_SECONDS / threads`` for ``e`` the kernel values,
+    else the CPU (the same numbers either way)."""
+    if device != "cuda" or not routing_enabled():
+        return device
+    entries = float(n_rows) * float(n_support) * float(n_kernels)
+    cpu = entries * CPU_ENTRY_SECONDS / max(int(threads), 1)
+    gpu = GPU_SCORE_SECONDS + entries * GPU_ENTRY_SECONDS
     return "cuda" if gpu < cpu else "cpu"
