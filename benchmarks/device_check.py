@@ -65,7 +65,7 @@ def _emit(record: dict) -> None:
 def _plan(smoke: bool) -> dict:
     if smoke:
         return {"banks": (64,), "cpu_banks": (64,), "bank_rows": 24, "bank_iter": 2, "e7": (400,), "n_test": 200,
-                "cases": {"test_cuda_sim.py": ["errors"]}, "e7_params": {"C": 1.0}}  # fmt: skip
+                "cases": {"test_cuda_sim.py": ["errors"]}, "e7_params": {"C": 1.0, "kernels": "linear, gaussian:1"}}  # fmt: skip
     import importlib
 
     sys.path.insert(0, str(ROOT / "tests"))
