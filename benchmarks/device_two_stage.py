@@ -71,7 +71,10 @@ def gpu_info() -> dict:
 
     cuda = check_device()
     free, total = device_memory()
-    name = cuda.get_current_device().name
+    try:
+        name = cuda.get_current_device().name
+    except AttributeError:  # numba's CUDA simulator (a script's --smoke run)
+        name = "numba CUDA simulator"
     return {"gpu": name.decode() if isinstance(name, bytes) else str(name), "gpu_memory_gib": total / 2**30}
 
 
