@@ -858,7 +858,8 @@ def case_ptx():
         "combined_columns": (A2, A2, A2, A2, A2, *plan, I1, I1, F2),
         "columns_times": (F2, A1, f8, A1),
         "active_weights": (F2, A1, f8, A1, A1, T.Array(T.boolean, 1, "C"), T.boolean, A1),
-        "columns_transposed_times": (F2, A1, A1),
+        "columns_transposed_partials": (F2, A1, i8, A2),
+        "sum_partials": (A2, A1),
     }
     # rules_coef calls CUDA's sinh and exp, whose own code uses FMA (their bits are CUDA's in any case): its
     # arithmetic around them is checked with both replaced by the identity.

@@ -856,10 +856,15 @@ class DeviceColumns:
         k.active_weights[k.launch(n)](Ct, d_beta, float(bias), cuda.to_device(np.asarray(y, np.float64)),
                                       cuda.to_device(np.asarray(c, np.float64)),
                                       cuda.to_device(np.asarray(active, np.bool_)), bool(labels), u)  # fmt: skip
-        out = cuda.device_array(width, np.float64)
-        k.columns_transposed_times[k.launch(width)](Ct, u, out)
-        host_u = u.copy_to_host()
-        return np.append(out.copy_to_host(), np.sum(host_u))
+        # K' u and sum(u) in one pass over the columns, a block per (landmark, chunk of rows), read coalesced;
+        # the chunks added in order: (width + 1) values come back, not u
+        n_chunks = max(1, -(-n // k.PRODUCT_CHUNK))
+        partial = cuda.device_array((width + 1, n_chunks), np.float64)
+        blocks = min((width + 1) * n_chunks, 65535 if k.SIMULATED else 1 << 20)
+        k.columns_transposed_partials[(2 if k.SIMULATED else blocks), k.TPB](Ct, u, k.PRODUCT_CHUNK, partial)
+        out = cuda.device_array(width + 1, np.float64)
+        k.sum_partials[k.launch(width + 1)](partial, out)
+        return out.copy_to_host()
 
     @property
     def nbytes(self) -> int:

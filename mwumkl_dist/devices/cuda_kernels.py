@@ -681,17 +681,53 @@ def active_weights(Ct, beta, bias, y, c, active, labels, out):
         out[t] = _mul(c[t], s)
 
 
+#: Rows per block of :func:`columns_transposed_partials` (a multiple of the block size; fewer under the simulator).
+PRODUCT_CHUNK = 64 if SIMULATED else 4096
+
+
 @cuda.jit
-def columns_transposed_times(Ct, u, out):
-    """``out[j] = sum_t Ct[j, t] u[t]`` (double precision, rows in order): one landmark per thread (the first
-    ``len(out)``)."""
-    width, n = out.shape[0], Ct.shape[1]
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for j in range(start, width, stride):
+def columns_transposed_partials(Ct, u, chunk, partial):
+    """``partial[j, c] = sum_{t in chunk c} Ct[j, t] u[t]`` (double precision), and for ``j = len(partial) - 1``
+    (one past the landmarks used) the chunk's ``sum u[t]``: one block per (landmark, chunk of rows).
+
+    The block's threads read consecutive rows (coalesced, where one thread per landmark reads rows ``n`` apart
+    from its neighbours'), each adds its rows in order, then the block adds its threads' sums in a fixed tree:
+    the same bits on every run.  :func:`sum_partials` adds the chunks in order.
+    """
+    sums = cuda.shared.array(TPB, numba.float64)
+    tid, step = cuda.threadIdx.x, cuda.blockDim.x
+    rows = u.shape[0]
+    width = partial.shape[0] - 1
+    n_chunks = partial.shape[1]
+    for b in range(cuda.blockIdx.x, partial.shape[0] * n_chunks, cuda.gridDim.x):
+        j, c = _unflatten(b, n_chunks)
+        stop = (c + 1) * chunk
         s = 0.0
-        for t in range(n):
-            if u[t] != 0.0:
-                s += _mul(float(Ct[j, t]), u[t])
+        for t in range(c * chunk + tid, stop if stop < rows else rows, step):
+            w = u[t]
+            if w != 0.0:
+                s += w if j == width else _mul(float(Ct[j, t]), w)
+        sums[tid] = s
+        cuda.syncthreads()
+        half = step // 2
+        while half > 0:
+            if tid < half:
+                sums[tid] += sums[tid + half]
+            cuda.syncthreads()
+            half //= 2
+        if tid == 0:
+            partial[j, c] = sums[0]
+        cuda.syncthreads()  # sums[0] read before the next block's sums overwrite it
+
+
+@cuda.jit
+def sum_partials(partial, out):
+    """``out[j] = sum_c partial[j, c]``, chunks in order: one row per thread."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, partial.shape[0], stride):
+        s = 0.0
+        for c in range(partial.shape[1]):
+            s += partial[j, c]
         out[j] = s
 
 
@@ -902,6 +938,7 @@ LAUNCH_OBSERVERS: list = []
 KERNELS = ("exp_values", "fill_zero", "point_sqnorms", "group_dots_dense", "group_dots_csr", "superstep_features",
            "superstep_features_inline", "superstep_columns", "scores_argmax", "pick_candidates", "point_kernels",
            "gather_rows", "exact_row_dots", "weighted_kernel_sums", "combined_columns", "columns_times",
-           "active_weights", "columns_transposed_times", "rules_margins", "rules_coef", "load_points")  # fmt: skip
+           "active_weights", "columns_transposed_partials", "sum_partials", "rules_margins", "rules_coef",
+           "load_points")  # fmt: skip
 for _name in KERNELS:
     globals()[_name] = Kernel(_name, globals()[_name])
