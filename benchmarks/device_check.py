@@ -86,8 +86,12 @@ def part_tests(plan: dict, deadline: float) -> None:
         if not cases:
             continue
         simulate = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-        proc, out = _cudasim.run_cases(str(ROOT / "tests" / name), cases, max(10.0, deadline - time.time()),
-                                       simulate=simulate)  # fmt: skip
+        limit = deadline - time.time()
+        try:
+            proc, out = _cudasim.run_cases(str(ROOT / "tests" / name), cases, max(10.0, limit), simulate=simulate)
+        except subprocess.TimeoutExpired:
+            _emit({"part": "tests", "file": name, "timed_out": True, "limit_s": round(limit, 1), "cases": cases})
+            continue
         for case in cases:
             text = out.get(case, "")
             ok = text.strip().endswith("ok")

@@ -108,6 +108,8 @@ def fit_once(device: str, X, y, Xt, yt, **params) -> dict:
     est = MWUMKLClassifier(device=device, **params)
     with _Methods() as methods, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # numba-cuda's launch-size hint, once per small launch (the package filters it; "always" would not)
+        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
         wall, cpu = time.perf_counter(), time.process_time()
         est.fit(X, y)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
