@@ -161,7 +161,12 @@ class Timer:
 
 @contextlib.contextmanager
 def timed_solver(record: list):
-    """Time every ``mwu.solve`` call the estimator makes (the solver loop alone)."""
+    """Time every ``mwu.solve`` call the estimator makes (the solver loop alone).
+
+    The estimator calls it as ``one_vs_rest.solve`` (imported there by name): both names are replaced.
+    """
+    from mwumkl_dist.solvers.mwu import one_vs_rest
+
     original = mwu.solve
 
     def solve(*args, **kwargs):
@@ -170,11 +175,11 @@ def timed_solver(record: list):
         record.append((t, result.n_iter))
         return result
 
-    mwu.solve = solve
+    mwu.solve = one_vs_rest.solve = solve
     try:
         yield
     finally:
-        mwu.solve = original
+        mwu.solve = one_vs_rest.solve = original
 
 
 def fit_timed(X, y, n_threads: int, **params) -> dict:
