@@ -35,8 +35,10 @@ GPU_STEP_SECONDS = 2e-4
 #: Cost per (row, kernel) entry of a GPU superstep, seconds (kernel value, ``V`` update, tile partial; a
 #: memory-bound pass over ``V`` at a fraction of an H100/H200's bandwidth).
 GPU_ENTRY_SECONDS = 2e-11
-#: Cost per entry of a CPU superstep on one thread, seconds (a Gaussian kernel's ``exp`` and the update).
-CPU_ENTRY_SECONDS = 4e-9
+#: Cost per entry of a CPU superstep on one thread, seconds (a Gaussian kernel's ``exp`` and the update):
+#: measured 8-9 ns of CPU time per entry on one thread (a 166-row, 20,000-kernel bank and 3,000 rows x 40
+#: Gaussians, 60 iterations; a shared AMD EPYC at load average 12 on 2 cores).
+CPU_ENTRY_SECONDS = 8e-9
 #: Fixed cost of scoring rows on the GPU, seconds: the support vectors, plan and rows sent (dense), a launch,
 #: the values copied back.  Per (row, support vector, kernel) entry the costs are the supersteps' above.
 GPU_SCORE_SECONDS = 2e-3
@@ -55,8 +57,8 @@ def mwu_device(device: str, n_rows: int, n_kernels: int, threads: int) -> str:
     ``"cpu"`` (``device="cpu"`` stays ``"cpu"``).
 
     ``gpu = GPU_STEP_SECONDS + n m GPU_ENTRY_SECONDS`` against ``cpu = n m CPU_ENTRY_SECONDS / threads``:
-    with 16 threads the GPU takes fits from about 8 * 10^5 entries (e.g. 166 rows x 5,000 kernels, 3,000 rows
-    x 270 kernels), with 1 thread from about 5 * 10^4.
+    with 16 threads the GPU takes fits from about 4 * 10^5 entries (e.g. 166 rows x 2,500 kernels, 3,000 rows
+    x 140 kernels), with 1 thread from about 2.5 * 10^4.
     """
     if device != "cuda" or not routing_enabled():
         return device
