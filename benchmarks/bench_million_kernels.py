@@ -185,7 +185,7 @@ def main(argv=None):
 
         global DATASETS
         DATASETS = str(smoke_datasets(tempfile.mkdtemp(prefix="bench-smoke-"), {"sonar.svm.gz": ("sonar", 60)}))
-        args.kernels, args.epsilon, args.workers, args.check = 100, 1.0, 1, True
+        args.kernels, args.epsilon, args.workers, args.check = 100, 0.8, 1, True
     out = run(args)
     mem = out["memory"]
     workers = ", ".join(f"{mem[k]:.0f}" for k in sorted(mem) if k.startswith("worker"))
