@@ -18,7 +18,7 @@ import _cudasim
 import numpy as np
 import pytest
 
-CASES = ["columns", "fit", "routing"]
+CASES = ["columns", "products", "fit", "routing"]
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +191,44 @@ def case_columns():
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
         gpu.close()
         assert gpu._device_columns is None
+
+
+def case_products():
+    """``DeviceColumns.active_sums`` over blocks of several row chunks (the coalesced pass adds a block per
+    landmark and chunk, then the chunks in order): against numpy on the GPU's own columns, for chunks that are,
+    and are not, a multiple of the block size, a last short chunk, a chunk without an active row; the same
+    bits on every run."""
+    from mwumkl_dist.data.cuda_shards import DeviceColumns
+    from mwumkl_dist.devices import cuda_kernels as K
+    from mwumkl_dist.kernels import KernelSet
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 4))
+    ks = KernelSet("linear, gaussian:1, poly:2", 4)
+    columns = DeviceColumns(ks, X[:9], rng.random(3), 9)
+    columns.put(0, X)
+    C = columns.host(0).astype(np.float64)
+    y = np.where(rng.random(150) < 0.5, 1.0, -1.0)
+    c = rng.uniform(0.5, 2.0, 150)
+    active = rng.random(150) < 0.7
+    active[40:80] = False  # a whole chunk of 32 rows without an active row
+    beta = rng.normal(size=7)  # the first 7 landmarks (a smaller rank level)
+    for labels in (False, True):
+        t = C[:, :7] @ beta + 0.5 - (y if labels else 0.0)
+        t = np.where(active, c * t, 0.0)
+        want = np.append(t @ C[:, :7], t.sum())
+        runs, default = [], K.PRODUCT_CHUNK
+        for chunk in (default, 32, 20, 150, 1000):
+            K.PRODUCT_CHUNK = chunk
+            try:
+                got = columns.active_sums(0, active, beta, 0.5, y, c, labels)
+            finally:
+                K.PRODUCT_CHUNK = default
+            assert got.shape == (8,)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+            runs.append(got)
+        again = columns.active_sums(0, active, beta, 0.5, y, c, labels)
+        assert np.array_equal(again, runs[0])  # deterministic
 
 
 def case_fit():
