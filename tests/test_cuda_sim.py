@@ -114,6 +114,21 @@ def test_without_a_gpu_device_cuda_is_one_clear_error():
         MWUMKLClassifier(kernels="linear", C=1.0, device="cuda").fit(X, ["a", "b"] * 3)
 
 
+def test_numpy_without_row_stack_gets_the_alias_numba_cuda_needs():
+    """numpy 2.5 has no ``np.row_stack``, which numba-cuda names at import: the package gives the alias back first."""
+    import types
+
+    from mwumkl_dist.data import cuda_shards
+
+    numpy_2_5 = types.SimpleNamespace(vstack=np.vstack)  # numpy's names, row_stack gone
+    assert cuda_shards.numpy_compat(numpy_2_5) is True
+    assert numpy_2_5.row_stack is np.vstack
+    assert cuda_shards.numpy_compat(numpy_2_5) is False  # once is enough
+    before = dict(vars(np))
+    cuda_shards.numpy_compat()  # the real numpy: changed only where it lacks the name
+    assert vars(np).keys() - before.keys() <= {"row_" + "stack"}
+
+
 def test_device_must_be_cpu_or_cuda():
     from mwumkl_dist import MWUMKLClassifier
 
