@@ -229,6 +229,12 @@ def case_products():
             runs.append(got)
         again = columns.active_sums(0, active, beta, 0.5, y, c, labels)
         assert np.array_equal(again, runs[0])  # deterministic
+    # y and c stay on the GPU between products; other arrays are sent
+    assert len(columns._rows_data) == 1
+    c2 = c * 2.0
+    t = np.where(active, c2 * (C[:, :7] @ beta + 0.5), 0.0)
+    got = columns.active_sums(0, active, beta, 0.5, y, c2, False)
+    np.testing.assert_allclose(got, np.append(t @ C[:, :7], t.sum()), rtol=1e-12, atol=1e-12 * np.abs(got).max())
 
 
 def case_fit():

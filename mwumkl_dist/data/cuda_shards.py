@@ -815,6 +815,7 @@ class DeviceColumns:
         self._l_sq = self.cuda.to_device(np.ascontiguousarray(l_sq, dtype=np.float64))
         self._w = self.cuda.to_device(np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64))
         self.blocks: dict = {}
+        self._rows_data: dict = {}  # block -> (host key, y and c on the GPU): sent once, not per product
 
     def put(self, i: int, X) -> None:
         """Compute and keep block ``i``'s columns (rows ``X``)."""
@@ -854,9 +855,9 @@ class DeviceColumns:
         n, width = Ct.shape[1], len(beta)
         u = cuda.device_array(n, np.float64)
         d_beta = cuda.to_device(np.ascontiguousarray(beta, dtype=np.float64))
-        k.active_weights[k.launch(n)](Ct, d_beta, float(bias), cuda.to_device(np.asarray(y, np.float64)),
-                                      cuda.to_device(np.asarray(c, np.float64)),
-                                      cuda.to_device(np.asarray(active, np.bool_)), bool(labels), u)  # fmt: skip
+        d_y, d_c = self._resident(i, y, c)
+        k.active_weights[k.launch(n)](Ct, d_beta, float(bias), d_y, d_c, cuda.to_device(np.asarray(active, np.bool_)),
+                                      bool(labels), u)  # fmt: skip
         # K' u and sum(u) in one pass over the columns, a block per (landmark, chunk of rows), read coalesced;
         # the chunks added in order: (width + 1) values come back, not u
         n_chunks = max(1, -(-n // k.PRODUCT_CHUNK))
@@ -867,12 +868,27 @@ class DeviceColumns:
         k.sum_partials[k.launch(width + 1)](partial, out)
         return out.copy_to_host()
 
+    def _resident(self, i: int, y, c):
+        """Block ``i``'s labels and weights on the GPU, sent on first use and kept.
+
+        A shard's labels and weights are fixed while its columns are loaded (``LinearShard.load_problem`` sets
+        both and builds a new :class:`DeviceColumns`); the key (the host arrays' addresses and shapes) resends
+        them for other arrays.  The host arrays are held with their copies, so no other array can take their
+        addresses while the key stands."""
+        y, c = np.asarray(y, np.float64), np.asarray(c, np.float64)
+        key = tuple((a.__array_interface__["data"][0], a.shape, a.strides) for a in (y, c))
+        held = self._rows_data.get(i)
+        if held is None or held[0] != key:
+            held = self._rows_data[i] = (key, self.cuda.to_device(y), self.cuda.to_device(c), (y, c))
+        return held[1], held[2]
+
     @property
     def nbytes(self) -> int:
         return int(sum(4 * b.shape[0] * b.shape[1] for b in self.blocks.values()))
 
     def close(self) -> None:
         self.blocks = {}
+        self._rows_data = {}
 
 
 # ----------------------------------------------------------------------------- prediction
