@@ -179,7 +179,7 @@ def main(argv=None):
     parser.add_argument("--no-reference", action="store_true", help="skip the in-memory reference fit")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--smoke", action="store_true",
-                        help="generated a9a stand-in, 200 points, chunks of 100, eps 0.8: checks the script")  # fmt: skip
+                        help="generated a9a stand-in, 200 points, chunks of 100: checks the script")  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
         global DATASETS
