@@ -27,7 +27,8 @@ from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
-from mwumkl_dist.devices.threads import one_blas_thread, ordered_map
+from mwumkl_dist.devices.routing import scoring_device as routed_scoring
+from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
@@ -163,10 +164,12 @@ def score_rows(kernels, kernel_names, n_features_in: int, X, support, support_ve
                device: str = "cpu") -> np.ndarray:  # fmt: skip
     """A model's decision values without its biases, ``(n_samples, n_problems)``, on checked rows ``X``.
 
-    On ``device`` (:func:`scoring_device`); where the GPU cannot hold the support vectors (dense there)
-    the CPU computes the same numbers.
+    On ``device`` (:func:`scoring_device`) where that pays (:func:`mwumkl_dist.devices.routing.scoring_device`:
+    a small fold's rows on the CPU); where the GPU cannot hold the support vectors (dense there) the CPU
+    computes the same numbers.
     """
     args = (X, support, support_vectors, dual_coef, np.atleast_2d(raw_weights))
+    device = routed_scoring(device, X.shape[0], len(support), args[-1].shape[1], current_threads())
     try:
         return make_predictor(kernels, kernel_names, n_features_in, device).decision_values(*args)
     except MemoryError:  # the GPU's DeviceMemoryError, raised before it allocates
