@@ -11,6 +11,7 @@ import warnings
 import zipfile
 
 import numpy as np
+from sklearn.utils.multiclass import type_of_target
 
 from mwumkl_dist.cli.args import (
     EXIT_INTERRUPTED,
@@ -40,6 +41,7 @@ from mwumkl_dist.io.files import format_label, read_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
+from mwumkl_dist.solvers.base import continuous_target
 from mwumkl_dist.solvers.spec import SOLVER_NAMES
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
 from mwumkl_dist.summary import fit_summary, weights_table
@@ -513,6 +515,15 @@ def _training_data(args):
         raise CommandError(
             f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
+    labels = X.y if y is None else y
+    if type_of_target(labels) == "continuous":
+        fraction = next(v for v in classes if v != np.round(v))
+        raise CommandError(
+            f"{source}: the labels are not classes (e.g. {format_label(fraction)}, not a whole number); "
+            f"{PROG} fits a classifier: labels must be classes"
+        )
+    if (problem := continuous_target(labels, PROG)) is not None:
+        raise CommandError(f"{source}: {problem}")
     return X, y, classes, n, d, source, zero_based
 
 
