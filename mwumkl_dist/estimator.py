@@ -368,6 +368,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
+    polish_skipped_ : str
+        Only when an MWU fit was not polished: why (``"polish=False"``, ``"auto: too large for it,
+        ..."``, ``"auto: not available for a fit from a store (the data are not in memory)"``, ...).
     cache_info_ : dict
         Only after a fit from a :class:`~mwumkl_dist.stores.KernelStore`: the shards'
         column caches added up: ``hits``, ``misses``, ``hit_rate``, ``evictions``,

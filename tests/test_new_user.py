@@ -59,3 +59,45 @@ def test_the_cli_refuses_a_regression_target_and_float_labels_naming_the_file(tm
     err = one_line_error(capsys, ["fit", "--data", "floats.svm", "--model", "m.npz", *FAST])
     assert "floats.svm: the labels are not classes" in err and "a classifier: labels must be classes" in err
     assert not os.path.exists("m.npz")
+
+
+# ----------------------------------------------------------------------------- a small store fits like its file
+
+
+def _cancer_rows(n=300):
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return X[:n] / X.max(axis=0), y[:n]
+
+
+def test_a_small_store_is_fitted_like_its_rows_in_memory_polish_included(tmp_path, monkeypatch):
+    from mwumkl_dist.stores import write_data_store
+
+    monkeypatch.delenv("MWUMKL_STORE_IN_MEMORY_BYTES")  # the default: a small store is read
+    X, y = _cancer_rows()
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=128)
+    params = dict(kernels="scaled", C=10.0, epsilon=0.4, selectivity=0)  # polish="auto"
+    from_file = MWUMKLClassifier(**params).fit(X, y)
+    from_store = MWUMKLClassifier(**params).fit(store)
+    assert from_store.polished_ and from_file.polished_
+    np.testing.assert_array_equal(from_store.dual_coef_, from_file.dual_coef_)
+    np.testing.assert_array_equal(from_store.raw_kernel_weights_, from_file.raw_kernel_weights_)
+    assert "then the exact polish (auto: small enough" in from_store.summary()
+
+
+def test_an_out_of_core_store_fit_gives_the_real_reason_it_is_not_polished(tmp_path, monkeypatch):
+    from mwumkl_dist.stores import write_data_store
+
+    monkeypatch.setenv("MWUMKL_STORE_IN_MEMORY_BYTES", "1000")  # smaller than the store: out of core
+    X, y = _cancer_rows(120)
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=64)
+    clf = MWUMKLClassifier(kernels="linear,gaussian:0.5", C=10.0, epsilon=0.4, selectivity=0).fit(store)
+    assert not clf.polished_
+    text = clf.summary()
+    assert "no exact polish (auto: not available for a fit from a store (the data are not in memory)" in text
+    assert "too large" not in text
+    clf.save(tmp_path / "m.npz")
+    assert MWUMKLClassifier.load(tmp_path / "m.npz").summary() == text
+    small = MWUMKLClassifier(kernels="linear", C=10.0, epsilon=0.4, selectivity=0, polish=False).fit(X, y)
+    assert "no exact polish (polish=False;" in small.summary()

@@ -35,6 +35,7 @@ from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, num
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
+from mwumkl_dist.data.problems import read_into_memory
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
 from mwumkl_dist.io.files import format_label, read_data
@@ -499,6 +500,7 @@ def _training_data(args):
         kernel_store = isinstance(X, KernelStore)
         d = None if kernel_store else X.n_features
         source = args.store
+        args.in_memory = read_into_memory(X)  # a small data store is fitted as its rows in memory
         if args.kernels is None:
             args.kernels = "precomputed" if kernel_store else DEFAULT_KERNELS
         elif kernel_store and args.kernels != "precomputed":
@@ -549,7 +551,7 @@ def _iteration_plan(args, n: int, n_kernels: int, *, in_memory: bool | None = No
         C=args.C,
         n_samples=n,
         n_kernels=n_kernels,
-        in_memory=args.store is None if in_memory is None else in_memory,
+        in_memory=getattr(args, "in_memory", args.store is None) if in_memory is None else in_memory,
     )
     return plan.n_iter
 
