@@ -9,6 +9,7 @@ which run ``python -m mwumkl_dist`` as a user does.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,99 @@ def test_an_out_of_core_store_fit_gives_the_real_reason_it_is_not_polished(tmp_p
     assert MWUMKLClassifier.load(tmp_path / "m.npz").summary() == text
     small = MWUMKLClassifier(kernels="linear", C=10.0, epsilon=0.4, selectivity=0, polish=False).fit(X, y)
     assert "no exact polish (polish=False;" in small.summary()
+
+
+# ----------------------------------------------------------------------------- start time
+
+HEAVY = ("sklearn", "numba", "dask", "distributed", "numpy", "scipy")
+_PROBE = """
+import resource, sys
+from mwumkl_dist.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print("RESULT", code, usage.ru_utime + usage.ru_stime, ",".join(heavy) or "-", file=sys.stderr)
+"""
+
+
+def _probe(*argv):
+    """Run the command line in a fresh interpreter: ``(exit code, CPU seconds, heavy modules loaded)``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _PROBE.replace("HEAVY", repr(HEAVY)), *argv], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=REPO)  # fmt: skip
+    line = next(x for x in done.stderr.splitlines() if x.startswith("RESULT "))
+    _, code, cpu, heavy = line.split(" ")
+    return int(code), float(cpu), heavy
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["fit", "--help"], ["store", "kernels", "--help"],
+                                  ["fit", "--data", "x.svm"], ["predict", "--model"], ["bogus"]])  # fmt: skip
+def test_version_help_and_usage_errors_load_nothing_heavy(argv):
+    code, cpu, heavy = _probe(*argv)
+    assert code in (0, 2)
+    assert heavy == "-", f"{argv} imported {heavy}"
+    assert cpu <= 0.5, f"{argv}: {cpu:.2f} s of CPU time"  # CPU time, not wall-clock: ~0.1 s measured
+
+
+@pytest.mark.timeout(300)
+def test_python_m_version_cpu_time():
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "mwumkl_dist", "--version"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert done.returncode == 0 and done.stdout.startswith("mwumkl-dist ")
+    assert cpu <= 0.5, f"python -m mwumkl_dist --version: {cpu:.2f} s of CPU time"
+
+
+def test_the_package_root_loads_its_names_on_first_use():
+    import mwumkl_dist
+
+    assert set(mwumkl_dist.__all__) == {*mwumkl_dist._PUBLIC, "__version__"}
+    for name in mwumkl_dist.__all__:
+        assert getattr(mwumkl_dist, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        mwumkl_dist.nonsense  # noqa: B018
+
+
+def test_the_parsers_copies_of_library_names_match_their_owners():
+    from mwumkl_dist.cli import parser
+    from mwumkl_dist.io.files import SUPPORTED_EXTENSIONS
+    from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP
+    from mwumkl_dist.plotting import PLOT_KINDS
+    from mwumkl_dist.solvers.spec import SOLVER_NAMES
+    from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS
+
+    assert parser.SOLVER_NAMES == SOLVER_NAMES
+    assert parser.AUTO_TWO_STAGE_POINTS == AUTO_TWO_STAGE_POINTS
+    assert parser.SUPPORTED_EXTENSIONS == SUPPORTED_EXTENSIONS
+    assert parser.PLOT_KINDS == PLOT_KINDS
+    assert parser.KERNEL_SPEC_HELP == KERNEL_SPEC_HELP, "copy kernels.specs.KERNEL_SPEC_HELP into cli/parser.py"
+
+
+def test_a_command_that_loads_long_says_what_it_loads(monkeypatch, capsys):
+    import time
+
+    from mwumkl_dist.cli import parser
+
+    monkeypatch.setattr(parser, "LOADING_NOTICE_SECONDS", 0.01)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with parser.loading_notice() as notice:
+        time.sleep(0.5)
+    assert notice.said and "mwumkl-dist: loading scikit-learn, numba" in capsys.readouterr().err
+    with parser.loading_notice(quiet=True) as notice:
+        time.sleep(0.1)
+    assert not notice.said
+
+
+def test_store_kernels_says_it_compiles(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("mwumkl_dist.cli.store.numba_cache_is_cold", lambda: True)
+    rng = np.random.default_rng(0)
+    dump_svmlight_file(rng.random((20, 3)), np.arange(20) % 2, "t.svm")
+    assert main(["store", "kernels", "--input", "t.svm", "--kernels", "linear", "--output", "K.zarr"]) == 0
+    assert "compiling numba kernels" in capsys.readouterr().err
