@@ -198,3 +198,21 @@ def test_store_kernels_says_it_compiles(tmp_path, monkeypatch, capsys):
     dump_svmlight_file(rng.random((20, 3)), np.arange(20) % 2, "t.svm")
     assert main(["store", "kernels", "--input", "t.svm", "--kernels", "linear", "--output", "K.zarr"]) == 0
     assert "compiling numba kernels" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- predict_proba without probability
+
+
+def test_predict_proba_without_probability_says_to_refit():
+    from mwumkl_dist.estimator import ProbabilityUnavailableError
+
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 2))
+    y = (X[:, 0] > 0.5).astype(int)
+    clf = MWUMKLClassifier(kernels="linear", C=10.0, epsilon=0.4, selectivity=0).fit(X, y)
+    assert not hasattr(clf, "predict_proba") and not hasattr(clf, "predict_log_proba")  # available_if's meaning
+    for method in ("predict_proba", "predict_log_proba"):
+        with pytest.raises(ProbabilityUnavailableError, match="refit with probability=True") as err:
+            getattr(clf, method)(X)
+        assert isinstance(err.value, AttributeError) and "decision_function" in str(err.value)
+    assert MWUMKLClassifier.predict_proba.__doc__.startswith("Class probabilities")
