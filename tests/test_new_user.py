@@ -216,3 +216,31 @@ def test_predict_proba_without_probability_says_to_refit():
             getattr(clf, method)(X)
         assert isinstance(err.value, AttributeError) and "decision_function" in str(err.value)
     assert MWUMKLClassifier.predict_proba.__doc__.startswith("Class probabilities")
+
+
+# ----------------------------------------------------------------------------- svmlight index convention
+
+
+def test_a_one_based_guess_is_said_once_naming_the_file(tmp_path, monkeypatch, capsys):
+    from sklearn.datasets import load_digits
+
+    from mwumkl_dist.io.files import OneBasedAssumedWarning, load_data
+
+    monkeypatch.chdir(tmp_path)
+    X, y = load_digits(return_X_y=True)
+    keep = np.isin(y, (0, 1))
+    dump_svmlight_file(X[keep], y[keep], "digits.svm")  # zero-based, and pixel 0 is always blank
+    with pytest.warns(OneBasedAssumedWarning, match=r"digits.svm: feature indices read as one-based .* no index 0"):
+        X1, _ = load_data("digits.svm")
+    assert X1.shape[1] == 63  # the guess: one feature short
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_data("digits.svm", zero_based=True)[0].shape[1] == 64  # told: nothing to say
+        dump_svmlight_file(X[keep][:, 1:], y[keep], "zero.svm", zero_based=True)  # index 0 occurs: certain
+        load_data("zero.svm")
+    assert main(["fit", "--data", "digits.svm", "--model", "m.npz", *FAST]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("feature indices read as one-based") == 1 and "--zero-based yes" in out
+    assert "one-based" not in err

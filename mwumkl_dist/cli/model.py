@@ -28,7 +28,7 @@ from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.data.problems import read_into_memory
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
-from mwumkl_dist.io.files import format_label, read_data
+from mwumkl_dist.io.files import OneBasedAssumedWarning, format_label, read_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
@@ -250,7 +250,9 @@ def _training_data(args):
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store ('store kernels' writes one)")
         args.kernels = args.kernels or DEFAULT_KERNELS
-        X, y, zero_based = read_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
+        with warnings.catch_warnings():  # said in the summary's data line instead (--quiet: not at all)
+            warnings.simplefilter("ignore", OneBasedAssumedWarning)
+            X, y, zero_based = read_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
@@ -327,6 +329,13 @@ def _describe_scaling(args, scaling) -> str:
     return "none (--no-scale)"
 
 
+#: What ``fit`` says of an svmlight file that ``--zero-based auto`` read as one-based.
+_ONE_BASED_NOTE = (
+    "feature indices read as one-based (LIBSVM's convention: no index 0 occurs); "
+    "if the file counts from 0, as scikit-learn's dump_svmlight_file writes, fit with --zero-based yes"
+)
+
+
 def _describe_data(source: str, X, n: int, d, classes) -> str:
     labels = ", ".join(format_label(c) for c in classes[:10]) + (", ..." if len(classes) > 10 else "")
     if d is None:  # a kernel store: its rows are points, it has no features
@@ -385,6 +394,8 @@ def _fit_and_save(args) -> int:
     if not args.quiet:
         print(f"model saved to   {args.model}")
         print(f"data             {_describe_data(source, X, n, d, classes)}")
+        if zero_based is False and args.zero_based == "auto":
+            print(f"                 {_ONE_BASED_NOTE}")
         print(f"scaling          {_describe_scaling(args, scaling)}")
         train_X, train_y = (X, y) if args.store is None else (None, X.y)  # a store's rows are not read again
         iterations = _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed)
