@@ -229,8 +229,9 @@ def _add_fit(sub, parents):
     source.add_argument(
         "--store",
         metavar="DIR.zarr",
-        help="a data store, or a kernel store with --kernels precomputed (see 'store'): shards read their rows; "
-        "a store is used as stored (not scaled)",
+        help="a data store or a kernel store (see 'store'; which one is read from the store, so --kernels "
+        "precomputed is implied for a kernel store): a small data store is read into memory, a large one's shards "
+        "read their own rows; a store is used as stored (not scaled)",
     )
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument(
