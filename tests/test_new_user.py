@@ -123,8 +123,9 @@ print("RESULT", code, usage.ru_utime + usage.ru_stime, ",".join(heavy) or "-", f
 def _probe(*argv):
     """Run the command line in a fresh interpreter: ``(exit code, CPU seconds, heavy modules loaded)``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", _PROBE.replace("HEAVY", repr(HEAVY)), *argv], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=REPO)  # fmt: skip
+    probe = _PROBE.replace("HEAVY", repr(HEAVY))
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=REPO)  # fmt: skip
     line = next(x for x in done.stderr.splitlines() if x.startswith("RESULT "))
     _, code, cpu, heavy = line.split(" ")
     return int(code), float(cpu), heavy
@@ -244,3 +245,34 @@ def test_a_one_based_guess_is_said_once_naming_the_file(tmp_path, monkeypatch, c
     out, err = capsys.readouterr()
     assert out.count("feature indices read as one-based") == 1 and "--zero-based yes" in out
     assert "one-based" not in err
+
+
+# ----------------------------------------------------------------------------- the cluster's Ctrl-C
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_in_a_terminal_stops_the_cluster_in_order(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the workers leave the stop to the cluster command."""
+    import signal
+    import time
+
+    address_file = tmp_path / "address"
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "mwumkl_dist", "cluster", "--workers", "2", "--threads-per-worker", "1", "--port", "0",
+         "--address-file", str(address_file)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,  # its own process group, as a shell's job
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 150
+        while not address_file.exists() and time.monotonic() < deadline and cluster.poll() is None:
+            time.sleep(0.2)
+        assert address_file.exists(), cluster.communicate(timeout=30)
+        os.killpg(cluster.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets it
+        out, err = cluster.communicate(timeout=120)
+    finally:
+        if cluster.poll() is None:
+            os.killpg(cluster.pid, signal.SIGKILL)
+            cluster.communicate()
+    assert cluster.returncode == 0, err
+    assert err.strip() == "stopping the cluster ...", err  # no worker's traceback, no nanny killing a worker

@@ -54,6 +54,10 @@ def cmd_cluster(args) -> int:
 
     threads = args.threads_per_worker or max(1, available_cpus() // args.workers)
     _check_port_free(args.host, args.port)
+    # The worker processes start with SIGINT ignored (an ignored signal stays ignored in a child, and Python then
+    # installs no KeyboardInterrupt): a terminal's Ctrl-C reaches the whole process group, and workers torn down
+    # by it, each on its own, spill tracebacks and slow the orderly stop below (17 s in issue 41).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         cluster = LocalCluster(
             n_workers=args.workers,
@@ -70,6 +74,8 @@ def cmd_cluster(args) -> int:
         raise CommandError(f"cannot start the cluster on --host {args.host} --port {args.port}: {exc}") from None
     except ValueError as exc:  # a bad --memory-limit
         raise CommandError(f"--memory-limit {args.memory_limit}: {exc}") from None
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     try:
         address = cluster.scheduler_address
         stop = _stop_on_signals()
