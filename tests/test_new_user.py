@@ -145,7 +145,7 @@ def test_version_help_and_usage_errors_load_nothing_heavy(argv):
 def test_python_m_version_cpu_time():
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "mwumkl_dist", "--version"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, cwd=REPO)  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert done.returncode == 0 and done.stdout.startswith("mwumkl-dist ")
@@ -276,3 +276,69 @@ def test_ctrl_c_in_a_terminal_stops_the_cluster_in_order(tmp_path):
             cluster.communicate()
     assert cluster.returncode == 0, err
     assert err.strip() == "stopping the cluster ...", err  # no worker's traceback, no nanny killing a worker
+
+
+# ----------------------------------------------------------------------------- pictures and a saved structure search
+
+
+@pytest.fixture(scope="module")
+def searched():
+    """A default fit whose structure search kept every feature (``structure_path_``, no ``structure_``)."""
+    rng = np.random.default_rng(3)
+    X = rng.random((150, 4))
+    y = (X.sum(axis=1) + 0.2 * rng.standard_normal(150) > 2).astype(int)
+    return MWUMKLClassifier().fit(X, y)
+
+
+def test_a_saved_structure_search_keeps_its_summary_line(searched, tmp_path):
+    assert searched.structure_path_ and getattr(searched, "structure_", None) is None
+    searched.save(tmp_path / "m.npz")
+    loaded = MWUMKLClassifier.load(tmp_path / "m.npz")
+    assert loaded.summary() == searched.summary()
+    assert "structure        none: all 4 features" in loaded.summary()
+
+
+def _ticks(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_xticklabels()]
+
+
+def test_the_path_draws_the_structures_and_the_bands_in_order(searched, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from mwumkl_dist.plotting import plot_cv_path, pyplot
+
+    tops = sorted({key[0].top for key in searched.structure_path_})
+    ax = plot_cv_path(searched)
+    structures = [t for t in _ticks(ax) if t.startswith("top ")]
+    assert len(structures) == len(searched.structure_path_)
+    assert [int(t.split()[1]) for t in structures] == sorted(int(t.split()[1]) for t in structures)
+    assert {int(t.split()[1]) for t in structures} == set(tops)
+    searched.save(tmp_path / "m.npz")  # the same after a load (candidates are names then)
+    assert _ticks(plot_cv_path(MWUMKLClassifier.load(tmp_path / "m.npz"))) == _ticks(ax)
+    model = MWUMKLClassifier.load(tmp_path / "m.npz")
+    model.width_band_path_ = {("widths(6-8)", 1.0): 0.1, ("widths(2-4)", 1.0): 0.2, ("widths(10-12)", 1.0): 0.3,
+                              ("widths(6-8)", 10.0): 0.15}  # fmt: skip
+    bands = [t for t in _ticks(plot_cv_path(model)) if t.startswith("widths")]
+    assert bands == ["widths(2-4) C=1", "widths(6-8) C=1", "widths(6-8) C=10", "widths(10-12) C=1"]
+    pyplot().close("all")
+
+
+def test_the_uniform_line_s_legend_leaves_the_bars_alone():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from mwumkl_dist.plotting import plot_kernel_weights, pyplot
+
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 3))
+    y = (X[:, 0] > 0.5).astype(int)
+    clf = MWUMKLClassifier(kernels="scaled", C=10.0, epsilon=0.4, selectivity=0, polish=False).fit(X, y)
+    ax = plot_kernel_weights(clf)  # uniform weights: bars as tall as the line, in every corner
+    ax.figure.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    bars = [patch.get_window_extent() for patch in ax.patches]
+    assert bars and not any(legend.overlaps(bar) for bar in bars)
+    pyplot().close("all")
