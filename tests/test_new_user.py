@@ -303,7 +303,6 @@ def _ticks(ax) -> list[str]:
 
 
 def test_the_path_draws_the_structures_and_the_bands_in_order(searched, tmp_path):
-    pytest.importorskip("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,7 +325,6 @@ def test_the_path_draws_the_structures_and_the_bands_in_order(searched, tmp_path
 
 
 def test_the_uniform_line_s_legend_leaves_the_bars_alone():
-    pytest.importorskip("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
