@@ -47,6 +47,7 @@ __all__ = [
     "scoring_device",
     "one_vs_rest_targets",
     "training_classes",
+    "continuous_target",
 ]
 
 #: A whole fit: ``fit(spec, data, *, sample_weight=None, seed=None) -> attributes``.
@@ -60,6 +61,31 @@ def training_classes(y) -> np.ndarray:
     if len(classes) < 2:
         raise ValueError(f"the training labels hold one class only ({classes[0]!r}); MWUMKL needs at least two")
     return classes
+
+
+#: Labels look like a continuous (regression) target rather than classes when there are more than
+#: MANY_CLASSES of them and more than half have fewer than FEW_ROWS rows: one-vs-rest on a class of one
+#: or two rows learns nothing (scikit-learn's diabetes target: 214 classes among 442 rows, 71 % of them
+#: with one or two rows); a real many-class problem has several rows per class.
+MANY_CLASSES = 10
+FEW_ROWS = 3
+
+
+def continuous_target(y, name: str = "MWUMKL") -> str | None:
+    """Why the labels ``y`` look like a continuous target rather than classes, or None when they do not.
+
+    ``name`` is what the message calls the classifier. Non-integer floats get scikit-learn's
+    ``ValueError`` ("Unknown label type") first.
+    """
+    check_classification_targets(y)
+    classes, counts = np.unique(np.asarray(y), return_counts=True)
+    few = int(np.count_nonzero(counts < FEW_ROWS))
+    if len(classes) <= MANY_CLASSES or 2 * few <= len(classes):
+        return None
+    return (
+        f"{len(classes)} classes among {len(y)} rows ({few} with fewer than {FEW_ROWS} rows) look like a continuous "
+        f"target; {name} fits a classifier: labels must be classes (bin the target)"
+    )
 
 
 def one_vs_rest_targets(classes: np.ndarray) -> list:
