@@ -94,7 +94,7 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
 
     ``n_shards="auto"``: one shard on the local engine; on Dask the layout of
     :func:`~mwumkl_dist.engines.layout.mwu_layout` (this process where a superstep is cheaper than a round trip to
-    the workers, else one shard per worker).  The engine's ``layout`` says which, and why.
+    the workers, else one shard per worker).  The engine's ``layout`` says which, and why (None locally).
     """
     device = spec.device
     if device != "cpu":
@@ -105,7 +105,7 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
     auto = spec.n_shards == "auto"
     if spec.engine == "local":
         engine = LocalEngine(problem, n_shards=1 if auto else spec.n_shards)
-        engine.layout = Layout("local", len(engine.slots), "the local engine" + (" (n_shards='auto')" if auto else ""))
+        engine.layout = None  # nothing to say: the local engine as asked
         return engine
     from mwumkl_dist.engines.dask import DaskEngine
 
@@ -220,7 +220,8 @@ def _solve_problems(
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
-            stats.append({"layout": engine.layout})
+            if engine.layout is not None:
+                stats.append({"layout": engine.layout})
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted
