@@ -18,8 +18,8 @@ script with ``--one``), so peak memory is that layout's alone:
 Recorded per layout (one JSON line each): fit wall seconds; CPU seconds of the client process and of the workers
 (their process time before and after, by ``client.run``); peak RSS (``VmHWM``) of the client and of each worker;
 test error; ``n_components_``, ``linear_method_``, ``shard_layout_``; the longest stretch without a progress event
-as a share of the fit (the fit's callback; "progress all the way"); whether the predictions equal the first
-layout's (the local fit's); the load average before and after.  Presets:
+as a share of the fit (the fit's callback; "progress all the way") and the phases of the events around it;
+whether the predictions equal the first layout's (the local fit's); the load average before and after.  Presets:
 
 ``e7``      the issue's 2-core measurement: 10^6 and 10^7 rows; local (2 threads), 1x1 and 2x1 workers, 4GB each;
 ``16core``  for a 16-core machine, at most about 8 minutes: 10^6 rows local (16 threads), 1x2, 2x2, 4x2, 8x2
@@ -111,7 +111,7 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
     data = open_store(store)
     out = {"n": data.n_samples, "layout": layout, "load_before": list(os.getloadavg())}
     events = []
-    params = dict(callback=lambda info: events.append(time.perf_counter()), callback_every=1)
+    params = dict(callback=lambda info: events.append((time.perf_counter(), info.phase)), callback_every=1)
     if layout == "local":
         est, client, cluster = MWUMKLClassifier(n_jobs=local_threads, **params), None, None
     else:
@@ -137,8 +137,11 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         if client is not None:
             client.close()
             cluster.close()
-    marks = [t0, *events, t1]
-    out["longest_silence_share"] = float(np.max(np.diff(marks)) / (t1 - t0)) if t1 > t0 else 0.0
+    marks = [(t0, "start"), *events, (t1, "end")]
+    gaps = np.diff([t for t, _ in marks])
+    worst = int(np.argmax(gaps))
+    out["longest_silence_share"] = float(gaps[worst] / (t1 - t0)) if t1 > t0 else 0.0
+    out["longest_silence_between"] = [marks[worst][1], marks[worst + 1][1]]  # the phases of the events around it
     predicted = est.predict(Xt)
     np.save(predictions, predicted)
     out.update(
@@ -188,16 +191,18 @@ def run(runs, local_threads: int, memory_limit: str, store_dir: Path, test_rows:
 
 
 def local_shards(n: int, store_dir: Path) -> dict:
-    """The local engine's linear stage on 1 and 2 shards (``n_jobs`` all cores), interleaved twice: fit seconds."""
+    """The local engine's linear stage on 1 and 2 shards (``n_jobs`` all cores, ``C=10``), interleaved three times
+    after a warm-up: fit seconds (the weight stage is the same work in both)."""
     from benchmarks.bench_scale_n import synthetic_rows
     from mwumkl_dist import MWUMKLClassifier
 
     X, y = synthetic_rows(n, part=0)
+    MWUMKLClassifier(C=10.0).fit(X[:5000], y[:5000])  # a warm-up: numba's cache, the imports
     out: dict = {"n": n, "load_before": list(os.getloadavg()), "wall_s": {1: [], 2: []}}
-    for _ in range(2):
+    for _ in range(3):
         for k in (1, 2):
             t0 = time.perf_counter()
-            est = MWUMKLClassifier(n_shards=k, C=10.0, n_components=500).fit(X, y)
+            est = MWUMKLClassifier(n_shards=k, C=10.0).fit(X, y)
             out["wall_s"][k].append(time.perf_counter() - t0)
             out.setdefault("intercepts", {})[k] = float(np.atleast_1d(est.intercept_)[0])
     out["load_after"] = list(os.getloadavg())
