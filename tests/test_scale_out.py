@@ -73,6 +73,54 @@ def test_the_superstep_cost_model_keeps_cheap_supersteps_off_the_workers():
     assert dear.engine == "dask" and dear.n_shards == 8
 
 
+def test_the_mwu_layout_starts_the_workers_pool_only_where_it_can_win(monkeypatch):
+    from mwumkl_dist.data.problems import FeatureProblem
+    from mwumkl_dist.kernels.specs import KernelSet
+
+    X, y = _data(n=400)
+    problem = FeatureProblem(X, np.where(y == "yes", 1.0, -1.0), KernelSet("gaussian:1", X.shape[1]))
+    started = []
+
+    class _Pool:
+        def call(self, method):
+            return [(1, 1)] * started[-1]
+
+    class _Engine:
+        pool = _Pool()
+
+        def close(self):
+            started.append("closed")
+
+    def on_dask(k):
+        started.append(k)
+        return _Engine()
+
+    def local():
+        return "local engine"
+
+    two = _Cluster({"tcp://a:1": 1, "tcp://b:1": 1})
+    monkeypatch.setattr(layout, "superstep_seconds", lambda problem: 1e-3)  # 1 ms on one thread
+    # no worker yet: the pool (which waits for one) with one shard
+    engine, chosen = layout.mwu_layout(problem, _Cluster({}), 2, local, on_dask)
+    assert chosen.engine == "dask" and started == [1]
+    # as many threads here as on the workers: here, and no pool is started
+    started.clear()
+    engine, chosen = layout.mwu_layout(problem, two, 2, local, on_dask)
+    assert engine == "local engine" and chosen.engine == "local" and started == []
+    # fewer threads here: the pool is started and its round trip measured; a slow one sends the supersteps back
+    monkeypatch.setattr(layout, "round_trip_seconds", lambda pool: 2e-3)
+    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask)
+    assert engine == "local engine" and started == [2, "closed"]
+    started.clear()
+    monkeypatch.setattr(layout, "round_trip_seconds", lambda pool: 1e-4)
+    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask)
+    assert isinstance(engine, _Engine) and chosen.n_shards == 2 and started == [2]
+    # a GPU problem stays on the workers
+    started.clear()
+    engine, chosen = layout.mwu_layout(problem, two, 8, local, on_dask, device="cuda")
+    assert chosen.engine == "dask" and started == [2]
+
+
 def test_a_measured_superstep_scales_with_the_rows():
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels.specs import KernelSet
