@@ -224,8 +224,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     client : distributed.Client, str or None, default=None
         With ``engine="dask"``: a client, a scheduler address
         (``"tcp://host:8786"``), or None for a local threaded cluster.
-    n_shards : int, default=1
-        Row shards (the result does not depend on the sharding).
+    n_shards : "auto" or int, default="auto"
+        Row shards (the result does not depend on the sharding).  ``"auto"``: on
+        the local engine one; on Dask the two-stage fit's linear stage puts one
+        shard on each worker (each reads its own rows where the input is a data
+        store), and the MWU iterations run where a superstep is cheapest: in
+        this process where its threads beat a round trip to the workers (for a
+        problem in memory; a cost model of a measured superstep and a measured
+        round trip), else one shard per worker.  ``shard_layout_`` says which.
     n_kernel_shards : int, default=1
         Kernel shards (``engine="dask"``): blocks of kernels over each row shard.
     n_jobs : int or None, default=None
@@ -395,6 +401,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Only after a two-stage fit: whether a shard kept its kernel columns on the landmarks in a
         temporary file (they exceeded its memory budget; see
         :func:`mwumkl_dist.solvers.two_stage.feature_memory_budget`).
+    linear_method_ : str or list of str
+        Only after a two-stage fit on Nystroem features: how each binary problem's final linear solve was made,
+        ``"explicit"`` (Newton with the Hessian formed) or ``"cg"`` (conjugate gradients), as the cost model of
+        :func:`~mwumkl_dist.solvers.two_stage.newton.linear_costs` chose for where the shards ran.
+    shard_layout_ : str
+        Where the shards ran and why (``n_shards``; the linear stage's method and its cost model's estimates).
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
@@ -439,7 +451,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         engine="local",
         device="cpu",
         client=None,
-        n_shards=1,
+        n_shards="auto",
         n_kernel_shards=1,
         n_jobs=None,
         checkpoint=None,

@@ -120,6 +120,14 @@ def _superstep_timeout(value):
     return value
 
 
+def _n_shards(value):
+    if isinstance(value, str) and value == "auto":
+        return value  # resolved where the engine is known (see the n_shards parameter)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f'n_shards must be "auto" or a positive integer, got {value!r}')
+    return int(value)
+
+
 def _n_components(value):
     if isinstance(value, str) and value == "auto":
         return None  # the rank follows the data (see the two-stage solver)
@@ -167,7 +175,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "max_iter": _max_iter,
     "engine": _one_of("engine", ("local", "dask")),
     "device": _one_of("device", ("cpu", "cuda")),
-    "n_shards": _positive_int("n_shards"),
+    "n_shards": _n_shards,
     "n_kernel_shards": _positive_int("n_kernel_shards"),
     "callback_every": _positive_int("callback_every"),
     "checkpoint_every": _positive_int("checkpoint_every"),
@@ -208,7 +216,7 @@ class FitSpec:
     engine: str = "local"
     device: str = "cpu"
     client: object = None
-    n_shards: int = 1
+    n_shards: int | str = "auto"
     n_kernel_shards: int = 1
     n_jobs: int | None = None
     checkpoint: object = None

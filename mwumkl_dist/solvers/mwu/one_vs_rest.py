@@ -19,6 +19,7 @@ from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
 from mwumkl_dist.devices.routing import mwu_device
 from mwumkl_dist.devices.threads import current_threads
 from mwumkl_dist.engines.base import Engine
+from mwumkl_dist.engines.layout import Layout, cluster_threads, mwu_layout
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.io.atomic import exclusive_writer
 from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint, load_checkpoint
@@ -95,6 +96,10 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
     A local ``device="cuda"`` fit runs where :func:`mwumkl_dist.devices.routing.mwu_device` says it is cheaper:
     a small one (a cross-validation fold, a two-stage fit's weight stage) on CPU threads, a large one on the
     GPU; the GPU is checked either way, so a missing one is the same error for every size.
+
+    ``n_shards="auto"``: one shard on the local engine; on Dask the layout of
+    :func:`~mwumkl_dist.engines.layout.mwu_layout` (this process where a superstep is cheaper than a round trip to
+    the workers, else one shard per worker).  The engine's ``layout`` says which, and why (None locally).
     """
     device = spec.device
     if device != "cpu":
@@ -106,18 +111,30 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
             cuda.check_device()
             device = mwu_device(device, problem.n_samples, problem.n_kernels, current_threads())
         problem = cuda.on_device(problem, device, driver_gpu=local)
+    auto = spec.n_shards == "auto"
     if spec.engine == "local":
-        return LocalEngine(problem, n_shards=spec.n_shards)
+        engine = LocalEngine(problem, n_shards=1 if auto else spec.n_shards)
+        engine.layout = None  # nothing to say: the local engine as asked
+        return engine
     from mwumkl_dist.engines.dask import DaskEngine
 
-    return DaskEngine(
-        problem,
-        client,
-        n_shards=spec.n_shards,
-        n_kernel_shards=spec.n_kernel_shards,
-        timeout=spec.worker_timeout,
-        call_timeout=spec.superstep_timeout,
-    )
+    def on_dask(n_shards):
+        return DaskEngine(problem, client, n_shards=n_shards, n_kernel_shards=spec.n_kernel_shards,
+                          timeout=spec.worker_timeout, call_timeout=spec.superstep_timeout)  # fmt: skip
+
+    if not auto:
+        engine = on_dask(spec.n_shards)
+        engine.layout = Layout("dask", spec.n_shards, f"n_shards={spec.n_shards} on the Dask workers")
+        return engine
+    if spec.n_kernel_shards != 1:  # kernel blocks ask for the workers: one row shard per worker
+        k = max(1, min(len(cluster_threads(client)), problem.n_samples // MIN_ROWS_PER_SHARD))
+        engine = on_dask(k)
+        engine.layout = Layout("dask", k, f"{k} row shard(s) x {spec.n_kernel_shards} kernel blocks on the workers")
+        return engine
+    engine, layout = mwu_layout(problem, client, current_threads(), lambda: LocalEngine(problem), on_dask,
+                                device=device, min_rows=MIN_ROWS_PER_SHARD)  # fmt: skip
+    engine.layout = layout
+    return engine
 
 
 def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
@@ -212,6 +229,8 @@ def _solve_problems(
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
+            if engine.layout is not None:
+                stats.append({"layout": engine.layout})
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted

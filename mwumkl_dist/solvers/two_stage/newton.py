@@ -18,6 +18,7 @@ from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
 __all__ = [
     "NewtonResult",
     "cg_newton_solve",
+    "linear_costs",
     "linear_method",
     "fit_linear",
     "fit_squared_hinge",
@@ -367,7 +368,31 @@ GPU_PASS_SECONDS = 5e-11
 COPY_SECONDS = 2e-10
 
 
-def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu") -> str:
+def linear_costs(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu", *, lanes: int = 1,
+                 round_trip: float = 0.0, entry_seconds: float = 0.0) -> dict:  # fmt: skip
+    """The cost model's estimated seconds of each method, ``{"explicit": s, "cg": s}`` (see :func:`linear_method`).
+
+    ``lanes``: the threads the shards' passes run on together (a cluster's worker threads; 1 for the local engine,
+    whose model must not depend on its thread count); ``round_trip``: seconds of one call to every shard (each pass
+    is one, and the conjugate gradients make many); ``entry_seconds``: the extra cost of a column entry per pass
+    where the shards do not keep the columns in memory (read back or computed again,
+    :func:`~mwumkl_dist.solvers.two_stage.shards.pass_cost`).  The driver's factorisations are not parallel.
+    """
+    n, w, r = float(n_rows), float(width), float(rank)
+    p = float(max(1, lanes))
+    n_active = n / 4 if warm else n
+    on_gpu = device == "cuda"
+    outputs = NEWTON_STEPS * (n * w * ((GPU_PASS_SECONDS if on_gpu else PASS_SECONDS) + entry_seconds) / p
+                              + round_trip)  # fmt: skip
+    explicit = (2 * n_active * w * w / p + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
+    explicit += n_active * w * (COPY_SECONDS + entry_seconds) / p if on_gpu else n_active * w * entry_seconds / p
+    cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
+    product = (GPU_PASS_SECONDS if on_gpu else CG_PASS_SECONDS) + entry_seconds
+    cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * (min(n_active, n / 4) * w * product / p + round_trip)
+    return {"explicit": explicit, "cg": cg}
+
+
+def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu", **cluster) -> str:
     """The cheaper way to solve the squared hinge on ``n_rows`` rows' columns of ``width`` landmarks at ``rank``:
     ``"explicit"`` (:func:`newton_solve`) or ``"cg"`` (:func:`cg_newton_solve`), by the cost model above.
 
@@ -375,18 +400,13 @@ def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device
     from a warm one) and ``O(rank^3 / 3)`` per step; the conjugate gradients ``O(n_A width)`` per product and a
     sketch of ``2 rank`` rows.  Both make one pass over all rows per step for the outputs.  On a GPU
     (``device="cuda"``) the passes are the device's, and the explicit Hessian copies the columns it needs to
-    the host first.
+    the host first.  ``cluster``: where the shards run (:func:`linear_costs`' ``lanes``, ``round_trip``,
+    ``entry_seconds``): the shards' work divides over the lanes, the driver's does not, and each pass pays a
+    round trip, so a cluster may choose the other method than one process (their solutions agree to the
+    solver's tolerance, not bit for bit).
     """
-    n, w, r = float(n_rows), float(width), float(rank)
-    n_active = n / 4 if warm else n
-    on_gpu = device == "cuda"
-    outputs = NEWTON_STEPS * n * w * (GPU_PASS_SECONDS if on_gpu else PASS_SECONDS)
-    explicit = (2 * n_active * w * w + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
-    explicit += n_active * w * COPY_SECONDS if on_gpu else 0.0
-    cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
-    product = GPU_PASS_SECONDS if on_gpu else CG_PASS_SECONDS
-    cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * min(n_active, n / 4) * w * product
-    return "cg" if cg < explicit else "explicit"
+    costs = linear_costs(n_rows, width, rank, warm, device, **cluster)
+    return "cg" if costs["cg"] < costs["explicit"] else "explicit"
 
 
 def solve_squared_hinge(

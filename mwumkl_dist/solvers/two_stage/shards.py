@@ -390,7 +390,7 @@ def linear_shards(
     data,
     *,
     engine: str,
-    n_shards: int,
+    n_shards,
     client=None,
     timeout: float = 600.0,
     call_timeout=None,
@@ -400,6 +400,9 @@ def linear_shards(
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
+    ``n_shards="auto"``: :func:`~mwumkl_dist.engines.layout.linear_shard_count` (one per Dask worker).  The pool's
+    ``layout`` says how many and why.
+
     Each shard's slot is its row range ``(start, stop)`` (:func:`linear_row_ranges`).
     ``engine="local"``: a :class:`~mwumkl_dist.engines.pool.LocalPool` in this process;
     ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
@@ -408,6 +411,13 @@ def linear_shards(
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
+    if n_shards == "auto":  # one per Dask worker, or the local engine's count
+        from mwumkl_dist.engines.layout import linear_shard_count
+
+        layout = linear_shard_count(engine, data.n_samples, client, row_block)
+        n_shards, reason = layout.n_shards, layout.reason
+    else:
+        reason = f"n_shards={n_shards}" + (" on the Dask workers" if engine == "dask" else " in this process")
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
     factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device)
     if engine == "dask":
@@ -416,6 +426,7 @@ def linear_shards(
         pool = DaskPool(slots, factory_for, client=client, timeout=timeout, call_timeout=call_timeout)
     else:
         pool = LocalPool(slots, factory_for)
+    pool.layout = reason
     try:
         yield pool
     finally:

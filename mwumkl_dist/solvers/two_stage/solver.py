@@ -14,6 +14,7 @@ import numpy as np
 from mwumkl_dist.core import progress
 from mwumkl_dist.data.weights import problem_weights, score_weights
 from mwumkl_dist.devices.threads import one_blas_thread
+from mwumkl_dist.engines.layout import pool_lanes
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import standard_error_of_sum, stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, predicted_labels
@@ -21,7 +22,7 @@ from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
-from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_method, newton_solve
+from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_costs, linear_method, newton_solve
 from mwumkl_dist.solvers.two_stage.nystroem import (
     COLUMN_MEMORY,
     N_COMPONENTS,
@@ -38,7 +39,7 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
     rank_levels,
     unit_weights,
 )
-from mwumkl_dist.solvers.two_stage.shards import linear_shards, sum_parts
+from mwumkl_dist.solvers.two_stage.shards import linear_shards, pass_cost, sum_parts
 
 __all__ = [
     "AUTO_TWO_STAGE_POINTS",
@@ -244,26 +245,35 @@ class TwoStageSolver:
         solutions: list = [{} for _ in targets]  # per problem: C -> NewtonResult (on the training rows)
         loaded = -1
         spilled = False
+        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
+        storage = "memory"
+        methods: list = [None] * len(targets)  # each problem's last solve: (method, costs)
 
         def load(k):
-            nonlocal loaded, spilled
+            nonlocal loaded, spilled, storage
             if loaded != k:
                 which = f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
-                spilled |= _load_problem(shards, maps[k][-1], labels[k], point_weights[k],
-                                         [m.basis for m in maps[k]], which, self.precision) == "spill"  # fmt: skip
+                storage = _load_problem(shards, maps[k][-1], labels[k], point_weights[k], [m.basis for m in maps[k]],
+                                        which, self.precision)  # fmt: skip
+                spilled |= storage == "spill"
                 clock.append(time.process_time())
                 loaded = k
+
+        def how(fmap, warm):
+            entry = _entry_seconds(fmap, storage, self.precision)
+            return self._method(len(labels[0]), fmap, warm, device, entry_seconds=entry, **cluster)
 
         def solve(k, C, train=None, start=None, step=None):
             levels, which = maps[k], f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
             if start is None and len(levels) > 1:  # the smaller map's model on the first landmarks starts the solve
                 with _newton_phase(levels[0], n, which) as warm_step:
                     warm = self._solve(shards, levels[0], 0, labels[k], C, point_weights[k], train, None, warm_step,
-                                       task.seed, device)  # fmt: skip
+                                       task.seed, how(levels[0], False))  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
+            methods[k] = how(levels[-1], start is not None)
             with _newton_phase(levels[-1], n, which) as newton_step:
                 return self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                   newton_step, task.seed, device)  # fmt: skip
+                                   newton_step, task.seed, methods[k])  # fmt: skip
 
         if check:
             train = ~held
@@ -302,14 +312,26 @@ class TwoStageSolver:
         }
         if check:
             attrs["final_C_path_"] = path
+        names = [m for m, _ in methods]
+        attrs["linear_method_"] = names[0] if len(names) == 1 else names
+        method, costs = methods[0]
+        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
+        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
+        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, spilled
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, device="cpu"):
-        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards), by the method
-        :func:`linear_method` picks (or :attr:`method`)."""
-        method = self.method
-        if method == "auto":
-            method = linear_method(len(y_pm), fmap.n_columns, fmap.rank, warm=start is not None, device=device)
+    def _method(self, n_rows: int, fmap, warm: bool, device: str, **cluster) -> tuple:
+        """``(method, costs)`` of one solve: :attr:`method`, or for ``"auto"`` the cheaper by
+        :func:`~mwumkl_dist.solvers.two_stage.newton.linear_costs` (``costs`` None where :attr:`method` is set)."""
+        if self.method != "auto":
+            return self.method, None
+        args = (n_rows, fmap.n_columns, fmap.rank)
+        return linear_method(*args, warm=warm, device=device, **cluster), linear_costs(*args, warm, device, **cluster)
+
+    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method):
+        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards) by ``method``
+        (:meth:`_method`'s ``(method, costs)``)."""
+        method = method[0]
         with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
             if method == "cg":
                 return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
@@ -531,6 +553,14 @@ def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: 
         storages = shards.call("load_problem", load, keep=True, progress=lambda rows: step.update(min(rows, n)))
         step.update(n)
     return "spill" if "spill" in storages else storages[0]
+
+
+def _entry_seconds(fmap, storage: str, precision: str) -> float:
+    """The extra seconds per column entry of a pass where the shards do not keep the columns in memory."""
+    if storage not in ("spill", "recompute"):
+        return 0.0
+    spilled, recomputed = pass_cost(fmap.kernel_set, fmap.weights, np.dtype(precision).itemsize)
+    return spilled if storage == "spill" else recomputed
 
 
 def _newton_phase(fmap, n: int, which: str) -> progress.Phase:
