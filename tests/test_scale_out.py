@@ -101,23 +101,23 @@ def test_the_mwu_layout_starts_the_workers_pool_only_where_it_can_win(monkeypatc
     two = _Cluster({"tcp://a:1": 1, "tcp://b:1": 1})
     monkeypatch.setattr(layout, "superstep_seconds", lambda problem: 1e-3)  # 1 ms on one thread
     # no worker yet: the pool (which waits for one) with one shard
-    engine, chosen = layout.mwu_layout(problem, _Cluster({}), 2, local, on_dask)
+    engine, chosen = layout.mwu_layout(problem, _Cluster({}), 2, local, on_dask, memory_bytes=2**34)
     assert chosen.engine == "dask" and started == [1]
     # as many threads here as on the workers: here, and no pool is started
     started.clear()
-    engine, chosen = layout.mwu_layout(problem, two, 2, local, on_dask)
+    engine, chosen = layout.mwu_layout(problem, two, 2, local, on_dask, memory_bytes=2**34)
     assert engine == "local engine" and chosen.engine == "local" and started == []
     # fewer threads here: the pool is started and its round trip measured; a slow one sends the supersteps back
     monkeypatch.setattr(layout, "round_trip_seconds", lambda pool: 2e-3)
-    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask)
+    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask, memory_bytes=2**34)
     assert engine == "local engine" and started == [2, "closed"]
     started.clear()
     monkeypatch.setattr(layout, "round_trip_seconds", lambda pool: 1e-4)
-    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask)
+    engine, chosen = layout.mwu_layout(problem, two, 1, local, on_dask, memory_bytes=2**34)
     assert isinstance(engine, _Engine) and chosen.n_shards == 2 and started == [2]
     # a GPU problem stays on the workers
     started.clear()
-    engine, chosen = layout.mwu_layout(problem, two, 8, local, on_dask, device="cuda")
+    engine, chosen = layout.mwu_layout(problem, two, 8, local, on_dask, memory_bytes=2**34, device="cuda")
     assert chosen.engine == "dask" and started == [2]
 
 

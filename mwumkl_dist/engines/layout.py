@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mwumkl_dist.core import partition
+from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+from mwumkl_dist.devices.threads import limit_threads
+
 __all__ = [
     "LOCAL_LINEAR_SHARDS",
     "PROBE_ROWS",
@@ -73,8 +77,6 @@ def linear_shard_count(engine: str, n_samples: int, client=None, row_block: int 
     per pass (:class:`~mwumkl_dist.solvers.two_stage.shards.LinearShard`'s ``storage="auto"``): more shards on one
     worker would share the same memory, so they would not hold more.
     """
-    from mwumkl_dist.core import partition
-
     blocks = max(1, -(-int(n_samples) // (partition.ROW_BLOCK if row_block is None else int(row_block))))
     if engine != "dask":
         k = min(LOCAL_LINEAR_SHARDS, blocks)
@@ -92,8 +94,6 @@ def superstep_seconds(problem, rows: int = PROBE_ROWS) -> float:
     first rows as the pick, and timed over :data:`PROBE_STEPS` supersteps after a warm-up; the fastest, scaled to
     all rows (a superstep's work is one pass over the rows' kernel columns).
     """
-    from mwumkl_dist.devices.threads import limit_threads
-
     n = int(problem.n_samples)
     s = max(1, min(int(rows), n))
     shard = problem.make_shard(0, s)
@@ -144,18 +144,23 @@ def pool_lanes(pool) -> dict:
 
 
 def _in_memory(problem) -> bool:
-    from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
-
     return isinstance(problem, (FeatureProblem, PrecomputedProblem))
 
 
-def _fits_here(problem) -> bool:
-    from mwumkl_dist.solvers.two_stage.spill import _available_memory
-
-    return 8.0 * problem.n_samples * problem.n_kernels <= LOCAL_MEMORY_SHARE * _available_memory()
+def _fits_here(problem, memory_bytes: float) -> bool:
+    return 8.0 * problem.n_samples * problem.n_kernels <= LOCAL_MEMORY_SHARE * memory_bytes
 
 
-def mwu_layout(problem, client, local_threads: int, make_local, make_dask, device: str = "cpu", min_rows: int = 16):
+def mwu_layout(
+    problem,
+    client,
+    local_threads: int,
+    make_local,
+    make_dask,
+    memory_bytes: float,
+    device: str = "cpu",
+    min_rows: int = 16,
+):
     """The MWU engine for ``engine="dask"``, ``n_shards="auto"``: ``(engine, Layout)``.
 
     Candidates: this process on ``local_threads`` threads (``make_local()``; a superstep takes ``t /
@@ -164,14 +169,15 @@ def mwu_layout(problem, client, local_threads: int, make_local, make_dask, devic
     ``t`` the measured one-thread superstep (:func:`superstep_seconds`).  Where this process has at least as
     many threads as the workers together, it wins whatever the round trip, and no pool is started.  Otherwise
     the workers' engine is started and its round trip measured (:func:`round_trip_seconds`); it is closed again
-    when the local run is faster.  ``min_rows``: the rows a shard needs at least (fewer shards on tiny problems).
+    when the local run is faster.  ``memory_bytes``: this process's memory budget.
+    ``min_rows``: the rows a shard needs at least (fewer shards on tiny problems).
     """
     workers = cluster_threads(client)
     k = max(1, min(len(workers), problem.n_samples // max(1, min_rows)))
     worker_threads = sum(sorted(workers.values(), reverse=True)[:k]) or 1
     if not workers:  # the pool waits for workers (and reports the wait) up to worker_timeout
         return make_dask(1), Layout("dask", 1, "1 shard: the cluster had no worker when the fit started")
-    if not (device == "cpu" and _in_memory(problem) and _fits_here(problem)):
+    if not (device == "cpu" and _in_memory(problem) and _fits_here(problem, memory_bytes)):
         return make_dask(k), Layout("dask", k, f"{k} shard(s), one per Dask worker (the problem stays there)")
     t = superstep_seconds(problem)
     local = t / max(1, local_threads)

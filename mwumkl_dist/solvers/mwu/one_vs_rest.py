@@ -26,6 +26,7 @@ from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint
 from mwumkl_dist.solvers.base import one_vs_rest_targets
 from mwumkl_dist.solvers.mwu.iterate import solve
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage.spill import _available_memory
 
 __all__ = [
     "MIN_ROWS_PER_SHARD",
@@ -131,8 +132,10 @@ def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
         engine = on_dask(k)
         engine.layout = Layout("dask", k, f"{k} row shard(s) x {spec.n_kernel_shards} kernel blocks on the workers")
         return engine
-    engine, layout = mwu_layout(problem, client, current_threads(), lambda: LocalEngine(problem), on_dask,
-                                device=device, min_rows=MIN_ROWS_PER_SHARD)  # fmt: skip
+    engine, layout = mwu_layout(
+        problem, client, current_threads(), lambda: LocalEngine(problem), on_dask,
+        memory_bytes=_available_memory(), device=device, min_rows=MIN_ROWS_PER_SHARD,
+    )  # fmt: skip
     engine.layout = layout
     return engine
 

@@ -11,6 +11,7 @@ import numpy as np
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
+from mwumkl_dist.engines.layout import linear_shard_count
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import evaluation_counts, kernel_traces
@@ -412,8 +413,6 @@ def linear_shards(
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
     if n_shards == "auto":  # one per Dask worker, or the local engine's count
-        from mwumkl_dist.engines.layout import linear_shard_count
-
         layout = linear_shard_count(engine, data.n_samples, client, row_block)
         n_shards, reason = layout.n_shards, layout.reason
     else:
