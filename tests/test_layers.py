@@ -45,8 +45,8 @@ LAYERS = [
 LAZY = {
     "mwumkl_dist.engines.dask": "distributed (only engine='dask' fits import it)",
     "mwumkl_dist.engines.dask_pool": "distributed (only engine='dask' fits import it)",
-    "mwumkl_dist.data.cuda_shards": "numba.cuda (only device='cuda' imports it)",
-    "mwumkl_dist.devices.cuda_kernels": "numba.cuda (only device='cuda' compiles it)",
+    "mwumkl_dist.data.cuda": "numba.cuda (only device='cuda' imports it)",
+    "mwumkl_dist.data.cuda.kernels": "numba.cuda (only device='cuda' compiles it)",
 }
 
 

@@ -73,7 +73,7 @@ class MWUSolver:
             None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
         )
         results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
-                                                   rows_to_score=to_score)  # fmt: skip
+                                                   rows_to_score=to_score, backend=task.backend)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
         cache_info = merge_cache_stats(stats)
         if cache_info is not None:

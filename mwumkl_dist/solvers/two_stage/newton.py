@@ -11,6 +11,7 @@ import numpy as np
 import scipy.linalg
 
 from mwumkl_dist.core.partition import tree_total
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers.two_stage.nystroem import Basis, blocked_product
 from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
@@ -359,32 +360,25 @@ PASS_SECONDS = 1.8e-9
 CG_PASS_SECONDS = 3.3e-9
 NEWTON_STEPS = 10
 CG_PRODUCTS = 30
-#: On a GPU shard (``device="cuda"``) the passes run on the device, at ``GPU_PASS_SECONDS`` per entry (the
-#: simple kernels of :mod:`mwumkl_dist.devices.cuda_kernels`, an estimate: a tenth of an H100's bandwidth),
-#: and the explicit Hessian first copies the active rows' columns to the host at ``COPY_SECONDS`` per entry
-#: (single precision over PCIe, about 20 GB/s).
-GPU_PASS_SECONDS = 5e-11
-COPY_SECONDS = 2e-10
 
 
-def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu") -> str:
+def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device="cpu") -> str:
     """The cheaper way to solve the squared hinge on ``n_rows`` rows' columns of ``width`` landmarks at ``rank``:
     ``"explicit"`` (:func:`newton_solve`) or ``"cg"`` (:func:`cg_newton_solve`), by the cost model above.
 
     The explicit Hessian costs ``O(n_A width^2)`` to form (every row is active at a cold start, about a quarter
     from a warm one) and ``O(rank^3 / 3)`` per step; the conjugate gradients ``O(n_A width)`` per product and a
     sketch of ``2 rank`` rows.  Both make one pass over all rows per step for the outputs.  On a GPU
-    (``device="cuda"``) the passes are the device's, and the explicit Hessian copies the columns it needs to
-    the host first.
+    (``device="cuda"``, or its back-end) the passes are the device's, and the explicit Hessian copies the columns
+    it needs to the host first (:meth:`~mwumkl_dist.data.backends.CPUBackend.pass_costs`).
     """
     n, w, r = float(n_rows), float(width), float(rank)
     n_active = n / 4 if warm else n
-    on_gpu = device == "cuda"
-    outputs = NEWTON_STEPS * n * w * (GPU_PASS_SECONDS if on_gpu else PASS_SECONDS)
+    output_pass, product, copy = backend_named(device).pass_costs(PASS_SECONDS, CG_PASS_SECONDS)
+    outputs = NEWTON_STEPS * n * w * output_pass
     explicit = (2 * n_active * w * w + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
-    explicit += n_active * w * COPY_SECONDS if on_gpu else 0.0
+    explicit += n_active * w * copy
     cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
-    product = GPU_PASS_SECONDS if on_gpu else CG_PASS_SECONDS
     cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * min(n_active, n / 4) * w * product
     return "cg" if cg < explicit else "explicit"
 
