@@ -277,7 +277,7 @@ def case_tiles():
     sigmas = np.geomspace(0.3, 5.0, 70)
     kernels = ", ".join(f"gaussian:{float(s)!r}" for s in sigmas) + ", gaussian:1, gaussian:0.7071067811865476"
     gpu = _feature_case(X, y, kernels, n_steps=2)
-    assert gpu._n_tiles == len(_columns.kernel_tiles(gpu.plan.square_of)) - 1 >= 2
+    assert gpu._n_tiles == len(_columns.superstep.kernel_tiles(gpu.plan.square_of)) - 1 >= 2
     _feature_case(X, y, kernels, n_steps=2, kernel_range=(64, 72))
 
 
