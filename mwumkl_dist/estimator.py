@@ -18,8 +18,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
-from mwumkl_dist.devices.routing import scoring_device
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
@@ -641,12 +641,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
         check_is_fitted(self)
-        device = getattr(self, "device", "cpu")  # a model unpickled from before device: the CPU
+        backend = backend_named(getattr(self, "device", "cpu"))  # a model unpickled from before device: the CPU
         weights = np.atleast_2d(self.raw_kernel_weights_)
         n_rows = getattr(X, "shape", (None,))[0]
         if n_rows is not None:  # few rows or a small model: the CPU is quicker (the same values)
-            device = scoring_device(device, n_rows, len(self.support_), weights.shape[1], current_threads())
-        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, device)
+            backend = backend.scoring(n_rows, len(self.support_), weights.shape[1], current_threads())
+        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, backend)
         with thread_limit(getattr(self, "n_jobs", None)):  # a model unpickled from before n_jobs: None
             parts = [
                 predictor.decision_values(

@@ -117,7 +117,7 @@ def test_the_mwu_layout_starts_the_workers_pool_only_where_it_can_win(monkeypatc
     assert isinstance(engine, _Engine) and chosen.n_shards == 2 and started == [2]
     # a GPU problem stays on the workers
     started.clear()
-    engine, chosen = layout.mwu_layout(problem, two, 8, local, on_dask, memory_bytes=2**34, device="cuda")
+    engine, chosen = layout.mwu_layout(problem, two, 8, local, on_dask, memory_bytes=2**34, on_host=False)
     assert chosen.engine == "dask" and started == [2]
 
 

@@ -158,7 +158,7 @@ def mwu_layout(
     make_local,
     make_dask,
     memory_bytes: float,
-    device: str = "cpu",
+    on_host: bool = True,
     min_rows: int = 16,
 ):
     """The MWU engine for ``engine="dask"``, ``n_shards="auto"``: ``(engine, Layout)``.
@@ -169,7 +169,8 @@ def mwu_layout(
     ``t`` the measured one-thread superstep (:func:`superstep_seconds`).  Where this process has at least as
     many threads as the workers together, it wins whatever the round trip, and no pool is started.  Otherwise
     the workers' engine is started and its round trip measured (:func:`round_trip_seconds`); it is closed again
-    when the local run is faster.  ``memory_bytes``: this process's memory budget.
+    when the local run is faster.  ``memory_bytes``: this process's memory budget; ``on_host``: whether the
+    shards' ``V`` is in host memory (not a GPU's).
     ``min_rows``: the rows a shard needs at least (fewer shards on tiny problems).
     """
     workers = cluster_threads(client)
@@ -177,7 +178,7 @@ def mwu_layout(
     worker_threads = sum(sorted(workers.values(), reverse=True)[:k]) or 1
     if not workers:  # the pool waits for workers (and reports the wait) up to worker_timeout
         return make_dask(1), Layout("dask", 1, "1 shard: the cluster had no worker when the fit started")
-    if not (device == "cpu" and _in_memory(problem) and _fits_here(problem, memory_bytes)):
+    if not (on_host and _in_memory(problem) and _fits_here(problem, memory_bytes)):
         return make_dask(k), Layout("dask", k, f"{k} shard(s), one per Dask worker (the problem stays there)")
     t = superstep_seconds(problem)
     local = t / max(1, local_threads)

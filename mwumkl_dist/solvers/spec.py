@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.core.mwu_rules import eps_prime
+from mwumkl_dist.data.backends import BACKENDS
 from mwumkl_dist.devices.threads import resolve_n_jobs
 
 __all__ = ["FitSpec", "PARAMETER_CONSTRAINTS", "SOLVER_NAMES", "check_selectivity", "check_solver"]
@@ -174,7 +175,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "C": _C,
     "max_iter": _max_iter,
     "engine": _one_of("engine", ("local", "dask")),
-    "device": _one_of("device", ("cpu", "cuda")),
+    "device": _one_of("device", tuple(BACKENDS)),
     "n_shards": _n_shards,
     "n_kernel_shards": _positive_int("n_kernel_shards"),
     "callback_every": _positive_int("callback_every"),

@@ -74,7 +74,7 @@ class MWUSolver:
             None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
         )
         results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
-                                                   rows_to_score=to_score)  # fmt: skip
+                                                   rows_to_score=to_score, backend=task.backend)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
         layouts = [s["layout"] for s in stats if "layout" in s]
         if layouts:  # the first problem's (the others' are alike)

@@ -10,6 +10,7 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.engines.layout import linear_shard_count
 from mwumkl_dist.engines.pool import LocalPool
@@ -69,15 +70,15 @@ class LinearShard:
     keeps them in memory within :func:`feature_memory_budget` (where the shard is
     built) and otherwise spills them or computes them again, whichever the cost model
     (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
-    ``device="cuda"``: the columns live on the shard's GPU
-    (:class:`~mwumkl_dist.data.cuda_shards.DeviceColumns`; storage ``"device"``) and the
-    passes over them run there; the rows changing sides are copied back for the Hessian.
+    ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
+    GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
+    ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
-                 device: str = "cpu"):  # fmt: skip
+                 device="cpu"):  # fmt: skip
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
         if start % row_block:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
@@ -88,7 +89,7 @@ class LinearShard:
         self.row_block = row_block
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.storage = storage
-        self.device = device
+        self.backend = backend_named(device)
         self._device_columns = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
@@ -133,8 +134,9 @@ class LinearShard:
         self.cw = np.asarray(cw, dtype=np.float64)
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
-        if self.device == "cuda":
-            return self._load_on_device(step)
+        columns = self.backend.column_store(feature_map, self.width, self.dtype)
+        if columns is not None:
+            return self._load_on_device(columns, step)
         storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         if storage == "recompute":  # every pass computes them: nothing to do now
             if step is not None:
@@ -153,13 +155,8 @@ class LinearShard:
             ordered_map(build, range(len(self.blocks)))
         return storage
 
-    def _load_on_device(self, step) -> str:
-        from mwumkl_dist.data.cuda_shards import DeviceColumns
-
-        if self.dtype != np.float32:
-            raise ValueError(f"a GPU shard keeps its kernel columns in single precision, not {self.dtype}")
-        fmap = self.feature_map
-        self._device_columns = DeviceColumns(fmap.kernel_set, fmap.landmarks, fmap.weights, self.width)
+    def _load_on_device(self, columns, step) -> str:
+        self._device_columns = columns
         for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
             self._device_columns.put(i, self._read(lo, hi))
             self.rows_done += hi - lo
@@ -372,7 +369,7 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-def _linear_factory(source, kernel_set, row_block: int, storage, device: str = "cpu"):
+def _linear_factory(source, kernel_set, row_block: int, storage, device="cpu"):
     """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
     A store's shards read their rows where they are built; an array's shards are given their rows.

@@ -160,7 +160,7 @@ class TwoStageSolver:
             call_timeout=spec.superstep_timeout,
             row_block=self.row_block,
             storage=self.storage,
-            device=spec.device,
+            device=task.backend,
         ) as shards:
             attrs = self._full_stage(spec, task, shards, weights, clock)
         if spec.verbose:
@@ -211,7 +211,7 @@ class TwoStageSolver:
             ranks, residuals, spilled = [n] * len(task.targets), [0.0] * len(task.targets), False
         else:
             attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
-                                                            spec.device)  # fmt: skip
+                                                            task.backend)  # fmt: skip
         single = len(task.targets) == 1
         out = {key: weights[key] for key in _FROM_WEIGHT_STAGE if key in weights}
         out.update(attrs)
@@ -233,7 +233,7 @@ class TwoStageSolver:
         return out
 
     def _nystroem_stage(self, task: FitTask, shards, maps: list, point_weights: list, C: float, check: bool,
-                        clock: list, device: str = "cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
+                        clock: list, device="cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
         """The linear stage on the Nystroem features: ``(attributes, C, ranks, spilled)``."""
         data, n = task.data, task.data.n_samples
         order = landmark_order(n, task.seed)
