@@ -643,14 +643,17 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ portable save/load
 
-    def save(self, path, *, extra_arrays=None, extra_meta=None) -> None:
+    def save(self, path, *, extra_arrays=None, extra_meta=None, overwrite=False) -> None:
         """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
 
         Callables (``callback``) are not saved; ``extra_arrays`` / ``extra_meta``
         add the caller's own data (see :func:`mwumkl_dist.io.model_files.save_model`).
+        An older model file at ``path`` is replaced; any other file there is refused
+        (an ``OSError``) unless ``overwrite=True``; a symbolic link, a device node or a
+        FIFO at ``path`` is always refused.
         """
         check_is_fitted(self)
-        save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta)
+        save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta, overwrite=overwrite)
 
     @classmethod
     def load(cls, path) -> MWUMKLClassifier:

@@ -35,8 +35,10 @@ from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
 from mwumkl_dist.estimator import MWUMKLClassifier
-from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
+from mwumkl_dist.io.atomic import atomic_file, check_output_path, exclusive_writer
+from mwumkl_dist.io.checkpoint import is_checkpoint_file
 from mwumkl_dist.io.files import format_label, read_data
+from mwumkl_dist.io.model_files import is_model_file
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
 from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
@@ -197,6 +199,12 @@ def _add_fit(sub, parents):
     )
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --model or --checkpoint file that is not a model (or a checkpoint) of this "
+        "program; an older model or checkpoint is replaced without it, and a link, device or FIFO never is",
+    )
+    p.add_argument(
         "--no-scale",
         dest="scale",
         action="store_false",
@@ -291,7 +299,9 @@ def _add_predict(sub, parents):
         "one column per class; needs a model fitted with probability estimates). Scores and probabilities "
         "are comma-separated with a header line naming the classes",
     )
-    p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
+    p.add_argument(
+        "--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout ('-' or /dev/stdout: stdout)"
+    )
     p.set_defaults(func=cmd_predict)
 
 
@@ -414,13 +424,23 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _check_writable(path: str, what: str) -> None:
-    """Fail before a long fit, not after it, when ``path`` cannot be written."""
-    if os.path.isdir(path):
-        raise CommandError(f"cannot write the {what} to {path}: it is a directory")
+#: What ``fit`` may replace without ``--overwrite``, by the kind of file it writes.
+_OURS = {"model": is_model_file, "checkpoint": is_checkpoint_file}
+
+
+def _check_writable(path: str, what: str, overwrite: bool = False) -> None:
+    """Fail before a long fit, not after it, when ``path`` cannot or must not be written.
+
+    A link, a device node, a FIFO, a directory, a bad name (empty, ending in a slash, too long) are
+    refused, and a model or checkpoint path holding another kind of file unless ``overwrite``
+    (:func:`~mwumkl_dist.io.atomic.check_output_path`).
+    """
+    try:
+        check_output_path(path, f"{what} file" if what != "checkpoint" else what, is_ours=_OURS.get(what),
+                          overwrite=overwrite)  # fmt: skip
+    except OSError as exc:
+        raise CommandError(f"--{'output-file' if what == 'predictions' else what} {path}: {exc.strerror}") from None
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CommandError(f"cannot write the {what} to {path}: directory {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise CommandError(f"cannot write the {what} to {path}: permission denied")
 
@@ -547,8 +567,10 @@ def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
     engine = args.engine or ("dask" if args.scheduler else "local")
     if engine == "local" and (args.scheduler or args.kernel_shards > 1):
         raise UsageError("--scheduler and --kernel-shards need --engine dask")
-    if args.checkpoint is not None:
-        _check_writable(args.checkpoint, "checkpoint")
+    if args.checkpoint is not None and args.overwrite:
+        if os.path.isfile(args.checkpoint) and not os.path.islink(args.checkpoint):
+            if not is_checkpoint_file(args.checkpoint):
+                os.unlink(args.checkpoint)  # asked for: the fit refuses to replace a file that is no checkpoint
     # Ctrl-C: the solver stops after the current iteration and keeps what it computed.
     return _estimator(
         args,
@@ -590,7 +612,9 @@ def cmd_fit(args) -> int:
     _check_model_args(args)
     _check_distinct(("--model", args.model), ("--data", args.data), ("--resume", args.resume))
     _check_distinct(("--checkpoint", args.checkpoint), ("--data", args.data), ("--model", args.model))
-    _check_writable(args.model, "model")
+    _check_writable(args.model, "model", args.overwrite)
+    if args.checkpoint is not None:
+        _check_writable(args.checkpoint, "checkpoint", args.overwrite)  # before the data is read
     with exclusive_writer(args.model, "model file"):
         return _fit_and_save(args)
 
@@ -619,7 +643,7 @@ def _fit_and_save(args) -> int:
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
-    save_model_file(clf, args.model, scaling, zero_based)
+    save_model_file(clf, args.model, scaling, zero_based, overwrite=args.overwrite)
 
     n_iters = np.atleast_1d(clf.n_iter_)
     if clf.interrupted_:
@@ -709,6 +733,8 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
+    if args.output_file in ("-", "/dev/stdout"):
+        args.output_file = None  # stdout: written as a stream, whatever it is (a pipe, a terminal)
     _check_distinct(("--output-file", args.output_file), ("--model", args.model), ("--data", args.data))
     saved = load_model_or_fail(args.model, args.n_jobs)
     model = saved.model

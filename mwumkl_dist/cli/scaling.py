@@ -103,18 +103,21 @@ class FeatureScaling:
         return cls(kind, arrays[f"{SCALING_KEY}_scale"], arrays[f"{SCALING_KEY}_offset"])
 
 
-def save_model_file(clf, path, scaling: FeatureScaling | None, zero_based: bool | None = None) -> None:
+def save_model_file(
+    clf, path, scaling: FeatureScaling | None, zero_based: bool | None = None, *, overwrite: bool = False
+) -> None:
     """Save ``clf`` to ``path`` with the feature scaling and the training file's svmlight index convention.
 
-    Without either (None) the file is a plain model file, as the Python API writes.
+    Without either (None) the file is a plain model file, as the Python API writes.  ``overwrite``: as
+    :meth:`~mwumkl_dist.MWUMKLClassifier.save`'s.
     """
     arrays, meta = scaling.to_arrays() if scaling is not None else ({}, {})
     if zero_based is not None:
         meta[ZERO_BASED_KEY] = bool(zero_based)
     if arrays or meta:
-        clf.save(path, extra_arrays=arrays, extra_meta=meta)
+        clf.save(path, extra_arrays=arrays, extra_meta=meta, overwrite=overwrite)
     else:
-        clf.save(path)
+        clf.save(path, overwrite=overwrite)
 
 
 class ModelFile(NamedTuple):
