@@ -607,6 +607,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 for block in prediction_blocks(X)
             ]
         out = np.concatenate(parts) + self.intercept_[None, :]
+        if not np.all(np.isfinite(out)):  # huge but finite inputs overflow the kernel values: never a silent NaN
+            bad = np.flatnonzero(~np.all(np.isfinite(out), axis=1))
+            raise ValueError(
+                f"X: the decision values of {len(bad)} of {len(out)} rows (row {bad[0]} first) are not finite: their "
+                "feature values are too large for the kernels (a kernel value overflows a double); scale the "
+                "features as the training data was"
+            )
         return out[:, 0] if out.shape[1] == 1 else out
 
     def predict(self, X):

@@ -18,7 +18,7 @@ import os
 import sys
 import warnings
 
-from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
+from mwumkl_dist.cli.args import PROG, CommandError, Parser, UsageError, interrupted_code, signal_name, stop_signals
 from mwumkl_dist.cli.cluster import add_cluster_command
 from mwumkl_dist.cli.model import add_model_commands
 from mwumkl_dist.cli.plot import add_plot_command
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     if args.command is None:
         return _fail(f"choose a command: demo, fit, predict, evaluate, plot, store or cluster (see '{PROG} --help')", 2)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), stop_signals():  # SIGTERM and SIGHUP: as Ctrl-C
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         if args.debug:
             raise
-        return _fail("interrupted", EXIT_INTERRUPTED)
+        return _fail(f"interrupted{signal_name()}", interrupted_code())
     except BrokenPipeError:
         # The reader (e.g. `head`) went away: silence the flush at exit (the Python docs' recipe).
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -13,7 +13,6 @@ import zipfile
 import numpy as np
 
 from mwumkl_dist.cli.args import (
-    EXIT_INTERRUPTED,
     PROG,
     ZERO_BASED,
     C_or_auto,
@@ -23,12 +22,14 @@ from mwumkl_dist.cli.args import (
     add_zero_based_argument,
     epsilon_or_auto,
     existing_file,
+    interrupted_code,
     kernel_spec,
     n_components_or_auto,
     n_jobs,
     positive_float,
     positive_int,
     selectivity_choice,
+    signal_name,
 )
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
@@ -639,7 +640,7 @@ def _fit_and_save(args) -> int:
             warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once
             clf.fit(X, y, resume=args.resume)
     except FitInterrupted as exc:  # one-vs-rest classes left unfitted: no model to save
-        raise CommandError(f"{exc}; nothing saved", EXIT_INTERRUPTED) from None
+        raise CommandError(f"{exc}{signal_name()}; nothing saved", interrupted_code()) from None
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
@@ -649,9 +650,10 @@ def _fit_and_save(args) -> int:
     if clf.interrupted_:
         done = ", ".join(str(int(t)) for t in n_iters)
         per_class = " (per class)" if n_problems > 1 else ""
+        checkpoint = f"; checkpoint {args.checkpoint} written (--resume {args.checkpoint})" if args.checkpoint else ""
         print(
-            f"{PROG}: fit interrupted after {done} of {n_iter} iterations{per_class}; "
-            f"the partial model was saved to {args.model}",
+            f"{PROG}: fit interrupted{signal_name()} after {done} of {n_iter} iterations{per_class}; "
+            f"the partial model was saved to {args.model}{checkpoint}",
             file=sys.stderr,
         )
     if not args.quiet:
@@ -674,7 +676,7 @@ def _fit_and_save(args) -> int:
             table = weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, MAX_TABLE_ROWS)
             for line in table:
                 print(line)
-    return EXIT_INTERRUPTED if clf.interrupted_ else 0
+    return interrupted_code() if clf.interrupted_ else 0
 
 
 def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, elapsed: float) -> str:

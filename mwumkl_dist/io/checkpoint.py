@@ -248,9 +248,17 @@ class Checkpointer:
         self.path, self.every, self.fp = path, int(every), fp
         self.problem_index, self.finished = problem_index, finished
 
+        self.last = None  # the latest state seen: saved when the fit is interrupted (save_last)
+
     def __call__(self, state: SolverState) -> None:
+        self.last = state
         if state.iteration % self.every == 0:
             self.save(state)
+
+    def save_last(self) -> None:
+        """Save the latest state, unless it was saved already: an interrupted fit resumes where it stopped."""
+        if self.last is not None and self.last.iteration % self.every != 0:
+            self.save(self.last)
 
     def save(self, state: SolverState) -> None:
         save_checkpoint(

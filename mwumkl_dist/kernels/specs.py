@@ -95,6 +95,8 @@ def _features_tuple(features) -> tuple[int, ...] | None:
 
 #: Largest polynomial degree: each kernel value is ``degree`` multiplications.
 MAX_DEGREE = 100
+#: Most kernels of a random bank: each costs a few numbers per iteration (the benchmarks use up to 10^6).
+MAX_BANK_KERNELS = 10**8
 #: Gaussian widths accepted: ``gamma = 1 / (2 sigma^2)`` stays a normal, finite float.
 SIGMA_RANGE = (1e-100, 1e100)
 
@@ -256,8 +258,12 @@ class RandomGaussianBank:
     sigmas: tuple[float, ...] = PAPER_SIGMAS
 
     def __post_init__(self):
-        if int(self.n_kernels) != self.n_kernels or self.n_kernels < 1:
-            raise ValueError(f"n_kernels must be a positive integer, got {self.n_kernels!r}")
+        if int(self.n_kernels) != self.n_kernels or not 1 <= self.n_kernels <= MAX_BANK_KERNELS:
+            raise ValueError(
+                f"n_kernels must be a positive integer, at most {MAX_BANK_KERNELS:.0e}, got {self.n_kernels!r}"
+            )
+        if int(self.seed) != self.seed or not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be an integer from 0 to 2^64 - 1, got {self.seed!r}")
         if int(self.subset_size) != self.subset_size or self.subset_size < 1:
             raise ValueError(f"subset_size must be a positive integer, got {self.subset_size!r}")
         if not self.sigmas:
@@ -480,8 +486,13 @@ def _format_ranges(features: Sequence[int]) -> str:
     return "+".join(parts)
 
 
-def _parse_ranges(text: str, item: str) -> tuple[int, ...]:
-    out = []
+def _parse_ranges(text: str, item: str, n_features: int | None = None) -> tuple[int, ...]:
+    """The features of ``@FEATURES``; every index below ``n_features``, checked before the list is built.
+
+    ``n_features`` None checks the syntax only: the parts' end points are returned, not the whole list
+    (``@0-10000000000`` would be ten billion integers).
+    """
+    parts = []
     for part in text.split("+"):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
@@ -490,6 +501,13 @@ def _parse_ranges(text: str, item: str) -> tuple[int, ...]:
         b = int(m.group(2)) if m.group(2) else a
         if b < a:
             raise ValueError(f"bad feature range {part!r} in kernel spec {item!r}")
+        if n_features is not None and b >= n_features:
+            raise ValueError(f"kernel {item!r} uses feature {b} but the data has {n_features} features")
+        parts.append((a, b))
+    if n_features is None:
+        return tuple(sorted({x for ab in parts for x in ab}))
+    out = []
+    for a, b in parts:
         out.extend(range(a, b + 1))
     return tuple(out)
 
@@ -525,10 +543,12 @@ KERNEL_SPEC_HELP = (
 )
 
 
-def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | None = None) -> list:
+def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataScale] | None = None) -> list:
     """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks.
 
     ``scale`` gives the training data's :class:`DataScale` (called only for the scaled families).
+    Feature indices are checked against ``n_features``; None checks the syntax only (the specs
+    returned then stand for the spec's form, not for kernels on any data).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty kernel spec; expected {KERNEL_SPEC_HELP}")
@@ -540,7 +560,7 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
             raise ValueError(f"cannot parse kernel spec {raw!r}; expected {KERNEL_SPEC_HELP}")
         name = m.group("name")
         pos, named = _parse_params(m.group("params") or "", item)
-        feats = _parse_ranges(m.group("feats"), item) if m.group("feats") else None
+        feats = _parse_ranges(m.group("feats"), item, n_features) if m.group("feats") else None
         if name == AUTO_KERNELS:
             if pos or named or feats is not None:
                 raise ValueError(f"kernel spec {raw!r}: 'auto' takes no parameters or feature list")
@@ -564,7 +584,7 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
             _no_params(pos, named, item)
             if feats is not None:
                 raise ValueError(f"'paper-per-feature' takes no feature list (in {raw!r})")
-            out.extend(paper_per_feature_family(n_features))
+            out.extend(paper_per_feature_family(1 if n_features is None else n_features))
         elif name == "linear":
             _no_params(pos, named, item)
             out.append(Linear(features=feats))
@@ -676,6 +696,14 @@ class KernelSet:
         scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
         #: The random bank when the set is exactly one (its specs are then generated on demand).
         self.bank: RandomGaussianBank | None = bank_of(kernels, scale)
+        for bank in (
+            [self.bank] if self.bank is not None else [k for k in _listed(kernels) if isinstance(k, RandomGaussianBank)]
+        ):
+            if bank.subset_size > self.n_features:  # it would be cut to the data's width without a word
+                raise ValueError(
+                    f"random bank {bank}: subset size {bank.subset_size} is more than the data's {self.n_features} "
+                    f"features; give size={self.n_features} or less"
+                )
         #: The training data's scale when a scaled family or bank used it (None otherwise).
         self.scale: DataScale | None = None
         if self.bank is not None:
@@ -818,6 +846,11 @@ def _feature_groups(group_feats: np.ndarray, n_features: int) -> tuple[np.ndarra
 
 #: Kernels generated per call of :meth:`RandomGaussianBank.block` (bounds its ``(block, d)`` hash matrix).
 _GEN_BLOCK = 1 << 15
+
+
+def _listed(kernels) -> list:
+    """The items of ``kernels`` given as objects (a list, or one object); spec strings are checked when parsed."""
+    return list(kernels) if isinstance(kernels, (list, tuple)) else [kernels]
 
 
 def bank_of(kernels, scale: Callable[[], DataScale] | None = None) -> RandomGaussianBank | None:

@@ -201,6 +201,8 @@ def _solve_problems(
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
+        if result.interrupted and on_state is not None:
+            on_state.save_last()  # a stop (Ctrl-C, SIGTERM): the checkpoint holds every iteration done
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted
