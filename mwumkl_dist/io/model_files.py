@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.io.atomic import atomic_file, check_output_path, is_npz_with_meta
-from mwumkl_dist.io.files import read_npy_header
+from mwumkl_dist.io.files import FEATURES_PER_VALUE, MAX_FEATURES_FLOOR, read_npy_header
 from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet, RandomGaussianBank
 
 __all__ = ["save_model", "load_model", "load_model_with_extra", "is_model_file", "FORMAT", "FORMAT_VERSION"]
@@ -375,6 +375,14 @@ def _check_declared_shapes(path: str, meta: dict, headers: dict) -> None:
         shapes = {headers[name][0] for name in ("sv_indices", "sv_data")}
         if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] > n_sv * d:
             raise _invalid(path, f"'sv_indices' and 'sv_data' must be 1-d of one length at most {n_sv} x {d}")
+        # The feature count sizes what loading and predicting allocate; sparse support vectors do not bound
+        # it, so it must be one the stored values can justify (the rule of the data files' indices).
+        stored = sum(
+            math.prod(shape) for name, (shape, _) in headers.items() if name.startswith(("sv_", _EXTRA_PREFIX))
+        )
+        limit = max(MAX_FEATURES_FLOOR, FEATURES_PER_VALUE * stored)
+        if d > limit:
+            raise _invalid(path, f"n_features_in {d} is far beyond its {stored} stored values (at most {limit})")
 
 
 def _check_finite(path: str, arrays: dict, names) -> None:
