@@ -39,6 +39,52 @@ def _port(text: str) -> int:
     return value
 
 
+#: Worker processes (and threads per worker) at most, per core of this machine: more only competes for the cores.
+MAX_PER_CPU = 4
+
+
+def _bounded_count(what: str):
+    """A positive integer at most :data:`MAX_PER_CPU` times this machine's cores (at least 8)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        limit = max(8, MAX_PER_CPU * available_cpus())
+        if value > limit:
+            raise argparse.ArgumentTypeError(
+                f"{value} {what} on a machine of {available_cpus()} cores: at most {limit} (for more, start workers "
+                "on several machines, see deploy/)"
+            )
+        return value
+
+    return parse
+
+
+def _memory_limit(text: str) -> str | int | float:
+    """Dask's ``memory_limit``: ``auto``, ``0`` (none), a fraction of the memory in (0, 1], or a size (``2GiB``)."""
+    from dask.utils import parse_bytes
+
+    word = text.strip().lower()
+    if word == "auto":
+        return "auto"
+    try:
+        value = float(word)
+    except ValueError:
+        try:
+            value = parse_bytes(word)
+        except (ValueError, TypeError):
+            value = None
+        if value is None or value < 0:
+            raise argparse.ArgumentTypeError(
+                f"must be 'auto', 0 (no limit), a fraction of the memory (0.5) or a size (2GiB), got {text!r}"
+            ) from None
+        return int(value)
+    if not (value >= 0 and value == value and value != float("inf")):
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto', 0 (no limit), a fraction of the memory (0.5) or a size (2GiB), got {text!r}"
+        )
+    return value if value <= 1 else int(value)
+
+
 def add_cluster_command(sub, parents) -> None:
     """Register ``cluster`` on the subparsers ``sub``."""
     p = sub.add_parser(
@@ -49,10 +95,12 @@ def add_cluster_command(sub, parents) -> None:
         "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
     )
     cpus = available_cpus()
-    p.add_argument("--workers", type=positive_int, default=2, metavar="N", help="worker processes (default 2)")
+    p.add_argument(
+        "--workers", type=_bounded_count("workers"), default=2, metavar="N", help="worker processes (default 2)"
+    )
     p.add_argument(
         "--threads-per-worker",
-        type=positive_int,
+        type=_bounded_count("threads per worker"),
         default=None,
         metavar="T",
         help=f"threads of each worker (default: this machine's {cpus} cores shared by the workers, at least 1)",
@@ -71,6 +119,7 @@ def add_cluster_command(sub, parents) -> None:
     )
     p.add_argument(
         "--memory-limit",
+        type=_memory_limit,
         default="auto",
         metavar="BYTES",
         help="memory of each worker, e.g. 2GiB (default auto: the machine's memory shared by the workers)",
@@ -100,10 +149,11 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM (the main thread waits on it)."""
+    """An event set by SIGINT, SIGTERM or SIGHUP (the main thread waits on it)."""
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and (sig != getattr(signal, "SIGHUP", None) or signal.getsignal(sig) is not signal.SIG_IGN):
+            signal.signal(sig, lambda *_: stop.set())
     return stop
 
 

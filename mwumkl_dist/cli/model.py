@@ -616,6 +616,13 @@ def cmd_fit(args) -> int:
     _check_writable(args.model, "model", args.overwrite)
     if args.checkpoint is not None:
         _check_writable(args.checkpoint, "checkpoint", args.overwrite)  # before the data is read
+    if args.device == "cuda" and args.scheduler is None:  # the GPU is this machine's (a local or a local Dask fit)
+        from mwumkl_dist.data.cuda_shards import check_device
+
+        try:
+            check_device()
+        except RuntimeError as exc:
+            raise CommandError(f"--device cuda: {exc}") from None
     with exclusive_writer(args.model, "model file"):
         return _fit_and_save(args)
 
