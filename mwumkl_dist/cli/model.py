@@ -41,7 +41,14 @@ from mwumkl_dist.io.checkpoint import is_checkpoint_file
 from mwumkl_dist.io.files import format_label, read_data
 from mwumkl_dist.io.model_files import is_model_file
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
-from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
+from mwumkl_dist.kernels.specs import (
+    KERNEL_SPEC_HELP,
+    DataScale,
+    FeatureSums,
+    KernelSet,
+    RandomGaussianBank,
+    parse_kernels,
+)
 from mwumkl_dist.solvers.auto import plan_iterations
 from mwumkl_dist.solvers.spec import SOLVER_NAMES
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
@@ -349,7 +356,8 @@ def _count_kernels(spec: str, n_features: int, X=None) -> int:
     """How many base kernels ``spec`` means (checking feature indices), without expanding a big bank."""
     if spec == "precomputed":
         return X.n_kernels
-    items = parse_kernels(spec, n_features, scale=lambda: DataScale(1, (0,) * n_features, (0,) * n_features))
+    zeros = FeatureSums(n_features, {})
+    items = parse_kernels(spec, n_features, scale=lambda: DataScale(1, zeros, zeros))
     closed_form = [k for k in items if not isinstance(k, RandomGaussianBank)]
     if closed_form:
         KernelSet(closed_form, n_features)  # feature indices against the data

@@ -322,6 +322,49 @@ def paper_per_feature_family(n_features: int) -> list[KernelSpec]:
     return out
 
 
+class FeatureSums(Sequence):
+    """Per-feature values (exact integers), zero but in the features given: a tuple's interface in
+    memory that follows the features used, not the largest feature index (10^7 in a sparse file)."""
+
+    __slots__ = ("n", "values")
+
+    def __init__(self, n: int, values: dict):
+        self.n, self.values = int(n), {int(f): v for f, v in values.items() if v}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, f):
+        if isinstance(f, slice):
+            return tuple(self)[f]
+        f = int(f) + (self.n if f < 0 else 0)
+        if not 0 <= f < self.n:
+            raise IndexError(f"feature {f} out of range for {self.n} features")
+        return self.values.get(f, 0)
+
+    def __iter__(self):
+        return (self.values.get(f, 0) for f in range(self.n))
+
+    def nonzero(self) -> list:
+        """The non-zero values (in no particular order)."""
+        return list(self.values.values())
+
+    def __eq__(self, other):
+        if isinstance(other, FeatureSums):
+            return self.n == other.n and self.values == other.values
+        return isinstance(other, Sequence) and len(other) == self.n and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self):
+        return hash((self.n, frozenset(self.values.items())))
+
+    def __repr__(self):
+        return f"FeatureSums({self.n}, {len(self.values)} non-zero)"
+
+
+def _nonzero(values) -> list:
+    return values.nonzero() if isinstance(values, FeatureSums) else list(filter(None, values))
+
+
 @dataclass(frozen=True)
 class DataScale:
     """The training data's scale, from exact per-feature sums of ``x`` and ``x^2`` over ``n_samples`` rows.
@@ -333,8 +376,8 @@ class DataScale:
     """
 
     n_samples: int
-    sums: tuple  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints)
-    squares: tuple  # per feature: exact sum of x^2, likewise
+    sums: Sequence  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints; a tuple or FeatureSums)
+    squares: Sequence  # per feature: exact sum of x^2, likewise
     #: The median distance from a training row to its nearest neighbour (on all features, over a
     #: fixed sample of rows); None when not measured.
     neighbour_distance: float | None = None
@@ -345,7 +388,7 @@ class DataScale:
             # All features: C-level sums of the non-zero totals (one large feature index makes d large, and adding
             # a 0 to a big exact int still copies it).
             n_feats = len(self.sums)
-            total, total_sq = exact_to_float([sum(filter(None, self.sums)), sum(filter(None, self.squares))])
+            total, total_sq = exact_to_float([sum(_nonzero(self.sums)), sum(_nonzero(self.squares))])
         else:
             n_feats = len(features)
             total, total_sq = exact_to_float(
@@ -709,7 +752,7 @@ class KernelSet:
         if self.bank is not None:
             self.scale = scale() if scale is not None and scale.cache_info().currsize else None
             self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
-            self.plan = bank_plan(self.bank, self.n_features)
+            self._plan = bank_plan(self.bank, self.n_features)
             return
         self.specs = self._expand(kernels, scale)
         self.scale = scale() if scale is not None and scale.cache_info().currsize else None
@@ -720,7 +763,46 @@ class KernelSet:
                 raise ValueError(
                     f"kernel {spec} uses feature {spec.features[-1]} but the data has {self.n_features} features"
                 )
-        self.plan = self._compile()
+        self._plan = None  # compiled when first used: O(n_features), which a compact set avoids (compacted)
+
+    @property
+    def plan(self) -> KernelPlan:
+        """The compiled :class:`KernelPlan` (built on first use)."""
+        if self._plan is None:
+            self._plan = self._compile()
+        return self._plan
+
+    @plan.setter
+    def plan(self, value: KernelPlan) -> None:
+        self._plan = value
+
+    def compacted(self, used) -> KernelSet | None:
+        """The same kernels on the features ``used`` alone (sorted, distinct), renumbered ``0..len(used)-1``.
+
+        Rows that store values in the ``used`` features only get the same kernel values from the
+        compact set on their columns ``used`` as from this set on all columns: a feature zero in
+        both rows adds nothing to a dot product or a distance.  ``used`` must hold every feature a
+        kernel names (:meth:`named_features`).  None for a random bank (its subsets are drawn
+        over all features).
+        """
+        if self.bank is not None:
+            return None
+        used = np.asarray(used, dtype=np.int64)
+        position = {int(f): i for i, f in enumerate(used)} if len(used) <= 1 << 20 else None
+        specs = []
+        for spec in self.specs:
+            if spec.features is None:
+                specs.append(spec)
+                continue
+            if position is None:
+                return None
+            specs.append(replace(spec, features=tuple(position[f] for f in spec.features)))
+        return KernelSet(specs, max(len(used), 1))
+
+    def named_features(self) -> np.ndarray:
+        """The features some kernel names (its ``@FEATURES``), sorted: a compact set must keep them."""
+        named = {f for spec in self.specs if spec.features is not None for f in spec.features}
+        return np.asarray(sorted(named), dtype=np.int64)
 
     def _expand(self, kernels, scale=None) -> list[KernelSpec]:
         if isinstance(kernels, str):
