@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
@@ -739,13 +740,14 @@ class KernelSet:
         scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
         #: The random bank when the set is exactly one (its specs are then generated on demand).
         self.bank: RandomGaussianBank | None = bank_of(kernels, scale)
-        for bank in (
-            [self.bank] if self.bank is not None else [k for k in _listed(kernels) if isinstance(k, RandomGaussianBank)]
-        ):
-            if bank.subset_size > self.n_features:  # it would be cut to the data's width without a word
-                raise ValueError(
+        listed = [k for k in _listed(kernels) if isinstance(k, RandomGaussianBank)]
+        for bank in [self.bank] if self.bank is not None else listed:
+            if bank.subset_size > self.n_features:  # said, not cut to the data's width without a word
+                warnings.warn(
                     f"random bank {bank}: subset size {bank.subset_size} is more than the data's {self.n_features} "
-                    f"features; give size={self.n_features} or less"
+                    f"features: every kernel uses all {self.n_features} (give size={self.n_features} or less)",
+                    UserWarning,
+                    stacklevel=2,
                 )
         #: The training data's scale when a scaled family or bank used it (None otherwise).
         self.scale: DataScale | None = None
