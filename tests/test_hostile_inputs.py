@@ -771,6 +771,18 @@ def test_predict_output_that_is_a_link_is_refused_and_stdout_by_name_works(tmp_p
         assert len(capsys.readouterr().out.splitlines()) == 120
 
 
+def test_plot_output_that_is_a_link_is_refused(tmp_path, capsys, cli_model):
+    pytest.importorskip("matplotlib")
+    _, model = cli_model
+    victim = tmp_path / "victim.png"
+    victim.write_bytes(b"precious")
+    (tmp_path / "w.png").symlink_to(victim)
+    _one_line_error(capsys, 1, ["plot", model, "-o", tmp_path / "w.png", "--kind", "weights"], "symbolic link")
+    assert victim.read_bytes() == b"precious"
+    assert main(["plot", str(model), "-o", str(tmp_path / "ok.png"), "--kind", "weights"]) == 0
+    assert (tmp_path / "ok.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_fifo_or_device_node_at_the_output_path_stays_what_it_is(tmp_path, capsys, cli_model, kind):
     train, _ = cli_model
