@@ -512,6 +512,9 @@ def neighbour_distance(rows) -> float | None:
     S = as_csr(rows)
     if S.shape[0] < 2:
         return None
+    if S.shape[1] >= 1 << 16:  # wide rows (one far feature index): S.T as CSR would cost O(n_features)
+        used = np.unique(S.indices)  # renumbered in order: the same products, summed in the same order
+        S = sp.csr_matrix((S.data, np.searchsorted(used, S.indices), S.indptr), shape=(S.shape[0], max(len(used), 1)))
     sq = np.asarray(S.multiply(S).sum(axis=1)).ravel()
     gram = (S @ S.T).toarray()
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0)
