@@ -984,7 +984,7 @@ def test_chunk_rows_beyond_the_data_are_capped(tmp_path, data):
         (["--epsilon", "1e-6"], 1, "epsilon=1e-06 .* asks for [0-9.]+e\\+12 iterations"),
         (["--rho", "1e200"], 1, "rho=1e\\+200 asks for"),
         (["--selectivity", "1e308"], 1, "selectivity must be in"),
-        (["--C", "1e-308"], 1, "C must be at least"),
+        (["--C", "1e-308"], 1, "C must be positive, at least 1e-100"),
     ],
 )
 def test_unbounded_values_are_refused_in_one_line(cli_model, tmp_path, capsys, argv, code, pattern):

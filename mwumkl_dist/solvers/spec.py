@@ -78,7 +78,7 @@ MAX_SELECTIVITY = 1e12
 def _C(value):
     C = _auto_or_real("C")(value)
     if C is not None and not C >= MIN_C:
-        raise ValueError(f"C must be at least {MIN_C:g} (np.inf for the hard margin), got {value!r}")
+        raise ValueError(f"C must be positive, at least {MIN_C:g} (np.inf for the hard margin), got {value!r}")
     return C
 
 
