@@ -772,7 +772,6 @@ def test_predict_output_that_is_a_link_is_refused_and_stdout_by_name_works(tmp_p
 
 
 def test_plot_output_that_is_a_link_is_refused(tmp_path, capsys, cli_model):
-    pytest.importorskip("matplotlib")
     _, model = cli_model
     victim = tmp_path / "victim.png"
     victim.write_bytes(b"precious")
