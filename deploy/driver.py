@@ -41,7 +41,17 @@ class DriverError(Exception):
 
 # ----------------------------------------------------------------------------- arguments
 
-from mwumkl_dist.cli.args import C_or_auto, epsilon_or_auto, n_jobs, positive_float, positive_int  # noqa: E402
+from mwumkl_dist.cli.args import (  # noqa: E402
+    C_or_auto,
+    epsilon_or_auto,
+    interrupted_code,
+    n_jobs,
+    positive_float,
+    positive_int,
+    received_signals,
+    signal_name,
+    stop_signals,
+)
 
 
 def _fraction(text: str) -> float:
@@ -425,13 +435,20 @@ def run_cli(main_body, argv=None, parser=None) -> int:
     args = parser.parse_args(argv)
     check_args(args, parser)
     try:
-        main_body(args)
+        with stop_signals():  # SIGTERM (Kubernetes, SLURM) and SIGHUP: as Ctrl-C, the fit stops and saves
+            main_body(args)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: error: interrupted{signal_name()}", file=sys.stderr)
+        return interrupted_code()
     except DriverError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
     except (ValueError, TypeError, OSError, ConnectionError) as exc:
         print(f"{parser.prog}: error: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
+    if received_signals:  # the fit stopped early and saved what it had (and its checkpoint, if any)
+        print(f"{parser.prog}: interrupted{signal_name()}: the fit stopped early", file=sys.stderr)
+        return interrupted_code()
     return 0
 
 

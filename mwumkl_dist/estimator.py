@@ -655,6 +655,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 for block in prediction_blocks(X)
             ]
         out = np.concatenate(parts) + self.intercept_[None, :]
+        if not np.all(np.isfinite(out)):  # huge but finite inputs overflow the kernel values: never a silent NaN
+            bad = np.flatnonzero(~np.all(np.isfinite(out), axis=1))
+            raise ValueError(
+                f"X: the decision values of {len(bad)} of {len(out)} rows (row {bad[0]} first) are not finite: their "
+                "feature values are too large for the kernels (a kernel value overflows a double); scale the "
+                "features as the training data was"
+            )
         return out[:, 0] if out.shape[1] == 1 else out
 
     def predict(self, X):
@@ -686,14 +693,17 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ portable save/load
 
-    def save(self, path, *, extra_arrays=None, extra_meta=None) -> None:
+    def save(self, path, *, extra_arrays=None, extra_meta=None, overwrite=False) -> None:
         """Save the fitted model to ``path`` (a ``.npz`` file; no pickle needed to load).
 
         Callables (``callback``) are not saved; ``extra_arrays`` / ``extra_meta``
         add the caller's own data (see :func:`mwumkl_dist.io.model_files.save_model`).
+        An older model file at ``path`` is replaced; any other file there is refused
+        (an ``OSError``) unless ``overwrite=True``; a symbolic link, a device node or a
+        FIFO at ``path`` is always refused.
         """
         check_is_fitted(self)
-        save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta)
+        save_model(self, path, extra_arrays=extra_arrays, extra_meta=extra_meta, overwrite=overwrite)
 
     @classmethod
     def load(cls, path) -> MWUMKLClassifier:

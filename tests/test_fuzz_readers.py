@@ -56,10 +56,15 @@ FUZZ = settings(
 pytestmark = pytest.mark.timeout(600 if EXAMPLES <= 100 else 36000)
 
 
+#: The content of a file a hostile store links its chunks to: a refusal must never quote it.
+SECRET = b"TOPSECRET " * 64
+
+
 def _refused_cleanly(exc: BaseException, path) -> None:
-    """A refusal: a ValueError or OSError, one line, naming the file."""
+    """A refusal: a ValueError or OSError, one line, naming the file (and quoting no other file's bytes)."""
     assert isinstance(exc, (ValueError, OSError)), f"{type(exc).__name__}: {exc}"
     text = str(exc)
+    assert "TOPSECRET" not in text and "SECRET " not in text, text
     assert "\n" not in text.strip(), text
     assert os.path.basename(str(path)) in text, text
 
@@ -401,20 +406,113 @@ def test_fuzz_store_chunks(tmp_path, store_seed, data, kind):
         for f in files
         if f"{os.sep}c{os.sep}" in os.path.join(root, f) or f == "chunk_digests.npy"
     )
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(SECRET)
     for _ in range(data.draw(st.integers(1, 3))):
         chunk = os.path.join(path, data.draw(st.sampled_from(chunks)))
-        action = data.draw(st.sampled_from(["mutate", "swap", "delete"]))
-        if action == "swap":
+        # Besides damage, what a hostile writer of the folder can plant: a FIFO (a reader would hang), a link
+        # to a device (read without end) or to another file, a hard link to another file (its bytes).
+        action = data.draw(st.sampled_from(["mutate", "swap", "delete", "fifo", "symlink", "hardlink"]))
+        if action in ("fifo", "symlink", "hardlink"):
+            if os.path.lexists(chunk):
+                os.remove(chunk)
+            if action == "fifo":
+                os.mkfifo(chunk)
+            elif action == "symlink":
+                os.symlink(data.draw(st.sampled_from(["/dev/zero", str(secret), "/nonexistent"])), chunk)
+            else:
+                os.link(secret, chunk)
+        elif action == "swap":
             other = os.path.join(path, data.draw(st.sampled_from(chunks)))
-            if os.path.exists(chunk) and os.path.exists(other):
+            if all(os.path.isfile(f) and not os.path.islink(f) and os.stat(f).st_nlink == 1 for f in (chunk, other)):
                 a, b = open(chunk, "rb").read(), open(other, "rb").read()
                 open(chunk, "wb").write(b)
                 open(other, "wb").write(a)
         elif action == "delete":
-            if os.path.exists(chunk):
+            if os.path.lexists(chunk):
                 os.remove(chunk)
-        elif os.path.exists(chunk):
+        elif os.path.isfile(chunk) and not os.path.islink(chunk) and os.stat(chunk).st_nlink == 1:
             content = open(chunk, "rb").read()
             open(chunk, "wb").write(data.draw(mutated(content)))
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+    size = sum(os.lstat(os.path.join(r, f)).st_size for r, _, fs in os.walk(path) for f in fs)
     _same_as_written(_read(_read_store, path, size))
+
+
+# ----------------------------------------------------------------------------- output paths (issue 36)
+
+
+def _snapshot(folder) -> dict:
+    """Every entry under ``folder``: its kind, its link target and its bytes (regular files)."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            st_ = os.lstat(full)
+            if os.path.islink(full):
+                out[full] = ("link", os.readlink(full))
+            elif os.path.isfile(full):
+                out[full] = ("file", st_.st_ino, open(full, "rb").read())
+            else:
+                out[full] = ("other", st_.st_mode)
+    return out
+
+
+@FUZZ
+@given(
+    kind=st.sampled_from(["missing", "notes", "model", "checkpoint", "link-file", "link-dangling", "link-model",
+                          "fifo", "directory", "hardlink-notes"]),
+    overwrite=st.booleans(),
+    api=st.booleans(),
+)  # fmt: skip
+def test_fuzz_output_paths(tmp_path_factory, model_file, checkpoint_file, kind, overwrite, api):
+    """Whatever is at an output path, a save writes a model file there or refuses in one line; nothing else
+    (a file a link points to, a hard link's other name, a FIFO, a device) is ever modified."""
+    folder = tmp_path_factory.mktemp("out")
+    outside = tmp_path_factory.mktemp("outside")
+    victim = outside / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    path = folder / "out.npz"
+    if kind == "notes":
+        path.write_bytes(b"my notes\n")
+    elif kind == "model":
+        shutil.copy(model_file, path)
+    elif kind == "checkpoint":
+        shutil.copy(checkpoint_file[0], path)
+    elif kind == "link-file":
+        path.symlink_to(victim)
+    elif kind == "link-model":
+        shutil.copy(model_file, outside / "m.npz")
+        path.symlink_to(outside / "m.npz")
+    elif kind == "link-dangling":
+        path.symlink_to(outside / "nothing.npz")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "hardlink-notes":
+        os.link(victim, path)
+    before_outside = _snapshot(outside)
+    before = _snapshot(folder)
+    model = MWUMKLClassifier.load(model_file)
+    try:
+        if api:
+            model.save(path, overwrite=overwrite)
+        else:
+            from mwumkl_dist.io.atomic import atomic_file
+            from mwumkl_dist.io.model_files import is_model_file
+
+            with atomic_file(path, "model file", is_ours=is_model_file, overwrite=overwrite) as fh:
+                fh.write(open(model_file, "rb").read())
+    except OSError as exc:
+        _refused_cleanly(exc, path)
+        assert _snapshot(folder) == before  # refused: nothing written, no temporary or lock left
+        refused = True
+    else:
+        refused = False
+        assert os.path.isfile(path) and not os.path.islink(path)
+        assert MWUMKLClassifier.load(path).n_features_in_ == model.n_features_in_
+        assert sorted(os.listdir(folder)) == ["out.npz"]  # no temporary or lock left
+    assert _snapshot(outside) == before_outside  # a link's target, a hard link's other name: untouched
+    # Written: where nothing was, over an older model, or over another regular file when asked to.
+    allowed = kind in ("missing", "model") or (kind in ("notes", "hardlink-notes", "checkpoint") and overwrite)
+    assert refused == (not allowed), kind

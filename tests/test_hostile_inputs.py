@@ -12,8 +12,10 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import time
 import tracemalloc
 import uuid
 import zipfile
@@ -684,3 +686,462 @@ def test_one_ctrl_c_interrupts_a_fit_under_pytest(data):
 
     with pytest.raises(KeyboardInterrupt):
         MWUMKLClassifier(**literal(epsilon=0.2), callback=callback, callback_every=1).fit(X, y)
+
+
+# ============================================================================= issue 36: paths and resources
+# Each case as the audit of issue 36 reproduced it: outputs never written through a link, a device or a FIFO,
+# nor over a file that is not a model; no input that buys minutes and gigabytes; one line for each refusal.
+# The suite runs as root in CI: every case runs as the current user, whoever that is.
+
+FIT = ["--C", "1", "--epsilon", "0.4", "-q"]
+
+
+def _fit_argv(train, model, *extra):
+    return ["fit", "--data", train, "--model", model, *FIT, *extra]
+
+
+# ----------------------------------------------------------------------------- 36.1 a planted lock file
+
+
+def test_a_symlink_planted_at_the_lock_path_leaves_its_target_alone(tmp_path, capsys, cli_model):
+    train, _ = cli_model
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / ".m.npz.lock").symlink_to(victim)
+    _one_line_error(capsys, 1, _fit_argv(train, tmp_path / "m.npz"), r"lock file .*\.m\.npz\.lock is a symbolic link")
+    assert victim.read_text() == "precious\n" and (tmp_path / ".m.npz.lock").is_symlink()
+    assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize("kind", ["hard link", "big file", "fifo"])
+def test_a_lock_path_that_is_no_lock_file_is_refused_untouched(tmp_path, kind):
+    lock = tmp_path / ".m.npz.lock"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n" * (20 if kind == "big file" else 1))
+    if kind == "hard link":
+        os.link(victim, lock)
+    elif kind == "big file":
+        os.rename(victim, lock)
+        victim = lock
+    else:
+        os.mkfifo(lock)
+    before = victim.read_bytes() if kind != "fifo" else None
+    with pytest.raises(OSError, match="not a lock file of this package"):
+        with exclusive_writer(tmp_path / "m.npz", "model file"):
+            pass
+    if before is not None:
+        assert victim.read_bytes() == before
+
+
+def test_a_checkpoint_lock_path_planted_as_a_symlink_is_refused(tmp_path, data):
+    X, y = data
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / ".c.npz.lock").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        MWUMKLClassifier(**literal(epsilon=0.4), checkpoint=tmp_path / "c.npz").fit(X, y)
+    assert victim.read_text() == "precious\n"
+
+
+# ----------------------------------------------------------------------------- 36.2 links, devices, FIFOs
+
+
+@pytest.mark.parametrize("target", ["file", "dangling"])
+def test_a_model_path_that_is_a_link_is_refused_and_its_target_kept(tmp_path, capsys, cli_model, target):
+    train, _ = cli_model
+    victim = tmp_path / "victim.txt"
+    if target == "file":
+        victim.write_text("precious\n")
+    link = tmp_path / "link.npz"
+    link.symlink_to(victim)
+    _one_line_error(capsys, 1, _fit_argv(train, link), r"--model .*link\.npz: it is a symbolic link")
+    assert link.is_symlink() and (victim.read_text() == "precious\n" if target == "file" else not victim.exists())
+
+
+def test_predict_output_that_is_a_link_is_refused_and_stdout_by_name_works(tmp_path, capsys, cli_model):
+    train, model = cli_model
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "out.txt").symlink_to(victim)
+    argv = ["predict", "--model", model, "--data", train, "-o"]
+    _one_line_error(capsys, 1, [*argv, tmp_path / "out.txt"], "it is a symbolic link")
+    assert victim.read_text() == "precious\n"
+    for name in ("-", "/dev/stdout"):  # stdout as a stream, whatever it is (a pipe here)
+        assert main([str(a) for a in [*argv, name]]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 120
+
+
+def test_plot_output_that_is_a_link_is_refused(tmp_path, capsys, cli_model):
+    _, model = cli_model
+    victim = tmp_path / "victim.png"
+    victim.write_bytes(b"precious")
+    (tmp_path / "w.png").symlink_to(victim)
+    _one_line_error(capsys, 1, ["plot", model, "-o", tmp_path / "w.png", "--kind", "weights"], "symbolic link")
+    assert victim.read_bytes() == b"precious"
+    assert main(["plot", str(model), "-o", str(tmp_path / "ok.png"), "--kind", "weights"]) == 0
+    assert (tmp_path / "ok.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_device_node_at_the_output_path_stays_what_it_is(tmp_path, capsys, cli_model, kind):
+    train, _ = cli_model
+    if kind == "fifo":
+        path = tmp_path / "pipe.npz"
+        os.mkfifo(path)
+    else:
+        path = Path(os.devnull)  # as root the audit's fit replaced /dev/null by a regular file
+    _one_line_error(capsys, 1, _fit_argv(train, path), "FIFO|device node")
+    mode = os.lstat(path).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
+    with pytest.raises(ValueError, match="not a regular file"):
+        MWUMKLClassifier.load(path) if kind == "fifo" else read_model_file(path)
+
+
+# ----------------------------------------------------------------------------- 36.3 files that are not models
+
+
+def test_fit_does_not_overwrite_a_file_that_is_no_model_unless_asked(tmp_path, capsys, cli_model, data):
+    train, model = cli_model
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    _one_line_error(capsys, 1, _fit_argv(train, notes), r"--model .*notes\.txt: it exists and is not a model file")
+    _one_line_error(capsys, 1, _fit_argv(train, tmp_path / "m.npz", "--checkpoint", notes), "is not a checkpoint")
+    assert notes.read_text() == "my notes\n"
+    assert main([str(a) for a in _fit_argv(train, notes, "--overwrite")]) == 0
+    assert read_model_file(notes).model.n_features_in_ == 6
+    copy = tmp_path / "older.npz"  # an older model is replaced without --overwrite, as before
+    copy.write_bytes(Path(model).read_bytes())
+    assert main([str(a) for a in _fit_argv(train, copy)]) == 0
+
+
+def test_save_refuses_to_clobber_a_file_that_is_no_model(tmp_path, sparse_model):
+    _, clf = sparse_model
+    other = tmp_path / "data.svm"
+    other.write_text("1 1:0.5\n")
+    with pytest.raises(OSError, match="not a model file; refusing to overwrite it"):
+        clf.save(other)
+    assert other.read_text() == "1 1:0.5\n"
+    clf.save(other, overwrite=True)
+    assert MWUMKLClassifier.load(other).n_features_in_ == clf.n_features_in_
+    clf.save(other)  # now a model: replaced as before
+    with pytest.raises(OSError, match="not a checkpoint"):
+        MWUMKLClassifier(**literal(epsilon=0.4), checkpoint=tmp_path / "data.svm").fit(*_xy(60))
+
+
+def _xy(n, d=4, seed=0):
+    X, y = make_classification(n, d, n_informative=2, n_redundant=0, random_state=seed)
+    return X, np.where(y == 1, 1.0, -1.0)
+
+
+# ----------------------------------------------------------------------------- 36.4 huge but finite inputs
+
+
+def test_huge_finite_inputs_are_refused_not_nan_scores(data, cli_model, tmp_path, capsys):
+    X, y = data
+    clf = MWUMKLClassifier(kernels="poly:2,gaussian:1", **literal(epsilon=0.4)).fit(X, y)
+    with pytest.raises(ValueError, match="decision values of 120 of 120 rows .* not finite"):
+        clf.predict(X * 1e300)
+    train, model = cli_model
+    big = tmp_path / "big.csv"
+    raw = np.loadtxt(train, delimiter=",")
+    raw[:, :-1] *= 1e300
+    np.savetxt(big, raw, delimiter=",")
+    _one_line_error(capsys, 1, ["predict", "--model", model, "--data", big, "--output", "scores"], "not finite")
+
+
+# ----------------------------------------------------------------------------- 36.5 one far feature index
+
+
+def _far_index_file(path, index, n=60):
+    X, y = _xy(n, 5, seed=1)
+    lines = []
+    for i, (row, label) in enumerate(zip(X, y)):
+        pairs = [f"{j + 1}:{v:.5f}" for j, v in enumerate(row)] + ([f"{index}:1.0"] if i == 7 else [])
+        lines.append(f"{int(label)} " + " ".join(pairs))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_one_far_feature_index_costs_what_the_features_used_cost(tmp_path, monkeypatch, capsys):
+    """The 60-line file with one index 10^7: no kernel plan (O(features)) as wide as that index is built."""
+    from mwumkl_dist.kernels import specs
+
+    widths = []
+    compile_plan = specs.KernelSet._compile
+    monkeypatch.setattr(specs.KernelSet, "_compile", lambda self: widths.append(self.n_features) or compile_plan(self))
+    train = _far_index_file(tmp_path / "far.svm", 10**7)
+    assert main(["fit", "--data", str(train), "--model", str(tmp_path / "m.npz"), "-q"]) == 0, capsys.readouterr()
+    assert widths and max(widths) <= 6, max(widths)
+    saved = read_model_file(tmp_path / "m.npz")
+    assert saved.model.n_features_in_ == 10**7
+    assert main(["predict", "--model", str(tmp_path / "m.npz"), "--data", str(train)]) == 0
+    assert max(widths) <= 6
+    assert sorted(set(capsys.readouterr().out.split())) == ["-1", "1"]
+
+
+def test_compact_rows_give_the_same_model_and_scores(tmp_path, monkeypatch):
+    from mwumkl_dist.data import problems
+
+    X, y = _xy(80, 5, seed=2)
+    wide = sp.csr_matrix((X.ravel(), np.tile([0, 3, 70000, 90000, 131071], 80), np.arange(0, 401, 5)),
+                         shape=(80, 1 << 17))  # fmt: skip
+    kernels = "linear,poly:2,gaussian:1,gaussian:2@70000+90000"
+    compact = MWUMKLClassifier(kernels=kernels, **literal(epsilon=0.3)).fit(wide, y)
+    monkeypatch.setattr(problems, "COMPACT_MIN_FEATURES", 1 << 40)
+    full = MWUMKLClassifier(kernels=kernels, **literal(epsilon=0.3)).fit(wide, y)
+    np.testing.assert_allclose(compact.kernel_weights_, full.kernel_weights_, rtol=1e-12)
+    scores = full.decision_function(wide)
+    monkeypatch.setattr(problems, "COMPACT_MIN_FEATURES", 1 << 16)
+    np.testing.assert_allclose(compact.decision_function(wide), scores, rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- 36.6 a model claiming many features
+
+
+def test_a_small_model_claiming_fifty_million_features_is_refused_at_load(sparse_model, tmp_path):
+    path, _ = sparse_model
+    bad = _rewrite(path, tmp_path / "bad.npz", meta_changes={"n_features_in": 5 * 10**7})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"n_features_in 50000000 is far beyond its \d+ stored values"):
+            MWUMKLClassifier.load(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 2**20, peak
+
+
+# ----------------------------------------------------------------------------- 36.7 stores
+
+
+def _store_chunk(store, array="X"):
+    root = Path(store) / array / "c"
+    return next(p for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "other-file"])
+def test_a_chunk_that_is_a_fifo_a_device_or_another_file_is_refused_unread(tmp_path, data, capsys, kind):
+    X, y = data
+    store = tmp_path / "d.zarr"
+    write_data_store(store, X, y, chunk_rows=40)
+    chunk = _store_chunk(store)
+    chunk.unlink()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET " * 40)
+    if kind == "fifo":
+        os.mkfifo(chunk)
+    elif kind == "dev-zero":
+        chunk.symlink_to("/dev/zero")
+    else:
+        os.link(secret, chunk)
+    for argv in (["store", "info", store], ["fit", "--store", store, "--model", tmp_path / "m.npz", *FIT]):
+        line = _one_line_error(capsys, 1, argv, "chunk")
+        assert "TOPSECRET" not in line and "SECRET" not in line
+
+
+def test_deeply_nested_array_metadata_of_a_store_is_one_line(stores, capsys):
+    data_store, _ = stores
+    (Path(data_store) / "X" / "zarr.json").write_text("[" * 100000 + "]" * 100000)
+    _one_line_error(capsys, 1, ["store", "info", data_store], "malformed")
+    with pytest.raises(StoreError, match="malformed"):
+        open_store(data_store)
+
+
+def test_an_array_shape_edited_to_a_hundred_million_rows_is_refused_before_any_scan(stores, capsys, monkeypatch):
+    data_store, _ = stores
+    meta_file = Path(data_store) / "X" / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    meta["shape"] = [10**8, meta["shape"][1]]
+    meta_file.write_text(json.dumps(meta))
+    scanned = []
+    chunk_problem = DataStore._chunk_problem
+    monkeypatch.setattr(DataStore, "_chunk_problem", lambda self, *a: scanned.append(a[0]) or chunk_problem(self, *a))
+    _one_line_error(capsys, 1, ["store", "info", data_store], "edited|shape")
+    assert len(scanned) < 100
+
+
+def test_chunk_rows_beyond_the_data_are_capped(tmp_path, data):
+    X, y = data
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=10**8)
+    assert store.chunk_rows == len(y)
+    assert open_store(tmp_path / "d.zarr").read_rows(0, 5).shape == (5, 6)
+
+
+# ----------------------------------------------------------------------------- 36.8 unbounded specs and counts
+
+
+@pytest.mark.parametrize(
+    "argv, code, pattern",
+    [
+        (["--kernels", "gaussian:2@0-100000000000"], 1, "uses feature 100000000000 but the data has 6 features"),
+        (["--kernels", "gaussian:2@0-10000000"], 1, "uses feature 10000000 but the data has 6 features"),
+        (["--kernels", "random:1000000000000"], 2, "n_kernels must be .* at most"),
+        (["--kernels", "random:10:seed=-1"], 2, "seed must be an integer"),
+        (["--epsilon", "1e-300"], 1, "epsilon=1e-300 .* iterations"),
+        (["--epsilon", "1e-6"], 1, "epsilon=1e-06 .* asks for [0-9.]+e\\+12 iterations"),
+        (["--rho", "1e200"], 1, "rho=1e\\+200 asks for"),
+        (["--selectivity", "1e308"], 1, "selectivity must be in"),
+        (["--C", "1e-308"], 1, "C must be positive, at least 1e-100"),
+    ],
+)
+def test_unbounded_values_are_refused_in_one_line(cli_model, tmp_path, capsys, argv, code, pattern):
+    train, _ = cli_model
+    tracemalloc.start()
+    try:
+        _one_line_error(capsys, code, ["fit", "--data", train, "--model", tmp_path / "m.npz", "-q", *argv], pattern)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 * 2**20, peak
+    assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, pattern",
+    [
+        (["--workers", "1000000"], "1000000 workers on a machine of"),
+        (["--threads-per-worker", "1000000"], "threads per worker"),
+        (["--memory-limit=-5GiB"], "--memory-limit: must be 'auto'"),
+        (["--memory-limit", "lots"], "--memory-limit: must be 'auto'"),
+    ],
+)
+def test_cluster_counts_and_memory_limits_are_checked_before_starting(capsys, argv, pattern):
+    _one_line_error(capsys, 2, ["cluster", *argv], pattern)
+
+
+def test_api_parameters_are_checked_before_the_fit(data):
+    X, y = data
+    for params, error, pattern in [
+        ({"scheduler_timeout": -1}, ValueError, "scheduler_timeout"),
+        ({"scheduler_timeout": float("nan")}, ValueError, "scheduler_timeout"),
+        ({"scale_C": "no"}, ValueError, "scale_C must be True or False"),
+        ({"epsilon": 1e-6}, ValueError, "iterations"),
+        ({"checkpoint": 3.5}, TypeError, "checkpoint must be a path"),
+    ]:
+        with pytest.raises(error, match=pattern):
+            MWUMKLClassifier(**{**literal(epsilon=0.4), **params}).fit(X, y)
+
+
+# ----------------------------------------------------------------------------- 36.9 types and lines
+
+
+def test_a_random_bank_wider_than_the_data_is_said_not_cut_silently(data, cli_model, tmp_path, capsys):
+    X, y = data
+    with pytest.warns(UserWarning, match="subset size 1000000 is more than the data's 6 features"):
+        MWUMKLClassifier(kernels="random:3:size=1000000", **literal(epsilon=0.4)).fit(X, y)
+    train, _ = cli_model
+    argv = ["fit", "--data", str(train), "--model", str(tmp_path / "m.npz"), "--kernels", "random:3:size=1000000"]
+    assert main([*argv, *FIT]) == 0
+    assert "warning: random bank random:3:size=1000000" in capsys.readouterr().err
+
+
+def test_load_of_a_directory_says_so(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory, not a model file"):
+        MWUMKLClassifier.load(tmp_path)
+
+
+def test_cr_only_line_endings_are_read(tmp_path):
+    path = tmp_path / "mac.svm"
+    path.write_bytes(b"-1 1:0.5 2:0.3\r1 1:0.9 2:0.1\r-1 1:0.2 2:0.7\r1 1:0.8 2:0.2\r")
+    X, y = load_data(path)
+    assert X.shape == (4, 2) and list(y) == [-1, 1, -1, 1]
+
+
+def test_an_index_past_two_to_the_31_names_its_line(tmp_path, capsys):
+    path = tmp_path / "big.svm"
+    path.write_text("-1 1:0.5 2:0.3\n1 1:0.9 3000000000:0.1\n")
+    _one_line_error(capsys, 1, ["fit", "--data", path, "--model", tmp_path / "m.npz", "-q"],
+                    r"line 2: feature index 3000000000 is too large")  # fmt: skip
+
+
+def test_cuda_without_a_gpu_is_one_line_before_the_data_is_read(cli_model, tmp_path, capsys):
+    from mwumkl_dist.data.cuda_shards import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is here")
+    _one_line_error(capsys, 1, ["fit", "--data", tmp_path / "missing.csv", "--model", tmp_path / "m.npz",
+                                "--device", "cuda"], "--device cuda: .*no usable CUDA GPU")  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_a_server_that_is_no_dask_scheduler_is_said_not_a_memory_error():
+    import socket
+    import threading
+
+    from mwumkl_dist.engines.dask_pool import _probe_scheduler
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nBad Request")
+            conn.recv(1)
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        with pytest.raises(ConnectionError, match="not in Dask's protocol") as info:
+            _probe_scheduler(f"tcp://127.0.0.1:{server.getsockname()[1]}", 10.0)
+        assert "EiB" not in str(info.value)
+    finally:
+        server.close()
+
+
+# ----------------------------------------------------------------------------- 36.10 checks before the work
+
+
+@pytest.mark.parametrize(
+    "name, pattern",
+    [("x" * 250, None), ("x" * 256, "file name is 256 bytes long"), ("", "the path is empty"),
+     ("newdir/", "ends with a slash")],
+)  # fmt: skip
+def test_output_names_are_checked_before_the_fit(cli_model, tmp_path, capsys, monkeypatch, name, pattern):
+    train, _ = cli_model
+    model = f"{tmp_path}{os.sep}{name}" if name else ""
+    if pattern is None:  # 250 characters: the temporary name used to be too long, after the whole fit
+        assert main(["fit", "--data", str(train), "--model", model, *FIT]) == 0
+        assert os.path.isfile(model) and sorted(os.listdir(tmp_path)) == [name]
+        return
+    fitted = []
+    monkeypatch.setattr(MWUMKLClassifier, "fit", lambda *a, **k: fitted.append(1))
+    _one_line_error(capsys, 1, ["fit", "--data", train, "--model", model, *FIT], pattern)
+    assert not fitted and os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- 36.11 SIGTERM and SIGHUP
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_a_fit_as_ctrl_c_does(tmp_path, sig):
+    X, y = _xy(300, 5, seed=3)
+    train = tmp_path / "train.csv"
+    np.savetxt(train, np.column_stack([X, y]), delimiter=",")
+    model, ckpt = tmp_path / "m.npz", tmp_path / "c.npz"
+    argv = [sys.executable, "-m", "mwumkl_dist", "fit", "--data", str(train), "--model", str(model), "--C", "1",
+            "--polish", "no", "--solver", "mwu", "--max-iter", "100000000", "--checkpoint", str(ckpt),
+            "--checkpoint-every", "20", "-q"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not ckpt.exists():  # iterating: the first checkpoint is written
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"fit interrupted ({name}) after" in lines[0] and "checkpoint" in lines[0], err
+    done = int(re.search(r"after (\d+) of", lines[0]).group(1))
+    with np.load(ckpt, allow_pickle=False) as f:
+        assert json.loads(str(f["__meta__"]))["iteration"] == done  # the checkpoint holds every iteration done
+    assert read_model_file(model).model.interrupted_

@@ -18,7 +18,7 @@ import os
 import sys
 import warnings
 
-from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, UsageError
+from mwumkl_dist.cli.args import PROG, CommandError, UsageError, interrupted_code, signal_name, stop_signals
 from mwumkl_dist.cli.parser import build_parser
 
 __all__ = ["main", "build_parser"]
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     if args.command is None:
         return _fail(f"choose a command: demo, fit, predict, evaluate, plot, store or cluster (see '{PROG} --help')", 2)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), stop_signals():  # SIGTERM and SIGHUP: as Ctrl-C
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         if args.debug:
             raise
-        return _fail("interrupted", EXIT_INTERRUPTED)
+        return _fail(f"interrupted{signal_name()}", interrupted_code())
     except BrokenPipeError:
         # The reader (e.g. `head`) went away: silence the flush at exit (the Python docs' recipe).
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -9,12 +9,16 @@ Other command lines (``deploy/driver.py``) use the same types.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 
 __all__ = [
     "PROG",
     "EXIT_INTERRUPTED",
+    "stop_signals",
+    "signal_name",
+    "interrupted_code",
     "UsageError",
     "CommandError",
     "Parser",
@@ -35,6 +39,57 @@ __all__ = [
 PROG = "mwumkl-dist"
 #: Exit code of an interrupted command (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+
+
+#: The termination signals (SIGTERM, SIGHUP) received while a command ran, in order; see :func:`stop_signals`.
+received_signals: list[int] = []
+
+
+def signal_name() -> str:
+    """``" (SIGTERM)"`` when a termination signal stopped the command, else ``""`` (a Ctrl-C)."""
+    import signal
+
+    return f" ({signal.Signals(received_signals[0]).name})" if received_signals else ""
+
+
+def interrupted_code() -> int:
+    """The exit code of an interrupted command: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + received_signals[0] if received_signals else EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """While the block runs, SIGTERM and SIGHUP do what Ctrl-C does (what Kubernetes, SLURM and a closed
+    terminal send): a fit stops after its current iteration and saves the model (and a checkpoint, where one
+    is configured); anything else stops at once.
+
+    A signal the parent process set to be ignored (``nohup``) stays ignored; off the main thread, nothing changes.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received_signals.clear()
+
+    def forward(signum, frame):
+        received_signals.append(signum)
+        handler = signal.getsignal(signal.SIGINT)  # the solver's (stop after this iteration), or Python's
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = {}
+    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class UsageError(Exception):
@@ -153,7 +208,7 @@ def kernel_spec(text: str) -> str:
     from mwumkl_dist.kernels.specs import DataScale, parse_kernels
 
     try:
-        parse_kernels(text, 1, scale=lambda: DataScale(1, (0,), (0,)))  # the syntax only
+        parse_kernels(text, None, scale=lambda: DataScale(1, (0,), (0,)))  # the syntax only
     except (ValueError, TypeError) as exc:
         what = str(exc).split("; expected ", 1)[0]
         raise argparse.ArgumentTypeError(f"{what} ({KERNEL_SPEC_HINT})") from None

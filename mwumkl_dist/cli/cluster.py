@@ -41,10 +41,11 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM (the main thread waits on it)."""
+    """An event set by SIGINT, SIGTERM or SIGHUP (the main thread waits on it)."""
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and (sig != getattr(signal, "SIGHUP", None) or signal.getsignal(sig) is not signal.SIG_IGN):
+            signal.signal(sig, lambda *_: stop.set())
     return stop
 
 

@@ -13,24 +13,28 @@ import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
 from mwumkl_dist.cli.args import (
-    EXIT_INTERRUPTED,
     PROG,
     ZERO_BASED,
     CommandError,
     UsageError,
     existing_file,
+    interrupted_code,
+    signal_name,
 )
 from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH, PREDICT_OUTPUTS, add_model_commands
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.problems import read_into_memory
 from mwumkl_dist.estimator import MWUMKLClassifier
-from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
+from mwumkl_dist.io.atomic import atomic_file, check_output_path, exclusive_writer
+from mwumkl_dist.io.checkpoint import is_checkpoint_file
 from mwumkl_dist.io.files import OneBasedAssumedWarning, format_label, read_data
+from mwumkl_dist.io.model_files import is_model_file
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
-from mwumkl_dist.kernels.specs import DataScale, KernelSet, RandomGaussianBank, parse_kernels
+from mwumkl_dist.kernels.specs import DataScale, FeatureSums, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
 from mwumkl_dist.solvers.base import continuous_target
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
@@ -80,7 +84,8 @@ def _count_kernels(spec: str, n_features: int, X=None) -> int:
     """How many base kernels ``spec`` means (checking feature indices), without expanding a big bank."""
     if spec == "precomputed":
         return X.n_kernels
-    items = parse_kernels(spec, n_features, scale=lambda: DataScale(1, (0,) * n_features, (0,) * n_features))
+    zeros = FeatureSums(n_features, {})
+    items = parse_kernels(spec, n_features, scale=lambda: DataScale(1, zeros, zeros))
     closed_form = [k for k in items if not isinstance(k, RandomGaussianBank)]
     if closed_form:
         KernelSet(closed_form, n_features)  # feature indices against the data
@@ -156,13 +161,23 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _check_writable(path: str, what: str) -> None:
-    """Fail before a long fit, not after it, when ``path`` cannot be written."""
-    if os.path.isdir(path):
-        raise CommandError(f"cannot write the {what} to {path}: it is a directory")
+#: What ``fit`` may replace without ``--overwrite``, by the kind of file it writes.
+_OURS = {"model": is_model_file, "checkpoint": is_checkpoint_file}
+
+
+def _check_writable(path: str, what: str, overwrite: bool = False) -> None:
+    """Fail before a long fit, not after it, when ``path`` cannot or must not be written.
+
+    A link, a device node, a FIFO, a directory, a bad name (empty, ending in a slash, too long) are
+    refused, and a model or checkpoint path holding another kind of file unless ``overwrite``
+    (:func:`~mwumkl_dist.io.atomic.check_output_path`).
+    """
+    try:
+        check_output_path(path, f"{what} file" if what != "checkpoint" else what, is_ours=_OURS.get(what),
+                          overwrite=overwrite)  # fmt: skip
+    except OSError as exc:
+        raise CommandError(f"--{'output-file' if what == 'predictions' else what} {path}: {exc.strerror}") from None
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CommandError(f"cannot write the {what} to {path}: directory {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise CommandError(f"cannot write the {what} to {path}: permission denied")
 
@@ -301,8 +316,10 @@ def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
     engine = args.engine or ("dask" if args.scheduler else "local")
     if engine == "local" and (args.scheduler or args.kernel_shards > 1):
         raise UsageError("--scheduler and --kernel-shards need --engine dask")
-    if args.checkpoint is not None:
-        _check_writable(args.checkpoint, "checkpoint")
+    if args.checkpoint is not None and args.overwrite:
+        if os.path.isfile(args.checkpoint) and not os.path.islink(args.checkpoint):
+            if not is_checkpoint_file(args.checkpoint):
+                os.unlink(args.checkpoint)  # asked for: the fit refuses to replace a file that is no checkpoint
     # Ctrl-C: the solver stops after the current iteration and keeps what it computed.
     return _estimator(
         args,
@@ -351,7 +368,14 @@ def cmd_fit(args) -> int:
     _check_model_args(args)
     _check_distinct(("--model", args.model), ("--data", args.data), ("--resume", args.resume))
     _check_distinct(("--checkpoint", args.checkpoint), ("--data", args.data), ("--model", args.model))
-    _check_writable(args.model, "model")
+    _check_writable(args.model, "model", args.overwrite)
+    if args.checkpoint is not None:
+        _check_writable(args.checkpoint, "checkpoint", args.overwrite)  # before the data is read
+    if args.scheduler is None:  # the device is this machine's (a local or a local Dask fit): checked before the data
+        try:
+            backend_named(args.device).check()
+        except RuntimeError as exc:
+            raise CommandError(f"--device {args.device}: {exc}") from None
     with exclusive_writer(args.model, "model file"):
         return _fit_and_save(args)
 
@@ -376,19 +400,20 @@ def _fit_and_save(args) -> int:
             warnings.filterwarnings("ignore", message="interrupted after")  # reported below, once
             clf.fit(X, y, resume=args.resume)
     except FitInterrupted as exc:  # one-vs-rest classes left unfitted: no model to save
-        raise CommandError(f"{exc}; nothing saved", EXIT_INTERRUPTED) from None
+        raise CommandError(f"{exc}{signal_name()}; nothing saved", interrupted_code()) from None
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
-    save_model_file(clf, args.model, scaling, zero_based)
+    save_model_file(clf, args.model, scaling, zero_based, overwrite=args.overwrite)
 
     n_iters = np.atleast_1d(clf.n_iter_)
     if clf.interrupted_:
         done = ", ".join(str(int(t)) for t in n_iters)
         per_class = " (per class)" if n_problems > 1 else ""
+        checkpoint = f"; checkpoint {args.checkpoint} written (--resume {args.checkpoint})" if args.checkpoint else ""
         print(
-            f"{PROG}: fit interrupted after {done} of {n_iter} iterations{per_class}; "
-            f"the partial model was saved to {args.model}",
+            f"{PROG}: fit interrupted{signal_name()} after {done} of {n_iter} iterations{per_class}; "
+            f"the partial model was saved to {args.model}{checkpoint}",
             file=sys.stderr,
         )
     if not args.quiet:
@@ -413,7 +438,7 @@ def _fit_and_save(args) -> int:
             table = weights_table(clf.kernel_names_, clf.kernel_weights_, clf.raw_kernel_weights_, MAX_TABLE_ROWS)
             for line in table:
                 print(line)
-    return EXIT_INTERRUPTED if clf.interrupted_ else 0
+    return interrupted_code() if clf.interrupted_ else 0
 
 
 def _describe_iterations(args, clf, n: int, n_kernels: int, n_problems: int, elapsed: float) -> str:
@@ -472,6 +497,8 @@ def _prediction_lines(model, X, output: str, source: str) -> list[str]:
 
 def cmd_predict(args) -> int:
     """``predict``: one label (or row of scores or probabilities) per line, to stdout or ``--output-file``."""
+    if args.output_file in ("-", "/dev/stdout"):
+        args.output_file = None  # stdout: written as a stream, whatever it is (a pipe, a terminal)
     _check_distinct(("--output-file", args.output_file), ("--model", args.model), ("--data", args.data))
     saved = load_model_or_fail(args.model, args.n_jobs)
     model = saved.model

@@ -236,6 +236,12 @@ def _add_fit(sub, parents):
     )
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --model or --checkpoint file that is not a model (or a checkpoint) of this "
+        "program; an older model or checkpoint is replaced without it, and a link, device or FIFO never is",
+    )
+    p.add_argument(
         "--no-scale",
         dest="scale",
         action="store_false",
@@ -337,7 +343,9 @@ def _add_predict(sub, parents):
         "one column per class; needs a model fitted with probability estimates). Scores and probabilities "
         "are comma-separated with a header line naming the classes",
     )
-    p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
+    p.add_argument(
+        "--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout ('-' or /dev/stdout: stdout)"
+    )
     p.set_defaults(func=_runs(_model, "cmd_predict"))
 
 
@@ -445,6 +453,51 @@ def _port(text: str) -> int:
     return value
 
 
+#: Worker processes (and threads per worker) at most, per core of this machine: more only competes for the cores.
+MAX_PER_CPU = 4
+
+
+def _bounded_count(what: str):
+    """A positive integer at most :data:`MAX_PER_CPU` times this machine's cores (at least 8)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        limit = max(8, MAX_PER_CPU * available_cpus())
+        if value > limit:
+            raise argparse.ArgumentTypeError(
+                f"{value} {what} on a machine of {available_cpus()} cores: at most {limit} (for more, start workers "
+                "on several machines, see deploy/)"
+            )
+        return value
+
+    return parse
+
+
+_MEMORY_LIMIT_HELP = "must be 'auto', 0 (no limit), a fraction of the memory (0.5) or a size (2GiB)"
+
+
+def _memory_limit(text: str) -> str | int | float:
+    """Dask's ``memory_limit``: ``auto``, ``0`` (none), a fraction of the memory in (0, 1], or a size (``2GiB``)."""
+    word = text.strip().lower()
+    if word == "auto":
+        return "auto"
+    try:
+        value = float(word)
+    except ValueError:
+        from dask.utils import parse_bytes  # only when a size is given: the parser loads nothing heavy
+
+        try:
+            value = parse_bytes(word)
+        except (ValueError, TypeError):
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{_MEMORY_LIMIT_HELP}, got {text!r}") from None
+        return int(value)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{_MEMORY_LIMIT_HELP}, got {text!r}")
+    return value if value <= 1 else int(value)
+
+
 def add_cluster_command(sub, parents) -> None:
     """Register ``cluster`` on the subparsers ``sub``."""
     p = sub.add_parser(
@@ -455,10 +508,12 @@ def add_cluster_command(sub, parents) -> None:
         "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
     )
     cpus = available_cpus()
-    p.add_argument("--workers", type=positive_int, default=2, metavar="N", help="worker processes (default 2)")
+    p.add_argument(
+        "--workers", type=_bounded_count("workers"), default=2, metavar="N", help="worker processes (default 2)"
+    )
     p.add_argument(
         "--threads-per-worker",
-        type=positive_int,
+        type=_bounded_count("threads per worker"),
         default=None,
         metavar="T",
         help=f"threads of each worker (default: this machine's {cpus} cores shared by the workers, at least 1)",
@@ -477,6 +532,7 @@ def add_cluster_command(sub, parents) -> None:
     )
     p.add_argument(
         "--memory-limit",
+        type=_memory_limit,
         default="auto",
         metavar="BYTES",
         help="memory of each worker, e.g. 2GiB (default auto: the machine's memory shared by the workers)",

@@ -7,6 +7,7 @@ import os
 from mwumkl_dist.cli.args import CommandError
 from mwumkl_dist.cli.model import load_model_or_fail
 from mwumkl_dist.cli.parser import add_plot_command
+from mwumkl_dist.io.atomic import atomic_file, check_output_path
 from mwumkl_dist.plotting import MATPLOTLIB_MISSING, plot_model
 
 __all__ = ["add_plot_command", "cmd_plot"]
@@ -28,7 +29,8 @@ def cmd_plot(args) -> int:
         if extension[1:].lower() not in formats:
             raise CommandError(f"-o {args.output}: unknown picture format '{extension}' (use png, svg, pdf or "
                                f"one of the {len(formats)} formats matplotlib writes)")  # fmt: skip
-        figure.savefig(args.output, dpi=args.dpi)
+        with atomic_file(args.output, "picture") as fh:  # a link, a device or a FIFO there is refused, not followed
+            figure.savefig(fh, dpi=args.dpi, format=extension[1:].lower())
     finally:
         matplotlib.pyplot.close("all")
     print(f"{args.kind} plot of {args.model} written to {args.output}")
@@ -43,3 +45,7 @@ def _check_output(path: str) -> None:
         raise CommandError(f"-o {path}: directory {folder} does not exist")
     if not os.path.splitext(path)[1]:
         raise CommandError(f"-o {path}: no extension to tell the format; use e.g. weights.png or weights.svg")
+    try:
+        check_output_path(path, "picture")
+    except OSError as exc:
+        raise CommandError(f"-o {path}: {exc.strerror}") from None

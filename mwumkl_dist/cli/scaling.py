@@ -62,9 +62,13 @@ class FeatureScaling:
     def fit(cls, X) -> FeatureScaling:
         """Min-max for a dense ``X``, max-abs for a sparse one."""
         if sp.issparse(X):
-            from sklearn.preprocessing import MaxAbsScaler
-
-            return cls("max-abs", 1.0 / MaxAbsScaler().fit(X).scale_, np.zeros(X.shape[1]))
+            # MaxAbsScaler's factors, from the stored values alone: O(nnz) work and one array of the
+            # feature count (scikit-learn's column pass costs several, with one far feature index 10^7).
+            X = sp.csr_matrix(X)
+            max_abs = np.zeros(X.shape[1])
+            np.maximum.at(max_abs, X.indices, np.abs(X.data))
+            scale = np.divide(1.0, max_abs, out=np.ones(X.shape[1]), where=max_abs > 0)  # constant 0: left as is
+            return cls("max-abs", scale, np.zeros(X.shape[1]))
         from sklearn.preprocessing import MinMaxScaler
 
         scaler = MinMaxScaler().fit(X)
@@ -103,18 +107,21 @@ class FeatureScaling:
         return cls(kind, arrays[f"{SCALING_KEY}_scale"], arrays[f"{SCALING_KEY}_offset"])
 
 
-def save_model_file(clf, path, scaling: FeatureScaling | None, zero_based: bool | None = None) -> None:
+def save_model_file(
+    clf, path, scaling: FeatureScaling | None, zero_based: bool | None = None, *, overwrite: bool = False
+) -> None:
     """Save ``clf`` to ``path`` with the feature scaling and the training file's svmlight index convention.
 
-    Without either (None) the file is a plain model file, as the Python API writes.
+    Without either (None) the file is a plain model file, as the Python API writes.  ``overwrite``: as
+    :meth:`~mwumkl_dist.MWUMKLClassifier.save`'s.
     """
     arrays, meta = scaling.to_arrays() if scaling is not None else ({}, {})
     if zero_based is not None:
         meta[ZERO_BASED_KEY] = bool(zero_based)
     if arrays or meta:
-        clf.save(path, extra_arrays=arrays, extra_meta=meta)
+        clf.save(path, extra_arrays=arrays, extra_meta=meta, overwrite=overwrite)
     else:
-        clf.save(path)
+        clf.save(path, overwrite=overwrite)
 
 
 class ModelFile(NamedTuple):

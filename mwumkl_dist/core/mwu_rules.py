@@ -127,9 +127,23 @@ def eps_prime(epsilon: float, rho: float) -> float:
     return -math.log1p(-epsilon / (2.0 * rho))
 
 
+#: Largest iteration count an ``epsilon`` may ask for: a fit this long would not end (days at 10^3 it/s).
+MAX_ITERATIONS = 10**9
+
+
 def iteration_count(epsilon: float, rho: float, n: int) -> int:
-    """``T = ceil(8 rho^2 / eps^2 * ln n)`` (at least 1)."""
-    return max(1, math.ceil(8.0 * rho * rho / (epsilon * epsilon) * math.log(n)))
+    """``T = ceil(8 rho^2 / eps^2 * ln n)`` (at least 1).
+
+    A ``ValueError`` naming ``epsilon`` when ``T`` exceeds :data:`MAX_ITERATIONS`.
+    """
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        T = np.float64(8.0) * (np.float64(rho) / np.float64(epsilon)) ** 2 * math.log(n)
+    if not T <= MAX_ITERATIONS:
+        raise ValueError(
+            f"epsilon={epsilon:g} with rho={rho:g} asks for {float(T):.3g} iterations, more than any fit can run "
+            f"({MAX_ITERATIONS:.0e}); use a larger epsilon, or give max_iter"
+        )
+    return max(1, math.ceil(T))
 
 
 def gram_block(k_pp, k_nn, k_pn, inv_trace, ridge, ridge_neg=None):

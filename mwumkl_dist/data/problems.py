@@ -322,9 +322,11 @@ class FeatureInput(_FeatureData):
         self.kernel_names = self.kernel_set.names()
         self.traces = _bank_traces(self.kernel_set, self.n_samples)
         self._csr = as_csr(X)
+        # The solvers' kernels and rows: on the features the rows use, where they use few of many (compact_rows).
+        self._engine_set, (self._csr,) = compact_rows(self.kernel_set, self._csr)
 
     def binary(self, y_pm):
-        return FeatureProblem(self._csr, y_pm, self.kernel_set)
+        return FeatureProblem(self._csr, y_pm, self._engine_set)
 
     def subset(self, rows):
         return self if len(rows) == self.n_samples else FeatureInput(self.X[rows], self.y[rows], self.kernels)
@@ -338,24 +340,53 @@ class FeatureInput(_FeatureData):
         return self.kernel_set.scale
 
     def kernel_traces(self) -> np.ndarray:
-        return kernel_traces(self.kernel_set, self._csr)
+        return kernel_traces(self._engine_set, self._csr)
 
     def rows_in_memory(self, rows) -> FeatureInput:
         """The training input of ``rows`` (the two-stage fit's weight subsample)."""
         return self.subset(rows)
 
     def combined_gram(self, weights):
-        return combined_kernel(self.kernel_set, self._csr, self._csr, weights)
+        return combined_kernel(self._engine_set, self._csr, self._csr, weights)
 
     def kernels_with_trace(self, rows, check: bool = False):
         if self.kernel_set.bank is not None:
             return self.kernels  # Gaussians: K(x, x) = 1, never a zero trace
-        traces = kernel_traces(self.kernel_set, self.X[rows])
+        traces = kernel_traces(self._engine_set, self._csr[rows])
         if check:
             check_traces(traces, self.kernel_names)
         if np.all(traces > 0):
             return self.kernels
         return [spec for spec, r in zip(self.kernel_set.specs, traces) if r > 0]
+
+
+#: Feature spaces at least this wide are compacted to the features the rows use, when that is a quarter or fewer.
+COMPACT_MIN_FEATURES = 1 << 16
+
+
+def compact_rows(kernel_set: KernelSet, *matrices) -> tuple[KernelSet, list]:
+    """``(kernels, matrices)`` on the features the CSR ``matrices`` store values in (and those the kernels name).
+
+    A kernel's plan and its evaluation cost ``O(n_features)`` (per-feature maps, dense point
+    buffers); one far feature index in a sparse file (10^7) made every fold of a fit pay it.
+    The kernel values are the same (:meth:`~mwumkl_dist.kernels.specs.KernelSet.compacted`).
+    Returned unchanged for a narrow space, dense rows, a random bank, or rows using many of
+    the features.
+    """
+    d = kernel_set.n_features
+    if d < COMPACT_MIN_FEATURES or kernel_set.bank is not None or not all(sp.issparse(M) for M in matrices):
+        return kernel_set, list(matrices)
+    parts = [np.asarray(as_csr(M).indices, dtype=np.int64) for M in matrices]
+    used = np.unique(np.concatenate([*parts, kernel_set.named_features()]))
+    compact = kernel_set.compacted(used) if 4 * len(used) <= d else None
+    if compact is None:
+        return kernel_set, list(matrices)
+    width = compact.n_features
+    out = []
+    for M in matrices:
+        M = as_csr(M)  # renumbered in order: each row's columns stay sorted
+        out.append(sp.csr_matrix((M.data, np.searchsorted(used, M.indices), M.indptr), shape=(M.shape[0], width)))
+    return compact, out
 
 
 def _bank_traces(kernel_set: KernelSet, n_samples: int) -> np.ndarray | None:
@@ -663,7 +694,10 @@ class _KernelSetPredictor(_FeatureRowsPredictor):
 
     def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
         sums = self.backend.kernel_sums()
-        return support_vector_sums(self.kernel_set.plan, X, support_vectors, dual_coef, raw_weights, sums)
+        kernel_set = self.kernel_set
+        if sp.issparse(X) and sp.issparse(support_vectors):  # wide sparse rows: on the features they use
+            kernel_set, (X, support_vectors) = compact_rows(kernel_set, X, support_vectors)
+        return support_vector_sums(kernel_set.plan, X, support_vectors, dual_coef, raw_weights, sums)
 
 
 class _PrecomputedPredictor:

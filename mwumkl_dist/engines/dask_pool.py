@@ -255,6 +255,11 @@ def _probe_failure(address: str, scheme: str, exc: BaseException, timeout: float
         )
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return f"cannot reach the Dask scheduler at {address!r}: no answer within {timeout:g} s"
+    if isinstance(exc, MemoryError) or "Unable to allocate" in text:  # its bytes read as a Dask frame's length
+        return (
+            f"{address!r} answered, but not in Dask's protocol: it is no Dask scheduler (an HTTP or other server?); "
+            "check the address and port (a scheduler listens on 8786 by default)"
+        )
     closed = isinstance(exc, ConnectionResetError) or type(exc).__name__ == "CommClosedError"
     if scheme != "tls" and closed:  # a TLS listener drops a plaintext hello at once
         return (

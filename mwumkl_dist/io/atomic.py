@@ -13,6 +13,8 @@ error is a :class:`WriteError` naming the file, e.g.
 from __future__ import annotations
 
 import contextlib
+import errno as errno_module
+import hashlib
 import os
 import re
 import shutil
@@ -27,8 +29,8 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks (see exclus
     fcntl = None
 
 __all__ = [
-    "WriteError", "FileBusyError", "atomic_file", "atomic_directory", "exclusive_writer", "remove_leftovers",
-    "fsync_directory",
+    "WriteError", "UnsafePathError", "FileBusyError", "atomic_file", "atomic_directory", "exclusive_writer",
+    "remove_leftovers", "fsync_directory", "check_output_path", "is_npz_with_meta",
 ]  # fmt: skip
 
 
@@ -57,6 +59,107 @@ class WriteError(OSError):
         return type(self), (self.what, self.path, self.errno, self.strerror)
 
 
+class UnsafePathError(WriteError):
+    """An output path the package refuses to write: a link, a device, a FIFO, a file that is not its own, a bad name.
+
+    ``str(error)`` is ``"could not write WHAT PATH: reason"``; nothing was written.
+    """
+
+    def __init__(self, what: str, path: str, errno=None, strerror: str | None = None):
+        super().__init__(what, path, errno, strerror)
+
+    def __str__(self) -> str:
+        return f"could not write {self.what} {self.path}: {self.strerror}"
+
+
+#: Longest file name (bytes) where the system does not say; Linux, macOS and Windows all allow 255.
+_NAME_MAX = 255
+#: Longest part of the target's name kept in the names of its temporaries and its lock (room for the suffixes).
+_STEM_BYTES = 200
+#: Largest lock file taken over: a lock holds a process id; a bigger file at the lock's name is someone's file.
+_MAX_LOCK_BYTES = 64
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _stem(name: str) -> str:
+    """``name`` as the hidden temporaries and the lock of a file use it: cut (with a digest) to fit NAME_MAX."""
+    raw = os.fsencode(name)
+    if len(raw) <= _STEM_BYTES:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return os.fsdecode(raw[:150]) + "~" + digest  # a multi-byte character cut in two stays as its bytes
+
+
+def _name_max(folder: str) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return _NAME_MAX
+
+
+def is_npz_with_meta(path: str, member: str) -> bool:
+    """Whether ``path`` is a ``.npz`` archive of ``.npy`` members with ``__meta__`` and ``member`` among them.
+
+    What a model file (``classes_``) or a checkpoint (``picks``) of this package looks like; reads the
+    archive's directory only (not its members).
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except Exception:  # not a zip archive, unreadable, damaged: not one of ours
+        return False
+    return {"__meta__.npy", f"{member}.npy"} <= set(names) and all(n.endswith(".npy") for n in names)
+
+
+def check_output_path(path, what: str = "file", *, is_ours=None, overwrite: bool = False) -> str:
+    """``path`` as a place :func:`atomic_file` may write, or an :class:`UnsafePathError` saying why not.
+
+    Refused: an empty name, a name ending in a slash, a name longer than the file system allows,
+    a missing folder, a symbolic link (followed, it would replace the file it points to), anything
+    that is not a regular file (a directory, a device node, a FIFO, a socket) and, where ``is_ours``
+    is given (a predicate on the existing file) and ``overwrite`` is false, a regular file that is
+    not one of this package's (``is_ours(path)`` false).  Nothing is written.  Call it before the
+    work whose result goes there, so that a bad path fails at once.
+    """
+    shown = os.fspath(path)
+
+    def refuse(reason: str, errno=None):
+        return UnsafePathError(what, shown, errno, reason)
+
+    if not isinstance(shown, str):
+        shown = os.fsdecode(shown)
+    if shown == "":
+        raise refuse("the path is empty")
+    if shown.endswith(("/", os.sep)) or os.path.basename(shown) in ("", ".", ".."):
+        raise refuse("the path names a directory (it ends with a slash); give a file name")
+    folder, name = os.path.split(os.path.abspath(shown))
+    if not os.path.isdir(folder):
+        raise refuse(f"directory {folder} does not exist", 2)
+    if len(os.fsencode(name)) > _name_max(folder):
+        raise refuse(f"the file name is {len(os.fsencode(name))} bytes long, more than this file system allows "
+                     f"({_name_max(folder)})", 36)  # fmt: skip
+    try:
+        st = os.lstat(shown)
+    except FileNotFoundError:
+        return shown
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc), exc.errno) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise refuse("it is a symbolic link; refusing to write through it (remove the link, or give the path "
+                     "it points to)")  # fmt: skip
+    if stat.S_ISDIR(st.st_mode):
+        raise refuse("it is a directory", 21)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device node"
+        raise refuse(f"it is {kind}, not a regular file; refusing to replace it")
+    if is_ours is not None and not overwrite and not is_ours(shown):
+        raise refuse(f"it exists and is not a {what}; refusing to overwrite it (remove it, choose another path, "
+                     "or ask to overwrite it: --overwrite, save(..., overwrite=True))")  # fmt: skip
+    return shown
+
+
 def fsync_directory(folder: str) -> None:
     """``fsync`` a directory, so that a rename in it survives a crash (a no-op where unsupported)."""
     if os.name == "nt":  # Windows cannot open a directory as a file; NTFS journals renames
@@ -75,7 +178,7 @@ def fsync_directory(folder: str) -> None:
 
 def _temporary_name(folder: str, name: str, suffix: str) -> str:
     # Hidden, and tied to the target's name: a crash leaves an obvious leftover, never a half file under the name.
-    return os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}{suffix}")
+    return os.path.join(folder, f".{_stem(name)}.{uuid.uuid4().hex[:12]}{suffix}")
 
 
 def remove_leftovers(path) -> list[str]:
@@ -87,7 +190,7 @@ def remove_leftovers(path) -> list[str]:
     for ``path``: then no other writer of ``path`` is running and they are all leftovers.
     """
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    pattern = re.compile(rf"^\.{re.escape(name)}\.[0-9a-f]{{12}}\.(partial|old|tmp)$")
+    pattern = re.compile(rf"^\.{re.escape(_stem(name))}\.[0-9a-f]{{12}}\.(partial|old|tmp)$")
     try:
         entries = sorted(e for e in os.listdir(folder) if pattern.match(e))
     except OSError:
@@ -107,7 +210,7 @@ def _remove_quietly(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path, what: str = "file"):
+def atomic_file(path, what: str = "file", *, is_ours=None, overwrite: bool = False):
     """Write ``path`` atomically: yields a binary file object on a temporary file in the same folder.
 
     On leaving the block the file is flushed, ``fsync``-ed and renamed to
@@ -116,18 +219,23 @@ def atomic_file(path, what: str = "file"):
     removed and ``path`` is left as it was; an ``OSError`` is raised as a
     :class:`WriteError` naming ``path`` (``what`` says what it is: ``"model file"``).
 
-    A symbolic link at ``path`` is followed: the file it points to is replaced.
+    Before anything is written, ``path`` is checked by :func:`check_output_path` (with
+    ``is_ours`` and ``overwrite``): a symbolic link, a device node, a FIFO, a directory
+    (and, with ``is_ours``, a file that is not this package's) is refused with an
+    :class:`UnsafePathError`.  The temporary file is created with ``O_EXCL | O_NOFOLLOW``
+    and renamed over ``path`` itself: a link put there meanwhile is replaced, never followed.
     """
-    path = os.fspath(path)
-    target = os.path.realpath(path)
+    path = check_output_path(path, what, is_ours=is_ours, overwrite=overwrite)
+    target = os.path.abspath(path)
     folder, name = os.path.split(target)
     tmp = _temporary_name(folder, name, ".tmp")
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
+        mode = stat.S_IMODE(os.lstat(target).st_mode)
     except OSError:
         mode = None  # a new file: 0o666 less the umask, as open() gives
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_BINARY", 0)
+        fd = os.open(tmp, flags, 0o666)
     except OSError as exc:
         raise WriteError.wrap(what, path, exc) from exc
     try:
@@ -163,6 +271,10 @@ def atomic_directory(path, what: str = "directory", *, replace: bool = False):
     """
     path = os.path.abspath(os.fspath(path))
     parent, name = os.path.split(path)
+    if os.path.islink(path):
+        raise UnsafePathError(what, path, None, "it is a symbolic link; refusing to replace it or write through it")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UnsafePathError(what, path, None, "it exists and is not a directory; refusing to replace it")
     tmp = _temporary_name(parent, name, ".partial")
     try:
         os.mkdir(tmp)
@@ -203,7 +315,7 @@ _held_guard = threading.Lock()
 
 def _lock_name(target: str) -> str:
     folder, name = os.path.split(target)
-    return os.path.join(folder, f".{name}.lock")
+    return os.path.join(folder, f".{_stem(name)}.lock")
 
 
 @contextlib.contextmanager
@@ -227,7 +339,7 @@ def exclusive_writer(path, what: str = "file"):
     if fcntl is None or path is None:  # pragma: no cover - Windows
         yield
         return
-    target = os.path.realpath(os.fspath(path))
+    target = os.path.abspath(os.fspath(path))  # not resolved: a link at the path is refused by the writer
     with _held_guard:
         entry = _held.get(target)
         if entry is not None:
@@ -259,10 +371,22 @@ def exclusive_writer(path, what: str = "file"):
 def _acquire(target: str, shown: str, what: str) -> int:
     lock = _lock_name(target)
     while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError:
+        try:  # never through a link, never blocking on a FIFO: a planted lock path cannot reach another file
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o600)
+        except OSError as exc:
+            if os.path.islink(lock) or exc.errno == errno_module.ELOOP:
+                raise UnsafePathError(what, shown, exc.errno, f"its lock file {lock} is a symbolic link; refusing to "
+                                      "use it (remove it)") from None  # fmt: skip
+            if exc.errno in (errno_module.ENXIO, errno_module.EISDIR):
+                raise _not_a_lock(what, shown, lock) from None
             return os.open(os.devnull, os.O_RDONLY)  # a read-only folder: the write itself will fail, and say why
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > _MAX_LOCK_BYTES:
+            os.close(fd)  # a device, a FIFO, a hard link to another file, a big file: not a lock, left as it is
+            raise _not_a_lock(what, shown, lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -281,6 +405,13 @@ def _acquire(target: str, shown: str, what: str) -> int:
             os.write(fd, f"{os.getpid()}\n".encode())
             return fd
         os.close(fd)
+
+
+def _not_a_lock(what: str, shown: str, lock: str) -> UnsafePathError:
+    return UnsafePathError(
+        what, shown, None, f"{lock} is not a lock file of this package (not a small regular file with one link); "
+        "refusing to use it (remove it)"
+    )  # fmt: skip
 
 
 def _read_owner(fd: int) -> str:

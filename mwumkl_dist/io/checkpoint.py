@@ -17,9 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.mwu_rules import Candidate, MWUResult, SolverState
-from mwumkl_dist.io.atomic import atomic_file
+from mwumkl_dist.io.atomic import atomic_file, is_npz_with_meta
 
-__all__ = ["fingerprint", "save_checkpoint", "load_checkpoint", "check_resumable", "Checkpointer"]
+__all__ = ["fingerprint", "save_checkpoint", "load_checkpoint", "check_resumable", "Checkpointer", "is_checkpoint_file"]
 
 _FORMAT = "mwumkl_dist-checkpoint"
 #: Version 2 added ``state_sha256``: a digest of the whole state, checked before it is used.
@@ -45,6 +45,11 @@ def fingerprint(X, y, kernel_names, settings: dict) -> str:
 
 def _candidate_arrays(prefix: str, c: Candidate) -> dict:
     return {f"{prefix}_index": np.int64(c.index), f"{prefix}_g": np.float64(c.g), f"{prefix}_v": c.v_row}
+
+
+def is_checkpoint_file(path) -> bool:
+    """Whether ``path`` looks like a checkpoint of this package (an ``.npz`` archive with its members; unread)."""
+    return is_npz_with_meta(os.fspath(path), "picks")
 
 
 def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, picks, finished) -> None:
@@ -73,7 +78,7 @@ def save_checkpoint(path, *, fp: str, problem_index: int, state: SolverState, pi
     }
     arrays = {name: np.asarray(a) for name, a in arrays.items()}
     meta["state_sha256"] = _state_digest(meta, arrays)
-    with atomic_file(path, "checkpoint") as fh:
+    with atomic_file(path, "checkpoint", is_ours=is_checkpoint_file) as fh:
         np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
 
 
@@ -243,9 +248,17 @@ class Checkpointer:
         self.path, self.every, self.fp = path, int(every), fp
         self.problem_index, self.finished = problem_index, finished
 
+        self.last = None  # the latest state seen: saved when the fit is interrupted (save_last)
+
     def __call__(self, state: SolverState) -> None:
+        self.last = state
         if state.iteration % self.every == 0:
             self.save(state)
+
+    def save_last(self) -> None:
+        """Save the latest state, unless it was saved already: an interrupted fit resumes where it stopped."""
+        if self.last is not None and self.last.iteration % self.every != 0:
+            self.save(self.last)
 
     def save(self, state: SolverState) -> None:
         save_checkpoint(

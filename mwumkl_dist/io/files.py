@@ -22,6 +22,7 @@ import bz2
 import codecs
 import csv
 import gzip
+import io
 import math
 import os
 import warnings
@@ -366,6 +367,11 @@ def _load_svmlight(path: str, n_features, zero_based):
         with _open_bytes(path) as fh:
             if fh.read(len(_BOM)) != _BOM:  # a byte order mark (some editors write one) is not part of the label
                 fh.seek(0)
+            start = fh.tell()
+            head = fh.read(1 << 16)
+            fh.seek(start)
+            if b"\r" in head and b"\n" not in head:  # CR-only line endings (classic Mac): the reader splits on \n
+                fh = io.BytesIO(fh.read().replace(b"\r", b"\n"))
             # Raw indices: the convention is resolved below, where it is known which one was used.
             X, y = load_svmlight_file(fh, dtype=np.float64, zero_based=True)
     except (ValueError, OverflowError) as exc:
@@ -453,8 +459,8 @@ def _locate_svmlight_error(path: str) -> str | None:
     return None
 
 
-#: Largest feature index an svmlight file may write (scikit-learn's reader keeps indices as 64-bit integers).
-_MAX_INDEX = 2**62
+#: Largest feature index an svmlight file may write (scikit-learn's reader converts indices to 32-bit integers).
+_MAX_INDEX = 2**31 - 2
 
 
 def _svmlight_line_problem(tokens) -> str | None:
@@ -470,7 +476,7 @@ def _svmlight_line_problem(tokens) -> str | None:
         if not (key.isascii() and key.isdigit()):
             return f"feature index {key!r} is not a non-negative integer"
         if len(key) > 19 or int(key) > _MAX_INDEX:
-            return f"feature index {key} is too large"
+            return f"feature index {key} is too large (at most {_MAX_INDEX})"
         if not _is_number(value):
             return f"value {value!r} of feature {key} is not a number"
         if int(key) <= previous:

@@ -21,11 +21,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from mwumkl_dist.core.version import __version__
-from mwumkl_dist.io.atomic import atomic_file
-from mwumkl_dist.io.files import read_npy_header
+from mwumkl_dist.io.atomic import atomic_file, check_output_path, is_npz_with_meta
+from mwumkl_dist.io.files import FEATURES_PER_VALUE, MAX_FEATURES_FLOOR, read_npy_header
 from mwumkl_dist.kernels.specs import BankKernelNames, KernelSet, RandomGaussianBank
 
-__all__ = ["save_model", "load_model", "load_model_with_extra", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["save_model", "load_model", "load_model_with_extra", "is_model_file", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "mwumkl_dist-model"
 #: The newest format version this package reads; files without extras are written as version 1.
@@ -168,7 +168,14 @@ def _extra_arrays(extra_arrays) -> dict:
     return out
 
 
-def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta: dict | None = None) -> None:
+def is_model_file(path) -> bool:
+    """Whether ``path`` looks like a model file of this package (an ``.npz`` archive with its members; unread)."""
+    return is_npz_with_meta(os.fspath(path), "classes_")
+
+
+def save_model(
+    estimator, path, *, extra_arrays: dict | None = None, extra_meta: dict | None = None, overwrite: bool = False
+) -> None:
     """Save a fitted estimator to ``path`` (a ``.npz`` file; no pickle needed to load).
 
     Parameters
@@ -181,13 +188,18 @@ def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta:
         under identifier names; :func:`load_model_with_extra` returns them.
     extra_meta : dict, optional
         The caller's own JSON-serialisable metadata.
+    overwrite : bool, default False
+        Replace a file at ``path`` that is not a model file.  An older model file is always
+        replaced; a symbolic link, a directory, a device node or a FIFO never is.
 
     Raises
     ------
     mwumkl_dist.io.atomic.WriteError
         The file could not be written (an ``OSError`` naming ``path``); a file
-        already at ``path`` is left as it was.
+        already at ``path`` is left as it was.  :class:`~mwumkl_dist.io.atomic.UnsafePathError`
+        (a ``WriteError``) when ``path`` is refused before anything is written.
     """
+    check_output_path(path, "model file", is_ours=is_model_file, overwrite=overwrite)  # before the work
     meta = _model_meta(estimator)
     arrays = _model_arrays(estimator, meta)
     extras = _extra_arrays(extra_arrays)
@@ -201,7 +213,7 @@ def save_model(estimator, path, *, extra_arrays: dict | None = None, extra_meta:
     except TypeError as exc:
         raise TypeError(f"extra_meta must be JSON-serialisable ({exc})") from None
     # Atomic: a failed write (full disk, file size limit, Ctrl-C) leaves the previous model file intact.
-    with atomic_file(path, "model file") as fh:
+    with atomic_file(path, "model file", is_ours=is_model_file, overwrite=overwrite) as fh:
         np.savez_compressed(fh, __meta__=meta_arr, **arrays, **extras)
 
 
@@ -366,6 +378,14 @@ def _check_declared_shapes(path: str, meta: dict, headers: dict) -> None:
         shapes = {headers[name][0] for name in ("sv_indices", "sv_data")}
         if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] > n_sv * d:
             raise _invalid(path, f"'sv_indices' and 'sv_data' must be 1-d of one length at most {n_sv} x {d}")
+        # The feature count sizes what loading and predicting allocate; sparse support vectors do not bound
+        # it, so it must be one the stored values can justify (the rule of the data files' indices).
+        stored = sum(
+            math.prod(shape) for name, (shape, _) in headers.items() if name.startswith(("sv_", _EXTRA_PREFIX))
+        )
+        limit = max(MAX_FEATURES_FLOOR, FEATURES_PER_VALUE * stored)
+        if d > limit:
+            raise _invalid(path, f"n_features_in {d} is far beyond its {stored} stored values (at most {limit})")
 
 
 def _check_finite(path: str, arrays: dict, names) -> None:
@@ -497,8 +517,12 @@ def load_model_with_extra(path, estimator_class):
         Empty for a file saved without extras.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a model file")
+    if not os.path.exists(path):
         raise FileNotFoundError(f"model file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO would block the reader, a device would be read without end
+        raise ValueError(f"{path}: not a regular file, so not a mwumkl_dist model file")
     meta, data = _read_archive(path)
     try:
         extra_arrays = {name: data[_EXTRA_PREFIX + name] for name in meta.get("extra_arrays", [])}

@@ -62,6 +62,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 import threading
 import time
 import uuid
@@ -219,8 +221,24 @@ def _chunk_grid(shape, chunks) -> tuple[int, ...]:
     return tuple(max(1, math.ceil(s / c)) if s else 0 for s, c in zip(shape, chunks))
 
 
+#: Largest metadata file (``zarr.json``) read: a store's is a few KiB.
+_MAX_META_FILE_BYTES = 16 * 2**20
+
+
+def _not_plain_file(st) -> str | None:
+    """Why a store's file with ``lstat`` result ``st`` is not read (a link, a FIFO, a device), or None."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link (a store's files are never links: it could point anywhere)"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO or a device would block the reader or never end)"
+    return None
+
+
 def _chunk_files(array_dir: str) -> dict[str, int]:
-    """Chunk keys (``"0/3/1"``) and file sizes of a local Zarr v3 array (default key encoding)."""
+    """Chunk keys (``"0/3/1"``) and file sizes of a local Zarr v3 array (default key encoding).
+
+    A chunk that is a link, a FIFO or a device has size -1 (refused by the reader without being opened).
+    """
     out: dict[str, int] = {}
     root = os.path.join(array_dir, "c")
     stack = [(root, "")]
@@ -235,7 +253,8 @@ def _chunk_files(array_dir: str) -> dict[str, int]:
             if e.is_dir(follow_symlinks=False):
                 stack.append((e.path, key + "/"))
             else:
-                out[key] = e.stat().st_size
+                st = e.stat(follow_symlinks=False)
+                out[key] = -1 if _not_plain_file(st) else st.st_size
     return out
 
 
@@ -453,6 +472,25 @@ def _meta_value(key: str, doc: str) -> property:
     return property(lambda self: self.meta[key], doc=doc)
 
 
+def _check_metadata_files(path: str) -> None:
+    """The store's ``zarr.json`` files (its own, its arrays') are plain files of a sane size: Zarr reads them whole."""
+    files = [os.path.join(path, "zarr.json")]
+    with contextlib.suppress(OSError):
+        files += [os.path.join(e.path, "zarr.json") for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    for file in files:
+        try:
+            st = os.lstat(file)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read {file} ({exc.strerror or exc})") from None
+        why = _not_plain_file(st)
+        if why is None and st.st_size > _MAX_META_FILE_BYTES:
+            why = f"{st.st_size} bytes, more than any store's metadata ({_MAX_META_FILE_BYTES})"
+        if why is not None:
+            raise StoreError(f"{path}: metadata file {file} is {why}")
+
+
 def _check_positive(meta: dict, keys, fail) -> None:
     """Each metadata value of ``keys`` a positive integer, else ``fail(problem)`` raised."""
     for key in keys:
@@ -539,6 +577,7 @@ class _StoreBase:
             raise StoreError(f"{path}: no such store")
         if not os.path.isdir(path):
             raise StoreError(f"{path}: not a store (a Zarr store is a directory)")
+        _check_metadata_files(path)
         try:
             group = _zarr().open_group(path, mode="r")
         except Exception as exc:  # zarr raises several types for a directory that is not a group
@@ -760,6 +799,7 @@ class _StoreBase:
         for name in self.array_names():
             arr = self._array(name)
             grid = _chunk_grid(arr.shape, arr.chunks)
+            self._check_grid(name, grid)
             table = self._digest_table(name) if self._store_id is not None else None
             for position in np.ndindex(*grid):
                 n_checked += 1
@@ -770,11 +810,39 @@ class _StoreBase:
                         problems.append(problem)
         return n_checked, n_bad, problems
 
+    def _check_grid(self, name: str, grid: tuple) -> None:
+        """Refuse to scan a chunk grid that the chunk files present cannot justify (an edited shape: 10^8 rows)."""
+        if self._format >= 3:
+            file = os.path.join(self.path, name, "zarr.json")
+            try:
+                sha = _sha256_file(file)
+            except OSError as exc:
+                raise self._fail(f"cannot read {file} ({exc.strerror or exc})") from None
+            if sha != self.meta["array_metadata"].get(name):
+                raise self._fail(
+                    f"the Zarr metadata of array {name!r} ({file}) is not the one written with this store "
+                    f"(edited after the store was written); {self._recreate_hint()}"
+                )
+        n_files = len(_chunk_files(os.path.join(self.path, name)))
+        n_chunks = math.prod(grid)
+        if n_chunks > 2 * n_files + 64:
+            raise self._fail(
+                f"array {name!r} has a grid of {n_chunks} chunks but {n_files} chunk files: its shape was edited; "
+                f"{self._recreate_hint()}"
+            )
+
     def _chunk_problem(self, key, name, position, table, crc) -> str | None:
         file = os.path.join(self.path, *key.split("/"))
         try:
+            why = _not_plain_file(os.lstat(file))
+            if why is not None:
+                return f"chunk {key}: {why}"
+            arr = self._array(name)
+            limit = int(np.prod(arr.chunks)) * arr.dtype.itemsize * 2 + 4096
             with open(file, "rb") as fh:
-                raw = fh.read()
+                raw = fh.read(limit + 1)
+            if len(raw) > limit:
+                return f"chunk {key}: more than the {limit} bytes a chunk of this array can hold"
         except FileNotFoundError:
             return f"chunk {key}: missing (deleted or never written)"
         except OSError as exc:
@@ -798,6 +866,8 @@ class _StoreBase:
                 arr = self.group[name]
             except KeyError:
                 raise self._fail(f"missing array {name!r}") from None
+            except (RecursionError, ValueError, TypeError) as exc:  # its zarr.json edited: nested, of wrong types
+                raise self._fail(f"array {name!r} has malformed Zarr metadata ({type(exc).__name__})") from None
             self._arrays[name] = arr
         return arr
 
@@ -826,6 +896,18 @@ class _StoreBase:
                 valid += 1
         if valid < expected:
             raise self._fail(f"array {name!r} is missing {expected - valid} of its {expected} chunk files")
+        odd = [k for k, size in files.items() if size < 0]
+        if odd:
+            file = os.path.join(self.path, name, "c", *odd[0].split("/"))
+            raise self._fail(f"chunk {name}/c/{odd[0]} is {_not_plain_file(os.lstat(file))}; {self._recreate_hint()}")
+        # A chunk never holds more than its raw bytes plus what the codecs add: a bigger file is not one.
+        limit = int(np.prod(arr.chunks)) * arr.dtype.itemsize * 2 + 4096
+        big = [k for k, size in files.items() if size > limit]
+        if big:
+            raise self._fail(
+                f"chunk {name}/c/{big[0]} has {files[big[0]]} bytes, more than a chunk of this array can hold "
+                f"({limit}); {self._recreate_hint()}"
+            )
         if self._store_id is not None:
             self._check_digest_table(name, grid)
         if not arr.attrs.get("compressed", True):
@@ -845,9 +927,12 @@ class _StoreBase:
         except Exception as exc:  # codec / checksum / I/O errors from zarr
             if self._misplaced_chunks:
                 raise self._misplaced_error() from None
+            reason = f"{type(exc).__name__}: {exc}"
+            if "checksum" in str(exc).lower():  # its message quotes the chunk's bytes: they may be another file's
+                reason = "its content does not match its CRC-32C checksum (truncated or corrupt)"
             raise self._fail(
                 f"cannot read {what} from array {name!r} (chunk {self._keys(name, selection)}): "
-                f"{type(exc).__name__}: {exc}"
+                + re.sub(r"""b(['"]).*?\1""", "b'...'", reason)[:300]
             ) from None
         if self._misplaced_chunks:  # a chunk that is not the one written at its position (_check_chunk)
             raise self._misplaced_error()
@@ -1102,6 +1187,7 @@ def write_data_store(
     codes, classes, label_dtype = _encode_labels(y)
     if len(codes) != n:
         raise ValueError(f"{n} rows but {len(codes)} labels")
+    chunk_rows = min(chunk_rows, max(n, 1))  # a chunk longer than the data would be allocated whole, and hold nothing
     _prepare_output(path, overwrite)
     if source is not None:
         sha = _sha256_file(os.fspath(source))
@@ -1316,7 +1402,7 @@ def write_kernel_store(
     if n < 1 or m < 1:
         raise ValueError("need at least one point and one kernel")
     mc = m if chunk_kernels is None else min(int(chunk_kernels), m)
-    R = int(chunk_rows)
+    R = min(int(chunk_rows), n)  # a chunk longer than the data would be allocated whole
     _prepare_output(path, overwrite)
     if source is not None:
         sha = _sha256_file(os.fspath(source))
@@ -1422,11 +1508,15 @@ def open_store(path, **kwargs) -> DataStore | KernelStore:
     path = os.fspath(path)
     meta_file = os.path.join(path, "zarr.json")
     fmt = None
-    if os.path.isfile(meta_file):
+    if (
+        os.path.isfile(meta_file)
+        and not os.path.islink(meta_file)
+        and os.path.getsize(meta_file) <= _MAX_META_FILE_BYTES
+    ):
         try:
             with open(meta_file, encoding="utf-8") as fh:
                 fmt = (json.load(fh).get("attributes") or {}).get(_ATTR, {}).get("format")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             fmt = None
     if fmt == KERNEL_FORMAT:
         return KernelStore(path, **kwargs)

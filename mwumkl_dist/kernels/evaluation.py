@@ -24,7 +24,7 @@ from numba import njit, prange
 
 from mwumkl_dist.core.exact import exact_sums_by_column
 from mwumkl_dist.devices import cpu as _columns
-from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, DataScale, KernelPlan, KernelSet
+from mwumkl_dist.kernels.specs import GAUSSIAN, LINEAR, POLYNOMIAL, DataScale, FeatureSums, KernelPlan, KernelSet
 
 __all__ = [
     "as_csr",
@@ -481,7 +481,7 @@ def data_scale(blocks, n_features: int, sample=None) -> DataScale:
     or sparse rows of the same values.  ``sample`` (some of the rows, e.g. :func:`scale_sample_rows`)
     gives the median nearest-neighbour distance.
     """
-    sums, squares, n = [0] * n_features, [0] * n_features, 0
+    sums, squares, n = {}, {}, 0  # by feature: the features used only (FeatureSums)
     for block in blocks:
         for lo in range(0, block.shape[0], _SCALE_ROWS):
             X = as_csr(block[lo : lo + _SCALE_ROWS])
@@ -489,10 +489,10 @@ def data_scale(blocks, n_features: int, sample=None) -> DataScale:
             used, columns = np.unique(X.indices, return_inverse=True)
             for total, part in ((sums, X.data), (squares, X.data * X.data)):
                 for f, value in zip(used.tolist(), exact_sums_by_column(part, columns.ravel(), len(used))):
-                    total[f] += value
+                    total[f] = total.get(f, 0) + value
             n += X.shape[0]
     nn = None if sample is None else neighbour_distance(sample)
-    return DataScale(n, tuple(sums), tuple(squares), nn)
+    return DataScale(n, FeatureSums(n_features, sums), FeatureSums(n_features, squares), nn)
 
 
 #: Rows the nearest-neighbour distance of :func:`data_scale` is measured on.
@@ -512,6 +512,9 @@ def neighbour_distance(rows) -> float | None:
     S = as_csr(rows)
     if S.shape[0] < 2:
         return None
+    if S.shape[1] >= 1 << 16:  # wide rows (one far feature index): S.T as CSR would cost O(n_features)
+        used = np.unique(S.indices)  # renumbered in order: the same products, summed in the same order
+        S = sp.csr_matrix((S.data, np.searchsorted(used, S.indices), S.indptr), shape=(S.shape[0], max(len(used), 1)))
     sq = np.asarray(S.multiply(S).sum(axis=1)).ravel()
     gram = (S @ S.T).toarray()
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
@@ -95,6 +96,8 @@ def _features_tuple(features) -> tuple[int, ...] | None:
 
 #: Largest polynomial degree: each kernel value is ``degree`` multiplications.
 MAX_DEGREE = 100
+#: Most kernels of a random bank: each costs a few numbers per iteration (the benchmarks use up to 10^6).
+MAX_BANK_KERNELS = 10**8
 #: Gaussian widths accepted: ``gamma = 1 / (2 sigma^2)`` stays a normal, finite float.
 SIGMA_RANGE = (1e-100, 1e100)
 
@@ -256,8 +259,12 @@ class RandomGaussianBank:
     sigmas: tuple[float, ...] = PAPER_SIGMAS
 
     def __post_init__(self):
-        if int(self.n_kernels) != self.n_kernels or self.n_kernels < 1:
-            raise ValueError(f"n_kernels must be a positive integer, got {self.n_kernels!r}")
+        if int(self.n_kernels) != self.n_kernels or not 1 <= self.n_kernels <= MAX_BANK_KERNELS:
+            raise ValueError(
+                f"n_kernels must be a positive integer, at most {MAX_BANK_KERNELS:.0e}, got {self.n_kernels!r}"
+            )
+        if int(self.seed) != self.seed or not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be an integer from 0 to 2^64 - 1, got {self.seed!r}")
         if int(self.subset_size) != self.subset_size or self.subset_size < 1:
             raise ValueError(f"subset_size must be a positive integer, got {self.subset_size!r}")
         if not self.sigmas:
@@ -316,6 +323,49 @@ def paper_per_feature_family(n_features: int) -> list[KernelSpec]:
     return out
 
 
+class FeatureSums(Sequence):
+    """Per-feature values (exact integers), zero but in the features given: a tuple's interface in
+    memory that follows the features used, not the largest feature index (10^7 in a sparse file)."""
+
+    __slots__ = ("n", "values")
+
+    def __init__(self, n: int, values: dict):
+        self.n, self.values = int(n), {int(f): v for f, v in values.items() if v}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, f):
+        if isinstance(f, slice):
+            return tuple(self)[f]
+        f = int(f) + (self.n if f < 0 else 0)
+        if not 0 <= f < self.n:
+            raise IndexError(f"feature {f} out of range for {self.n} features")
+        return self.values.get(f, 0)
+
+    def __iter__(self):
+        return (self.values.get(f, 0) for f in range(self.n))
+
+    def nonzero(self) -> list:
+        """The non-zero values (in no particular order)."""
+        return list(self.values.values())
+
+    def __eq__(self, other):
+        if isinstance(other, FeatureSums):
+            return self.n == other.n and self.values == other.values
+        return isinstance(other, Sequence) and len(other) == self.n and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self):
+        return hash((self.n, frozenset(self.values.items())))
+
+    def __repr__(self):
+        return f"FeatureSums({self.n}, {len(self.values)} non-zero)"
+
+
+def _nonzero(values) -> list:
+    return values.nonzero() if isinstance(values, FeatureSums) else list(filter(None, values))
+
+
 @dataclass(frozen=True)
 class DataScale:
     """The training data's scale, from exact per-feature sums of ``x`` and ``x^2`` over ``n_samples`` rows.
@@ -327,8 +377,8 @@ class DataScale:
     """
 
     n_samples: int
-    sums: tuple  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints)
-    squares: tuple  # per feature: exact sum of x^2, likewise
+    sums: Sequence  # per feature: exact sum of x, in units of 2**-SHIFT (Python ints; a tuple or FeatureSums)
+    squares: Sequence  # per feature: exact sum of x^2, likewise
     #: The median distance from a training row to its nearest neighbour (on all features, over a
     #: fixed sample of rows); None when not measured.
     neighbour_distance: float | None = None
@@ -339,7 +389,7 @@ class DataScale:
             # All features: C-level sums of the non-zero totals (one large feature index makes d large, and adding
             # a 0 to a big exact int still copies it).
             n_feats = len(self.sums)
-            total, total_sq = exact_to_float([sum(filter(None, self.sums)), sum(filter(None, self.squares))])
+            total, total_sq = exact_to_float([sum(_nonzero(self.sums)), sum(_nonzero(self.squares))])
         else:
             n_feats = len(features)
             total, total_sq = exact_to_float(
@@ -480,8 +530,13 @@ def _format_ranges(features: Sequence[int]) -> str:
     return "+".join(parts)
 
 
-def _parse_ranges(text: str, item: str) -> tuple[int, ...]:
-    out = []
+def _parse_ranges(text: str, item: str, n_features: int | None = None) -> tuple[int, ...]:
+    """The features of ``@FEATURES``; every index below ``n_features``, checked before the list is built.
+
+    ``n_features`` None checks the syntax only: the parts' end points are returned, not the whole list
+    (``@0-10000000000`` would be ten billion integers).
+    """
+    parts = []
     for part in text.split("+"):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
@@ -490,6 +545,13 @@ def _parse_ranges(text: str, item: str) -> tuple[int, ...]:
         b = int(m.group(2)) if m.group(2) else a
         if b < a:
             raise ValueError(f"bad feature range {part!r} in kernel spec {item!r}")
+        if n_features is not None and b >= n_features:
+            raise ValueError(f"kernel {item!r} uses feature {b} but the data has {n_features} features")
+        parts.append((a, b))
+    if n_features is None:
+        return tuple(sorted({x for ab in parts for x in ab}))
+    out = []
+    for a, b in parts:
         out.extend(range(a, b + 1))
     return tuple(out)
 
@@ -525,10 +587,12 @@ KERNEL_SPEC_HELP = (
 )
 
 
-def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | None = None) -> list:
+def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataScale] | None = None) -> list:
     """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks.
 
     ``scale`` gives the training data's :class:`DataScale` (called only for the scaled families).
+    Feature indices are checked against ``n_features``; None checks the syntax only (the specs
+    returned then stand for the spec's form, not for kernels on any data).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty kernel spec; expected {KERNEL_SPEC_HELP}")
@@ -540,7 +604,7 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
             raise ValueError(f"cannot parse kernel spec {raw!r}; expected {KERNEL_SPEC_HELP}")
         name = m.group("name")
         pos, named = _parse_params(m.group("params") or "", item)
-        feats = _parse_ranges(m.group("feats"), item) if m.group("feats") else None
+        feats = _parse_ranges(m.group("feats"), item, n_features) if m.group("feats") else None
         if name == AUTO_KERNELS:
             if pos or named or feats is not None:
                 raise ValueError(f"kernel spec {raw!r}: 'auto' takes no parameters or feature list")
@@ -564,7 +628,7 @@ def parse_kernels(text: str, n_features: int, scale: Callable[[], DataScale] | N
             _no_params(pos, named, item)
             if feats is not None:
                 raise ValueError(f"'paper-per-feature' takes no feature list (in {raw!r})")
-            out.extend(paper_per_feature_family(n_features))
+            out.extend(paper_per_feature_family(1 if n_features is None else n_features))
         elif name == "linear":
             _no_params(pos, named, item)
             out.append(Linear(features=feats))
@@ -676,12 +740,21 @@ class KernelSet:
         scale = None if scale is None else functools.cache(scale)  # called once, by the first scaled family
         #: The random bank when the set is exactly one (its specs are then generated on demand).
         self.bank: RandomGaussianBank | None = bank_of(kernels, scale)
+        listed = [k for k in _listed(kernels) if isinstance(k, RandomGaussianBank)]
+        for bank in [self.bank] if self.bank is not None else listed:
+            if bank.subset_size > self.n_features:  # said, not cut to the data's width without a word
+                warnings.warn(
+                    f"random bank {bank}: subset size {bank.subset_size} is more than the data's {self.n_features} "
+                    f"features: every kernel uses all {self.n_features} (give size={self.n_features} or less)",
+                    UserWarning,
+                    stacklevel=2,
+                )
         #: The training data's scale when a scaled family or bank used it (None otherwise).
         self.scale: DataScale | None = None
         if self.bank is not None:
             self.scale = scale() if scale is not None and scale.cache_info().currsize else None
             self.specs: Sequence[KernelSpec] = _BankSpecs(self.bank, self.n_features)
-            self.plan = bank_plan(self.bank, self.n_features)
+            self._plan = bank_plan(self.bank, self.n_features)
             return
         self.specs = self._expand(kernels, scale)
         self.scale = scale() if scale is not None and scale.cache_info().currsize else None
@@ -692,7 +765,46 @@ class KernelSet:
                 raise ValueError(
                     f"kernel {spec} uses feature {spec.features[-1]} but the data has {self.n_features} features"
                 )
-        self.plan = self._compile()
+        self._plan = None  # compiled when first used: O(n_features), which a compact set avoids (compacted)
+
+    @property
+    def plan(self) -> KernelPlan:
+        """The compiled :class:`KernelPlan` (built on first use)."""
+        if self._plan is None:
+            self._plan = self._compile()
+        return self._plan
+
+    @plan.setter
+    def plan(self, value: KernelPlan) -> None:
+        self._plan = value
+
+    def compacted(self, used) -> KernelSet | None:
+        """The same kernels on the features ``used`` alone (sorted, distinct), renumbered ``0..len(used)-1``.
+
+        Rows that store values in the ``used`` features only get the same kernel values from the
+        compact set on their columns ``used`` as from this set on all columns: a feature zero in
+        both rows adds nothing to a dot product or a distance.  ``used`` must hold every feature a
+        kernel names (:meth:`named_features`).  None for a random bank (its subsets are drawn
+        over all features).
+        """
+        if self.bank is not None:
+            return None
+        used = np.asarray(used, dtype=np.int64)
+        position = {int(f): i for i, f in enumerate(used)} if len(used) <= 1 << 20 else None
+        specs = []
+        for spec in self.specs:
+            if spec.features is None:
+                specs.append(spec)
+                continue
+            if position is None:
+                return None
+            specs.append(replace(spec, features=tuple(position[f] for f in spec.features)))
+        return KernelSet(specs, max(len(used), 1))
+
+    def named_features(self) -> np.ndarray:
+        """The features some kernel names (its ``@FEATURES``), sorted: a compact set must keep them."""
+        named = {f for spec in self.specs if spec.features is not None for f in spec.features}
+        return np.asarray(sorted(named), dtype=np.int64)
 
     def _expand(self, kernels, scale=None) -> list[KernelSpec]:
         if isinstance(kernels, str):
@@ -818,6 +930,11 @@ def _feature_groups(group_feats: np.ndarray, n_features: int) -> tuple[np.ndarra
 
 #: Kernels generated per call of :meth:`RandomGaussianBank.block` (bounds its ``(block, d)`` hash matrix).
 _GEN_BLOCK = 1 << 15
+
+
+def _listed(kernels) -> list:
+    """The items of ``kernels`` given as objects (a list, or one object); spec strings are checked when parsed."""
+    return list(kernels) if isinstance(kernels, (list, tuple)) else [kernels]
 
 
 def bank_of(kernels, scale: Callable[[], DataScale] | None = None) -> RandomGaussianBank | None:

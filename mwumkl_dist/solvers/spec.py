@@ -13,6 +13,7 @@ that tie two parameters together are in :meth:`FitSpec.from_params`.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,10 +70,16 @@ def _rho(value):
     return rho
 
 
+#: Smallest ``C``: its ridge ``1 / C`` must leave room in a double for the kernel values added to it.
+MIN_C = 1e-100
+#: Largest finite selectivity: exponents up to it are exact in a double (the exact optimum's is ~10^4).
+MAX_SELECTIVITY = 1e12
+
+
 def _C(value):
     C = _auto_or_real("C")(value)
-    if C is not None and not C > 0:
-        raise ValueError(f"C must be positive (np.inf for the hard margin), got {value!r}")
+    if C is not None and not C >= MIN_C:
+        raise ValueError(f"C must be positive, at least {MIN_C:g} (np.inf for the hard margin), got {value!r}")
     return C
 
 
@@ -91,8 +98,11 @@ def check_selectivity(selectivity):
     if isinstance(selectivity, (bool, np.bool_)) or not isinstance(selectivity, numbers.Real):
         raise TypeError(f'selectivity must be "auto", "paper", "exact" or a number >= 0, got {selectivity!r}')
     value = float(selectivity)
-    if np.isnan(value) or value < 0:
-        raise ValueError(f"selectivity must be >= 0 (0: uniform weights, np.inf: the exact optimum), got {value!r}")
+    if np.isnan(value) or value < 0 or MAX_SELECTIVITY < value < np.inf:
+        raise ValueError(
+            f"selectivity must be in [0, {MAX_SELECTIVITY:g}] (0: uniform weights, np.inf: the exact optimum), "
+            f"got {value!r}"
+        )
     return "exact" if np.isinf(value) else value
 
 
@@ -112,6 +122,30 @@ def _n_jobs(value):
 def _worker_timeout(value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"worker_timeout must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _scheduler_timeout(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < np.inf):
+        raise ValueError(f"scheduler_timeout must be a positive finite number of seconds, got {value!r}")
+    return value
+
+
+def _scale_C(value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"scale_C must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _checkpoint(value):
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"checkpoint must be a path or None, got {type(value).__name__}")
+    from mwumkl_dist.io.atomic import check_output_path
+    from mwumkl_dist.io.checkpoint import is_checkpoint_file
+
+    check_output_path(value, "checkpoint", is_ours=is_checkpoint_file)  # a bad path fails now, not after the fit
     return value
 
 
@@ -189,10 +223,10 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "probability": _probability,
     "class_weight": _class_weight,
     "kernels": _unchecked,  # checked with the data (make_training_input)
-    "scale_C": _unchecked,
+    "scale_C": _scale_C,
     "client": _unchecked,
-    "checkpoint": _unchecked,
-    "scheduler_timeout": _unchecked,
+    "checkpoint": _checkpoint,
+    "scheduler_timeout": _scheduler_timeout,
     "verbose": _unchecked,
     "random_state": _unchecked,  # checked when a seed is drawn (random_seed)
 }

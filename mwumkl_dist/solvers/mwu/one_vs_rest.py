@@ -239,6 +239,8 @@ def _solve_problems(
             stats.extend(engine.stats())
             if engine.layout is not None:
                 stats.append({"layout": engine.layout})
+        if result.interrupted and on_state is not None:
+            on_state.save_last()  # a stop (Ctrl-C, SIGTERM): the checkpoint holds every iteration done
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted
