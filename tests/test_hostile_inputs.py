@@ -788,8 +788,11 @@ def test_a_fifo_or_device_node_at_the_output_path_stays_what_it_is(tmp_path, cap
     if kind == "fifo":
         path = tmp_path / "pipe.npz"
         os.mkfifo(path)
-    else:
-        path = Path(os.devnull)  # as root the audit's fit replaced /dev/null by a regular file
+    elif os.geteuid() == 0:  # a node of our own: a regression must not replace the machine's /dev/null
+        path = tmp_path / "null.npz"
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    else:  # without root the folder /dev is not ours to write: /dev/null itself cannot be replaced
+        path = Path(os.devnull)
     _one_line_error(capsys, 1, _fit_argv(train, path), "FIFO|device node")
     mode = os.lstat(path).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
@@ -1057,7 +1060,7 @@ def test_an_index_past_two_to_the_31_names_its_line(tmp_path, capsys):
 
 
 def test_cuda_without_a_gpu_is_one_line_before_the_data_is_read(cli_model, tmp_path, capsys):
-    from mwumkl_dist.data.cuda_shards import gpu_available
+    from mwumkl_dist.data.cuda import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is here")

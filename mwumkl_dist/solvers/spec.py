@@ -22,6 +22,8 @@ import numpy as np
 from mwumkl_dist.core.mwu_rules import eps_prime
 from mwumkl_dist.data.backends import BACKENDS
 from mwumkl_dist.devices.threads import resolve_n_jobs
+from mwumkl_dist.io.atomic import check_output_path
+from mwumkl_dist.io.checkpoint import is_checkpoint_file
 
 __all__ = ["FitSpec", "PARAMETER_CONSTRAINTS", "SOLVER_NAMES", "check_selectivity", "check_solver"]
 
@@ -142,9 +144,6 @@ def _checkpoint(value):
         return None
     if not isinstance(value, (str, bytes, os.PathLike)):
         raise TypeError(f"checkpoint must be a path or None, got {type(value).__name__}")
-    from mwumkl_dist.io.atomic import check_output_path
-    from mwumkl_dist.io.checkpoint import is_checkpoint_file
-
     check_output_path(value, "checkpoint", is_ours=is_checkpoint_file)  # a bad path fails now, not after the fit
     return value
 
