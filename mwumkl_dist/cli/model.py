@@ -24,6 +24,7 @@ from mwumkl_dist.cli.args import (
     epsilon_or_auto,
     existing_file,
     kernel_spec,
+    memory_size,
     n_components_or_auto,
     n_jobs,
     positive_float,
@@ -152,6 +153,14 @@ def _model_options() -> argparse.ArgumentParser:
         metavar="R",
         help="the two-stage fit's Nystroem rank: R landmarks, or auto (default): grown until the features reproduce "
         "the learned kernel (residual 0.02) within a memory budget, or the exact solve where its Gram fits",
+    )
+    group.add_argument(
+        "--memory-limit",
+        type=memory_size,
+        default="auto",
+        metavar="SIZE",
+        help="the memory the two-stage fit's large arrays may take (1GB, 512MiB, bytes); beyond it the kernel "
+        "columns are spilled or computed again; auto (default): 1 GiB, less under a smaller cgroup limit",
     )
     group.add_argument(
         "--no-scale-C",
@@ -330,6 +339,7 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
         n_jobs=args.n_jobs,
         solver=args.solver,
         n_components=args.n_components,
+        memory_limit=args.memory_limit,
         **extra,
     )
 
