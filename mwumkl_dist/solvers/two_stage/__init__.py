@@ -34,11 +34,12 @@ landmarks), ``O(n_A r^2)`` for the first Hessian (``n_A`` rows on the margin
 or inside it) and ``O(r^3)`` per Newton step: linear in ``n`` once the rank
 stops growing."""
 
-from mwumkl_dist.solvers.two_stage import newton, nystroem, shards, solver, spill
+from mwumkl_dist.solvers.two_stage import budget, newton, nystroem, shards, solver, spill
+from mwumkl_dist.solvers.two_stage.budget import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.newton import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.nystroem import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.shards import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.solver import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.spill import *  # noqa: F403
 
-__all__ = [*nystroem.__all__, *spill.__all__, *shards.__all__, *newton.__all__, *solver.__all__]
+__all__ = [*budget.__all__, *nystroem.__all__, *spill.__all__, *shards.__all__, *newton.__all__, *solver.__all__]

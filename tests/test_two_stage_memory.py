@@ -1,0 +1,152 @@
+"""The two-stage fit within one memory budget (``memory_limit``), and its rank chosen by the held-out error."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mwumkl_dist import MWUMKLClassifier
+from mwumkl_dist.cli.args import memory_size
+from mwumkl_dist.core import memory, partition
+from mwumkl_dist.devices import threads
+from mwumkl_dist.solvers import driver, two_stage
+from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage import budget, nystroem
+from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
+
+
+def _data(n=700, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = np.where(np.sin(6 * X[:, 0]) + X[:, 1] - 0.5 + 0.2 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.fixture
+def small_ranks(monkeypatch):
+    """Ranks that start at 16 landmarks and may grow to 60, rows in blocks of 64: several levels and blocks."""
+    monkeypatch.setattr(nystroem, "N_COMPONENTS", 16)
+    monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
+    monkeypatch.setattr(nystroem, "RANK_MAX", 60)
+    monkeypatch.setattr(partition, "ROW_BLOCK", 64)
+
+
+# polish=False: the Nystroem stage (the exact solve would take these few hundred rows)
+PARAMS = dict(C=10.0, solver="two-stage", kernels="gaussian:0.05,gaussian:0.2,poly:2", polish=False, n_jobs=1)
+
+
+def test_memory_limit_sizes_parse():
+    assert memory.parse_memory_limit("auto") is None
+    assert memory.parse_memory_limit("1GB") == 10**9
+    assert memory.parse_memory_limit("512MiB") == 512 * 2**20
+    assert memory.parse_memory_limit("1.5 gib") == int(1.5 * 2**30)
+    assert memory.parse_memory_limit(3 * 2**20) == 3 * 2**20
+    for bad in ("lots", "1XB", "-1GB", 100, True, None, float("nan"), "inf"):
+        with pytest.raises(ValueError, match="memory_limit"):
+            memory.parse_memory_limit(bad)
+    assert memory_size("2GB") == 2 * 10**9 and memory_size("auto") == "auto"
+    with pytest.raises(argparse.ArgumentTypeError):
+        memory_size("lots")
+    with pytest.raises(ValueError, match="memory_limit"):
+        FitSpec.from_params({**MWUMKLClassifier().get_params(), "memory_limit": "lots"})
+
+
+def test_auto_memory_limit_is_a_constant_capped_by_the_cgroup(tmp_path, monkeypatch):
+    """Never what is free now: the constant, or a quarter of the cgroup's limit where that is smaller."""
+    monkeypatch.setattr(threads, "_CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(threads, "_PROC_SELF_CGROUP", str(tmp_path / "self"))
+    (tmp_path / "self").write_text("0::/fit\n")
+    (tmp_path / "fit").mkdir()
+    assert memory.resolve_memory_limit("auto")[0] == memory.AUTO_MEMORY
+    (tmp_path / "fit" / "memory.max").write_text("max\n")
+    assert memory.resolve_memory_limit("auto")[0] == memory.AUTO_MEMORY
+    (tmp_path / "memory.max").write_text(f"{2 * 2**30}\n")  # a parent's limit applies too
+    limit, source = memory.resolve_memory_limit("auto")
+    assert limit == 2**29 and "cgroup" in source
+    assert memory.resolve_memory_limit("3GB")[0] == 3 * 10**9  # a given size is the user's
+
+
+def test_a_fit_that_cannot_run_within_the_limit_refuses_before_any_work():
+    X, y = _data(4000)
+    seen = []
+    with pytest.raises(two_stage.MemoryLimitError, match=r"^memory_limit .* too small .*memory_limit") as info:
+        MWUMKLClassifier(solver="two-stage", memory_limit="100MB", callback=seen.append).fit(X, y)
+    assert "\n" not in str(info.value) and seen == []  # one line, and no phase began
+    with pytest.raises(two_stage.MemoryLimitError, match="n_components=3500"):
+        MWUMKLClassifier(solver="two-stage", memory_limit="500MB", n_components=3500, callback=seen.append).fit(X, y)
+    assert seen == []
+
+
+@pytest.mark.timeout(300)
+def test_a_fit_within_a_small_limit_keeps_its_columns_out_of_memory_and_the_same_model(small_ranks):
+    """Columns beyond the budget are spilled or computed again level by level: the same bits as kept in memory."""
+    X, y = _data()
+    with threads.thread_limit(1):  # the fit's threads (n_jobs=1): the plan counts the parts in flight per thread
+        free = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": "auto"}), len(y))
+        tight = memory.AUTO_MEMORY - free.columns_budget + 1024  # the same rank cap, 1 KiB for the columns
+        plan = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": tight}), len(y))
+    assert free.columns_budget > 10**6
+    assert plan.columns_budget == 1024 and plan.rank_cap == free.rank_cap
+    load, storages = two_stage.LinearShard.load_problem, []
+
+    def spy(*args, **kwargs):
+        storages.append(load(*args, **kwargs))
+        return storages[-1]
+
+    for rank_by in ("gain", "residual"):
+        solver = replace(driver.SOLVERS["two-stage"], residual_tol=0.0, rank_by=rank_by)
+        storages.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(driver.SOLVERS, "two-stage", solver)
+            mp.setattr(two_stage.LinearShard, "load_problem", spy)
+            ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+            assert set(storages) == {"memory"}
+            storages.clear()
+            small = MWUMKLClassifier(**PARAMS, memory_limit=tight).fit(X, y)
+            assert storages and "memory" not in storages  # spilled or computed again at every pass
+        assert not ref.features_spilled_ and ref.n_components_ > 16  # grown past the first level
+        for name in ("support_", "dual_coef_", "intercept_", "n_components_", "nystroem_residual_"):
+            np.testing.assert_array_equal(getattr(ref, name), getattr(small, name), err_msg=f"{rank_by} {name}")
+        assert ref.rank_stop_reason_ == small.rank_stop_reason_
+
+
+@pytest.mark.timeout(300)
+def test_the_rank_stops_where_the_memory_limit_caps_it(small_ranks, monkeypatch):
+    X, y = _data()
+    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
+    limit = budget.WEIGHT_STAGE_MEMORY + budget._driver_bytes(40, len(y), 1)
+    est = MWUMKLClassifier(**PARAMS, memory_limit=limit).fit(X, y)
+    assert 16 < est.n_components_ <= 40
+    if est.rank_stop_reason_ != "gain":  # grown to the cap: the memory limit stopped it
+        assert est.rank_stop_reason_ == "memory_limit"
+    with pytest.warns(two_stage.ResidualWarning, match="memory_limit"):
+        est = MWUMKLClassifier(**PARAMS, memory_limit=limit).set_params(C=10.0)
+        monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], rank_by="residual"))
+        est.fit(X, y)
+    assert est.n_components_ <= 40 and est.rank_stop_reason_ == "memory_limit"
+
+
+@pytest.mark.timeout(300)
+def test_the_rank_follows_the_held_out_error_and_says_why_it_stopped(small_ranks, tmp_path):
+    X, y = _data()
+    est = MWUMKLClassifier(**PARAMS).fit(X, y)
+    assert est.rank_stop_reason_ in two_stage.RANK_STOP_REASONS
+    ranks = list(est.rank_path_)
+    assert ranks == sorted(ranks) and ranks[0] == 16 and len(est.support_) in ranks
+    assert all(0 <= e <= 1 for e in est.rank_path_.values())
+    if est.rank_stop_reason_ == "gain" and len(ranks) > 1:  # the last doubling did not pay by a standard error
+        assert est.rank_path_[ranks[-2]] - est.rank_path_[ranks[-1]] < 0.05
+    assert "the rank stopped" in est.summary()
+    est.save(tmp_path / "m.npz")
+    back = MWUMKLClassifier.load(tmp_path / "m.npz")
+    assert back.rank_stop_reason_ == est.rank_stop_reason_ and back.rank_path_ == est.rank_path_
+    assert back.memory_limit == "auto"
+    # a separable problem: the first level's held-out error is already 0, nothing more to gain
+    y_easy = np.where(X[:, 0] > 0.5, 1.0, -1.0)
+    easy = MWUMKLClassifier(**{**PARAMS, "kernels": "poly:1"}).fit(X, y_easy)
+    assert easy.rank_stop_reason_ in ("gain", "residual") and easy.n_components_ <= 32
+    given = MWUMKLClassifier(**PARAMS, n_components=20).fit(X, y)
+    assert given.rank_stop_reason_ == "given" and not hasattr(given, "rank_path_")
