@@ -81,31 +81,36 @@ def test_a_fit_that_cannot_run_within_the_limit_refuses_before_any_work():
 
 
 @pytest.mark.timeout(300)
-def test_a_fit_within_a_small_limit_keeps_its_columns_out_of_memory_and_the_same_model(small_ranks):
+def test_a_fit_within_a_small_limit_keeps_its_columns_out_of_memory_and_the_same_model(small_ranks, monkeypatch):
     """Columns beyond the budget are spilled or computed again level by level: the same bits as kept in memory."""
+    monkeypatch.setattr(budget, "WEIGHT_STAGE_MEMORY", 2**20)  # a few hundred rows' weight stage
     X, y = _data()
-    with threads.thread_limit(1):  # the fit's threads (n_jobs=1): the plan counts the parts in flight per thread
-        free = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": "auto"}), len(y))
-        tight = memory.AUTO_MEMORY - free.columns_budget + 1024  # the same rank cap, 1 KiB for the columns
-        plan = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": tight}), len(y))
-    assert free.columns_budget > 10**6
-    assert plan.columns_budget == 1024 and plan.rank_cap == free.rank_cap
-    load, storages = two_stage.LinearShard.load_problem, []
+    load, storages, budgets = two_stage.LinearShard.load_problem, [], []
 
-    def spy(*args, **kwargs):
-        storages.append(load(*args, **kwargs))
+    def spy(shard, *args, **kwargs):
+        storages.append(load(shard, *args, **kwargs))
+        budgets.append(shard._budget)
         return storages[-1]
 
+    monkeypatch.setattr(two_stage.LinearShard, "load_problem", spy)
+    # the limit reaches the shards: a limit that leaves the first level's columns no room (its arrays alone fit)
+    limit = budget.LINEAR_STAGE_RESERVE + budget._driver_bytes(16, len(y), budget.PLAN_THREADS) + 4096
+    with threads.thread_limit(1):
+        plan = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": limit}), len(y))
+    est = MWUMKLClassifier(**PARAMS, memory_limit=limit, n_shards=2).fit(X, y)
+    assert set(budgets) == {plan.columns_budget // 2} and "memory" not in storages
+    assert est.n_components_ <= plan.rank_cap < 20
+    # the same rank cap, columns out of memory (MWUMKL_FEATURE_MEMORY: the shards' budget in bytes)
     for rank_by in ("gain", "residual"):
         solver = replace(driver.SOLVERS["two-stage"], residual_tol=0.0, rank_by=rank_by)
         storages.clear()
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(driver.SOLVERS, "two-stage", solver)
-            mp.setattr(two_stage.LinearShard, "load_problem", spy)
             ref = MWUMKLClassifier(**PARAMS).fit(X, y)
             assert set(storages) == {"memory"}
             storages.clear()
-            small = MWUMKLClassifier(**PARAMS, memory_limit=tight).fit(X, y)
+            mp.setenv("MWUMKL_FEATURE_MEMORY", "1024")
+            small = MWUMKLClassifier(**PARAMS).fit(X, y)
             assert storages and "memory" not in storages  # spilled or computed again at every pass
         assert not ref.features_spilled_ and ref.n_components_ > 16  # grown past the first level
         for name in ("support_", "dual_coef_", "intercept_", "n_components_", "nystroem_residual_"):
@@ -116,8 +121,9 @@ def test_a_fit_within_a_small_limit_keeps_its_columns_out_of_memory_and_the_same
 @pytest.mark.timeout(300)
 def test_the_rank_stops_where_the_memory_limit_caps_it(small_ranks, monkeypatch):
     X, y = _data()
+    monkeypatch.setattr(budget, "WEIGHT_STAGE_MEMORY", 2**20)
     monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
-    limit = budget.WEIGHT_STAGE_MEMORY + budget._driver_bytes(40, len(y), 1)
+    limit = budget.LINEAR_STAGE_RESERVE + budget._driver_bytes(40, len(y), budget.PLAN_THREADS)
     est = MWUMKLClassifier(**PARAMS, memory_limit=limit).fit(X, y)
     assert 16 < est.n_components_ <= 40
     if est.rank_stop_reason_ != "gain":  # grown to the cap: the memory limit stopped it

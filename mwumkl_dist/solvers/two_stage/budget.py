@@ -2,7 +2,8 @@
 
 The fit's large arrays, by phase (``r`` the rank, ``n`` the rows, ``t`` the threads; 8-byte floats):
 
-* the weight stage: the MWU fit and its cross-validation on at most 3000 rows (:data:`WEIGHT_STAGE_MEMORY`);
+* the weight stage: the MWU fit and its cross-validation on at most 3000 rows (:data:`WEIGHT_STAGE_MEMORY`), before
+  the others;
 * the Nystroem maps: ``K(L, L)``, its pivoted Cholesky factor, the map and the factor kept
   (:data:`MAP_COPIES` ``r x r`` arrays at the peak);
 * the linear solve: the Hessian and its factor, and the Gram parts of the rows that change sides, summed per
@@ -19,11 +20,11 @@ not of the process's resident memory (the interpreter, the libraries and the dat
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mwumkl_dist.core.memory import format_bytes
 from mwumkl_dist.core.partition import ROW_BLOCK
+from mwumkl_dist.solvers.two_stage.shards import SUB_ROWS
 
 __all__ = ["MemoryLimitError", "MemoryPlan", "memory_plan", "solve_bytes", "WEIGHT_STAGE_MEMORY"]
 
@@ -31,6 +32,12 @@ __all__ = ["MemoryLimitError", "MemoryPlan", "memory_plan", "solve_bytes", "WEIG
 #: LIBSVM's cache, the cross-validation's folds one at a time): measured peak about 250 MB above the data on
 #: ijcnn1-like rows (22 features, the default kernels), with a margin.
 WEIGHT_STAGE_MEMORY = 320 * 2**20
+#: The linear stage's own arrays besides those :func:`memory_plan` counts (the landmarks' and the residual rows'
+#: features, the maps' products, scratch of the libraries).
+LINEAR_STAGE_RESERVE = 64 * 2**20
+#: The threads the rank cap counts the arrays in flight of, whatever the fit's (a model must not depend on
+#: ``n_jobs``); more threads take more (their columns then go to disk sooner).
+PLAN_THREADS = 2
 #: ``r x r`` arrays at the peak of a Nystroem map's construction (``K(L, L)``, LAPACK's factor, two ``tril``
 #: copies, the map, the factor).
 MAP_COPIES = 6
@@ -55,7 +62,7 @@ def _driver_bytes(rank: int, n: int, threads: int) -> int:
     r = int(rank)
     maps = 8 * r * r * MAP_COPIES
     solve = 8 * r * r * 2 + solve_bytes(r, threads)
-    blocks = 2 * 8 * min(ROW_BLOCK, n) * r * max(1, int(threads))  # a row block's columns in double, per thread
+    blocks = 8 * (min(ROW_BLOCK, n) + 2 * SUB_ROWS) * r * max(1, int(threads))  # a block's columns, a chunk in double
     return max(maps, solve) + blocks + 8 * ROW_VECTORS * int(n)
 
 
@@ -77,30 +84,41 @@ class MemoryPlan:
 
 
 def memory_plan(limit: int, source: str, n_samples: int, *, rank_max: int, rank_min: int, given_rank=None,
-                threads: int = 1) -> MemoryPlan:  # fmt: skip
+                threads: int = 1, column_bytes: int = 4) -> MemoryPlan:  # fmt: skip
     """The :class:`MemoryPlan` of a two-stage fit of ``n_samples`` rows within ``limit`` bytes.
 
     ``rank_max``: the most landmarks the rows afford (:func:`~mwumkl_dist.solvers.two_stage.nystroem.rank_budget`),
-    ``rank_min``: the adaptive rank's first level, ``given_rank``: ``n_components`` when an int.  Raises
-    :class:`MemoryLimitError` where even ``rank_min`` (or the given rank) does not fit.
+    ``rank_min``: the adaptive rank's first level, ``given_rank``: ``n_components`` when an int, ``column_bytes``:
+    the columns' precision.  The weight stage and the linear stage run one after the other, each within the limit.
+    The adaptive rank is capped where its arrays and every row's kernel columns together fill the limit (the
+    columns stay in memory, a pass reads them at memory speed); where even the first level's columns do not fit
+    (10^6 rows), where its arrays alone do, and the columns are spilled or computed again.  Raises
+    :class:`MemoryLimitError` where the weight stage, or the first level's (the given rank's) arrays, do not fit.
     """
     n = int(n_samples)
-    free = int(limit) - WEIGHT_STAGE_MEMORY
-    wanted = int(given_rank) if given_rank is not None else min(int(rank_min), n)
-    need = _driver_bytes(min(wanted, n), n, threads)
-    if need > free:
+    free = int(limit) - LINEAR_STAGE_RESERVE
+    wanted = min(int(given_rank) if given_rank is not None else int(rank_min), n)
+    need = max(_driver_bytes(wanted, n, max(threads, PLAN_THREADS)) + LINEAR_STAGE_RESERVE, WEIGHT_STAGE_MEMORY)
+    if need > limit:
         what = f"n_components={given_rank}" if given_rank is not None else f"its smallest rank ({wanted} landmarks)"
         raise MemoryLimitError(
             f"memory_limit ({source}: {format_bytes(limit)}) is too small for the two-stage fit of {n} rows at "
-            f"{what}: it needs about {format_bytes(need + WEIGHT_STAGE_MEMORY)}; pass a larger memory_limit"
+            f"{what}: it needs about {format_bytes(need)}; pass a larger memory_limit"
             + (" or a smaller n_components" if given_rank is not None else "")
         )
+
+    def fits(r: int, columns: bool) -> bool:  # counted at PLAN_THREADS: the rank, hence the model, is n_jobs's too
+        return _driver_bytes(r, n, PLAN_THREADS) + (n * r * int(column_bytes) if columns else 0) <= free
+
     if given_rank is not None:
-        cap = min(int(given_rank), n)
-    else:  # the largest rank whose arrays fit (a root of the quadratic, then checked)
-        cap = min(int(rank_max), n)
-        while cap > wanted and _driver_bytes(cap, n, threads) > free:
-            cap = max(wanted, int(cap * math.sqrt(free / _driver_bytes(cap, n, threads))) - 1)
-    columns = max(0, free - _driver_bytes(cap, n, threads))
+        cap = wanted
+    else:
+        columns = fits(wanted, True)
+        lo, hi = wanted, max(wanted, min(int(rank_max), n))
+        while lo < hi:  # the largest rank that fits (the bytes grow with the rank)
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, columns) else (lo, mid - 1)
+        cap = lo
+    columns_budget = max(0, free - _driver_bytes(cap, n, max(threads, PLAN_THREADS)))
     exact = 8 * n * n * 1.25 <= free  # the Gram matrix and LIBSVM's cache of its rows
-    return MemoryPlan(int(limit), source, int(cap), int(columns), bool(exact))
+    return MemoryPlan(int(limit), source, int(cap), int(columns_budget), bool(exact))

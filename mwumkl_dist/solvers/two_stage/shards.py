@@ -45,6 +45,10 @@ class GivenFeatures:
         return np.asarray(X, dtype=np.float64)
 
 
+#: Rows of a block a pass widens to double precision at a time (fixed, so the sums' order, hence their bits, do not
+#: depend on the sharding): one chunk of columns per thread, not the block's (8192 x 4096 doubles are 268 MB).
+SUB_ROWS = 1024
+
 #: How a shard keeps its kernel columns (see :class:`LinearShard`).
 STORAGES = ("auto", "memory", "spill", "recompute")
 
@@ -97,7 +101,7 @@ class LinearShard:
         self.width = 0
         self.dtype = np.dtype(np.float32)
         self.bases: list[Basis] = []
-        self._chunks = [0]
+        self._landmark_chunks = [0]
         self.y = self.cw = None
         #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
         self.rows_done = 0
@@ -145,7 +149,7 @@ class LinearShard:
         self.cw = np.asarray(cw, dtype=np.float64)
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
-        self._chunks = sorted({0, *(b.width for b in self.bases)})
+        self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
         if self.device == "cuda":
             if kept is not None:
                 kept.close()
@@ -208,7 +212,7 @@ class LinearShard:
         if not hasattr(fmap, "landmarks"):  # given features: the rows themselves
             return np.ascontiguousarray(fmap.columns(X)[:, first : self.width], dtype=self.dtype)
         out = np.empty((X.shape[0], self.width - first), dtype=self.dtype)
-        for lo, hi in zip(self._chunks[:-1], self._chunks[1:]):
+        for lo, hi in zip(self._landmark_chunks[:-1], self._landmark_chunks[1:]):
             if hi > first:
                 part = combined_kernel(fmap.kernel_set, X, fmap.landmarks[lo:hi], fmap.weights)
                 out[:, max(lo, first) - first : hi - first] = part[:, max(0, first - lo) :]
@@ -224,6 +228,24 @@ class LinearShard:
         lo, hi = self.blocks[i]
         X = self._read(lo, hi)
         return self._computed(X if rows is None else X[rows])
+
+    def _chunks(self, i: int, rows):
+        """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
+        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
+        stored = X = None
+        if self._device_columns is None:
+            if self.features_ is not None:
+                stored = self.features_.get(i)
+            else:
+                X = self._read(*self.blocks[i])
+        for lo in range(0, len(rows), SUB_ROWS):
+            chunk = rows[lo : lo + SUB_ROWS]
+            if stored is not None:
+                yield chunk, stored[chunk]
+            elif X is not None:
+                yield chunk, self._computed(X[chunk])
+            else:
+                yield chunk, self._device_columns.host(i, chunk)
 
     def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
         """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
@@ -245,21 +267,21 @@ class LinearShard:
             rows_in, rows_out = np.flatnonzero(entering[local]), np.flatnonzero(leaving[local])
             if not len(rows_in) and not len(rows_out):
                 return None
-            changed = np.concatenate((rows_in, rows_out))
-            columns = self.columns(i, changed)
-            y, c = self.y[local][changed], self.cw[local][changed]
-            sign = np.concatenate((np.ones(len(rows_in)), -np.ones(len(rows_out))))
             out = np.zeros((k + 2, k + 1))
-            for mine in (sign > 0, sign < 0):
-                if mine.any():
-                    sw = np.sqrt(c[mine])
-                    Z = np.empty((int(np.count_nonzero(mine)), k + 1))
-                    Z[:, :k] = columns[mine, :k] if on_columns else basis.features(columns[mine])
+            for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
+                for chunk, columns in self._chunks(i, rows):  # a chunk's Z in memory, not the block's
+                    y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
+                    Z = np.empty((len(chunk), k + 1))
+                    Z[:, :k] = columns[:, :k] if on_columns else basis.features(columns)
                     Z[:, k] = 1.0
                     Z *= sw[:, None]
-                    s = sign[mine][0]
-                    out[: k + 1] += s * (Z.T @ Z)
-                    out[k + 1] += s * (Z.T @ (sw * y[mine]))
+                    gram = Z.T @ Z
+                    if s > 0:
+                        out[: k + 1] += gram
+                        out[k + 1] += Z.T @ (sw * y)
+                    else:
+                        out[: k + 1] -= gram
+                        out[k + 1] -= Z.T @ (sw * y)
             return out
 
         with one_blas_thread():
@@ -286,14 +308,15 @@ class LinearShard:
             if self._device_columns is not None:
                 return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
                                                         labels)  # fmt: skip
-            K = np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64)
-            t = K @ beta + bias
-            if labels:
-                t -= self.y[local][rows]
-            t *= self.cw[local][rows]
-            out = np.empty(width + 1)
-            out[:width] = t @ K
-            out[width] = np.sum(t)
+            out = np.zeros(width + 1)
+            for chunk, columns in self._chunks(i, rows):  # one chunk's columns in double at a time
+                K = np.asarray(columns[:, :width], dtype=np.float64)
+                t = K @ beta + bias
+                if labels:
+                    t -= self.y[local][chunk]
+                t *= self.cw[local][chunk]
+                out[:width] += t @ K
+                out[width] += np.sum(t)
             return out
 
         with one_blas_thread():
@@ -319,11 +342,16 @@ class LinearShard:
         if self._device_columns is not None:
             parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
             return np.concatenate(parts) if parts else np.zeros(0)
+
+        def part(i):
+            lo, hi = self.blocks[i]
+            out = np.empty(hi - lo)
+            for chunk, columns in self._chunks(i, np.arange(hi - lo)):  # one chunk's columns in double at a time
+                out[chunk] = np.asarray(columns[:, : basis.width], dtype=np.float64) @ beta
+            return out + d[basis.rank]
+
         with one_blas_thread():
-            parts = ordered_map(
-                lambda i: np.asarray(self.columns(i)[:, : basis.width], dtype=np.float64) @ beta + d[basis.rank],
-                range(len(self.blocks)),
-            )
+            parts = ordered_map(part, range(len(self.blocks)))
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def _map(self, fn, items) -> list:

@@ -143,7 +143,8 @@ class TwoStageSolver:
         limit, source = resolve_memory_limit(spec.memory_limit)
         n_components = self.n_components if self.n_components is not None else spec.n_components
         return memory_plan(limit, source, n_samples, rank_max=rank_budget(n_samples, np.dtype(self.precision).itemsize),
-                           rank_min=N_COMPONENTS, given_rank=n_components, threads=current_threads())  # fmt: skip
+                           rank_min=N_COMPONENTS, given_rank=n_components, threads=current_threads(),
+                           column_bytes=np.dtype(self.precision).itemsize)  # fmt: skip
 
     def _fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
