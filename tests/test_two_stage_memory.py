@@ -156,3 +156,24 @@ def test_the_rank_follows_the_held_out_error_and_says_why_it_stopped(small_ranks
     assert easy.rank_stop_reason_ in ("gain", "residual") and easy.n_components_ <= 32
     given = MWUMKLClassifier(**PARAMS, n_components=20).fit(X, y)
     assert given.rank_stop_reason_ == "given" and not hasattr(given, "rank_path_")
+
+
+@pytest.mark.timeout(300)
+def test_a_doubling_that_does_worse_on_the_held_out_rows_is_not_kept(small_ranks, monkeypatch):
+    """The rank before it is the model's (its features a level of the stored columns), C checked at that rank."""
+    X, y = _data()
+    real, calls = two_stage.TwoStageSolver._held_losses, []
+
+    def losses(task, held, decisions):
+        calls.append(decisions.shape)
+        out = real(task, held, decisions)
+        if len(calls) <= 2:  # the first two ranks: 10 % then 20 % held-out error
+            out = np.zeros(len(out))
+            out[: len(out) // (10 // len(calls))] = 1.0 / len(out)
+        return out
+
+    monkeypatch.setattr(two_stage.TwoStageSolver, "_held_losses", staticmethod(losses))
+    est = MWUMKLClassifier(**{**PARAMS, "C": "auto"}).fit(X, y)
+    assert est.rank_stop_reason_ == "gain" and list(est.rank_path_) == [16, 32]
+    assert est.rank_path_[16] < est.rank_path_[32] and est.n_components_ <= len(est.support_) == 16
+    assert len(est.final_C_path_) == 4 and np.mean(est.predict(X) == y) > 0.7

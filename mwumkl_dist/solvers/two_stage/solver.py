@@ -380,7 +380,7 @@ class TwoStageSolver:
         sample = order[max(levels[-1], n - RESIDUAL_POINTS) :]
         S = data.support_vectors(sample) if len(sample) else None
         maps = [[m[0]] for m in first]  # per problem, the map of each level tried
-        state = {"loaded": None, "spilled": False, "hessian": None}
+        state = {"loaded": None, "spilled": False, "hessian": None, "hessian_of": None}
 
         def which(k):
             return f", class {k + 1} of {K}" if K > 1 else ""
@@ -399,10 +399,11 @@ class TwoStageSolver:
 
         def solve(k, level, c, fitted, start):
             fmap = maps[k][level]
+            hessian = state["hessian"] if state["hessian_of"] == (k, level) else None  # sums on these features only
             with _newton_phase(fmap, n, which(k)) as step:
                 result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
-                                     task.seed, device, state["hessian"])  # fmt: skip
-            state["hessian"], result.hessian = result.hessian, None  # one Hessian's sums kept at a time
+                                     task.seed, device, hessian)  # fmt: skip
+            state["hessian"], state["hessian_of"], result.hessian = result.hessian, (k, level), None  # one at a time
             return result
 
         fits, errors, losses, reason = [], [], [], None
