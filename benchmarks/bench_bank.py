@@ -104,6 +104,16 @@ def has_n_jobs(tree: Path, cwd: str) -> bool:
     return _python(probe, tree=tree, cwd=cwd).stdout.strip() == "True"
 
 
+def _smoke_data() -> Path:
+    import tempfile
+
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    from benchmarks.common import smoke_datasets
+
+    return smoke_datasets(tempfile.mkdtemp(prefix="bench-smoke-"), {"sonar.svm.gz": ("sonar", 80)})
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=100_000, help="bank size (default 100000)")
@@ -112,7 +122,13 @@ def main(argv=None):
     parser.add_argument("--old", type=Path, help="an older checkout to run beside this tree (1 thread)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; each configuration reports its fastest")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a generated Sonar stand-in, 200 kernels, 1 thread: checks the script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        global DATASETS
+        DATASETS = _smoke_data()
+        args.kernels, args.threads = 200, "1"
     if not (DATASETS / "sonar.svm.gz").is_file():
         raise SystemExit(f"{DATASETS / 'sonar.svm.gz'} not found: this benchmark needs the shared Sonar data")
     results: dict = {}

@@ -40,6 +40,8 @@ if str(HERE.parent) not in sys.path:
 DATASETS = ("svmguide1", "magic04", "twonorm", "ringnorm", "a9a", "cod-rna")
 POOLED_TEST = 30_000
 SEED = 0
+#: ``--datasets-dir`` of a ``--smoke`` run: E8's generated stand-ins instead of files.
+SMOKE = "<smoke>"
 
 _CHILD = r"""
 import json, sys, time, warnings
@@ -73,7 +75,8 @@ def split(name: str, datasets_dir, pooled: int | None):
     from benchmarks import bench_e8 as E8
 
     if pooled is None:
-        ds = E8.load(name, datasets_dir, False)
+        smoke = datasets_dir == SMOKE  # E8's generated stand-ins
+        ds = E8.load(name, None if smoke else datasets_dir, smoke)
         return E8.split_data(ds, E8.make_splits(ds, 1, SEED)[0])
     from sklearn.preprocessing import MinMaxScaler
 
@@ -113,14 +116,26 @@ def run_nystroem(k: int, name: str, datasets_dir, pooled) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--old-tree", required=True, help="a package tree with the defaults to compare against")
+    parser.add_argument("--old-tree", help="a package tree with the defaults to compare against (required)")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--pooled-cod-rna", type=int, action="append", default=[], help="E7's cod-rna at N rows")
     parser.add_argument("--variants", default="old,new", help="which trees to fit (old, new; empty: neither)")
     parser.add_argument("--nystroem", default="", help="components of the Nystroem+LinearSVC references, e.g. 2000")
     parser.add_argument("--datasets-dir", default="/work/shared/datasets")
-    parser.add_argument("--out", default=str(HERE / "results" / "capacity"))
+    parser.add_argument("--out", default=None, help="output folder (default benchmarks/results/capacity)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="this tree alone on E8's generated heart stand-in, into a temporary folder: checks the "
+                             "script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        args.old_tree, args.variants, args.datasets, args.datasets_dir = str(HERE.parent), "new", "heart", SMOKE
+        args.pooled_cod_rna, args.nystroem = [], ""
+        args.out = args.out or tempfile.mkdtemp(prefix="bench-smoke-")
+    if args.old_tree is None:
+        parser.error("--old-tree is required (a package tree with the defaults to compare against)")
+    args.out = args.out or str(HERE / "results" / "capacity")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trees = {"old": Path(args.old_tree).resolve(), "new": HERE.parent}

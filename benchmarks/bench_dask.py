@@ -138,12 +138,23 @@ def main(argv=None):
     parser.add_argument(
         "--workers", default="2", help="overhead part: comma-separated worker counts (one shard each), e.g. 1,2,4,8"
     )
+    parser.add_argument("--smoke", action="store_true",
+                        help="30 supersteps on 1 worker, a generated 600-row a9a stand-in, 20 iterations: checks the "
+                             "script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        from benchmarks.common import smoke_datasets
+
+        global DATASETS
+        DATASETS = str(smoke_datasets(tempfile.mkdtemp(prefix="bench-smoke-"), {"a9a.svm.gz": ("a9a", 600)}))
+        args.workers, args.kernels, args.max_iter = "1", "linear, gaussian:1", 20
     results = {"machine": run_info()}
     if args.part in ("overhead", "all"):
         results["overhead"] = []
         for n_workers in [int(w) for w in args.workers.split(",")]:
-            o = overhead(300 if args.quick else 3000, n_workers)
+            o = overhead(30 if args.smoke else 300 if args.quick else 3000, n_workers)
             results["overhead"].append(o)
             print(
                 f"superstep, {n_workers} worker processes, trivial shards: {o['dask_superstep_ms']:.3f} ms "
@@ -157,8 +168,8 @@ def main(argv=None):
         if not os.path.isdir(DATASETS):
             print(f"a9a part skipped: {DATASETS} not found")
         else:
-            n_iter = 300 if args.quick else args.max_iter
-            r = a9a_speedup(n_iter, 8000 if args.quick else None, args.kernels)
+            n_iter = 300 if args.quick and not args.smoke else args.max_iter
+            r = a9a_speedup(n_iter, 8000 if args.quick and not args.smoke else None, args.kernels)
             results["a9a"] = r
             print(
                 f"a9a n={r['n']} kernels {r['kernels']} eps=0.1, {r['n_iter']} iterations: "

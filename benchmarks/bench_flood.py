@@ -69,8 +69,8 @@ def flood(port):
                 continue
             with lock:
                 socks.append(s)
-        if i == 49:
-            say("first", port)  # 100 strangers are in
+        if i == min(49, crowd - 1):
+            say("first", port)  # 100 strangers are in (the whole crowd, if smaller)
     say("done", port, time.perf_counter() - start, refused)
 
 threads = []
@@ -235,8 +235,17 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=400, help="training rows")
     parser.add_argument("--d", type=int, default=5, help="features")
     parser.add_argument("--fd-limit", type=int, default=None, help="the workers' soft limit on open files")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results; smoke: a "
+                        "temporary one)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="plain only, a crowd of 10, one repeat, 120 rows: checks the script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        args.security, args.crowd, args.repeats, args.n = "plain", 10, 1, 120
+        args.out = args.out or Path(tempfile.mkdtemp(prefix="bench-smoke-"))
+    args.out = args.out or HERE / "results"
     if args.fd_limit is not None:  # the worker processes inherit it (the attacker raises its own)
         import resource
 

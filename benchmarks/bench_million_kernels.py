@@ -175,7 +175,17 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=2, help="worker processes = kernel shards (default 2)")
     parser.add_argument("--check", action="store_true", help="also fit with the local engine and compare")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="generated Sonar stand-in, 100 kernels, 1 worker, --check: checks the script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        import tempfile
+
+        from benchmarks.common import smoke_datasets
+
+        global DATASETS
+        DATASETS = str(smoke_datasets(tempfile.mkdtemp(prefix="bench-smoke-"), {"sonar.svm.gz": ("sonar", 60)}))
+        args.kernels, args.epsilon, args.workers, args.check = 100, 0.8, 1, True
     out = run(args)
     mem = out["memory"]
     workers = ", ".join(f"{mem[k]:.0f}" for k in sorted(mem) if k.startswith("worker"))

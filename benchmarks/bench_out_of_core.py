@@ -178,7 +178,17 @@ def main(argv=None):
     parser.add_argument("--cold", action="store_true", help="evict the store from the page cache before the fit")
     parser.add_argument("--no-reference", action="store_true", help="skip the in-memory reference fit")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="generated a9a stand-in, 200 points, chunks of 100: checks the script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        global DATASETS
+        sys.path.insert(0, os.path.dirname(HERE))
+        from benchmarks.common import smoke_datasets
+
+        folder = tempfile.mkdtemp(prefix="bench-smoke-")
+        DATASETS = str(smoke_datasets(folder, {"a9a.svm.gz": ("a9a", 200)}))
+        args.n, args.chunk_rows, args.epsilon, args.store = 200, 100, 0.8, os.path.join(folder, "kernels.zarr")
     out = run(args)
     mem, cache = out["memory"], out["cache_info"]
     workers = ", ".join(f"{mem[k]:.0f}" for k in sorted(mem) if k.startswith("worker"))

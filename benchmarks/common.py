@@ -272,3 +272,22 @@ class RowJournal:
 
     def finish(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def smoke_datasets(folder, sizes: dict) -> Path:
+    """Write generated stand-ins as ``NAME.svm.gz`` files into ``folder`` (``{file name: (set, rows)}``, e.g.
+    ``{"a9a.svm.gz": ("a9a", 300)}``) and return it: the data of a benchmark script's ``--smoke`` run, which
+    reads the files as it reads the real ones (CI has no data folder).  The numbers mean nothing."""
+    import gzip
+
+    from sklearn.datasets import dump_svmlight_file
+
+    from benchmarks.datasets import synthetic_standin
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed, (file_name, (name, rows)) in enumerate(sorted(sizes.items())):
+        ds = synthetic_standin(name, seed=seed, n_samples=rows)
+        with gzip.open(folder / file_name, "wb") as fh:
+            dump_svmlight_file(ds.X, ds.y, fh, zero_based=False)
+    return folder

@@ -16,6 +16,7 @@ answers on a direct connection); see deploy/README.md.  Both fits end with the
 same model as the local engine: the sharding does not change the result.
 """
 
+import asyncio
 import os
 import sys
 import time
@@ -77,9 +78,21 @@ def main(argv):
                 f"local cluster's scheduler, {cluster.scheduler_address}"
             )
             part2(cluster.scheduler_address, X_train, X_test, y_train, y_test, reference)
+        close_workers(cluster)
     if address is not None:
         part2(address, X_train, X_test, y_train, y_test, reference)
     return 0
+
+
+def close_workers(cluster, timeout=60.0):
+    """Stop the workers, giving each process ``timeout`` seconds to exit.
+
+    Leaving it to the cluster's close gives a worker process 4 seconds, after which its nanny kills it
+    ("Worker process still alive after 4.0 seconds, killing"): a worker that ran fits (numba's kernels
+    loaded) took about 5 s to exit on a busy 2-core machine.
+    """
+    nannies = list(cluster.workers.values())
+    cluster.sync(lambda: asyncio.gather(*(nanny.close(timeout=timeout) for nanny in nannies)))
 
 
 def part2(address, X_train, X_test, y_train, y_test, reference):

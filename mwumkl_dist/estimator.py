@@ -9,15 +9,17 @@ fitted model into a predictor), :mod:`mwumkl_dist.solvers.driver` runs the fit,
 
 from __future__ import annotations
 
+import functools
 import logging
+from types import MethodType
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
+from mwumkl_dist.devices.routing import scoring_device
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
@@ -30,7 +32,7 @@ from mwumkl_dist.summary import fit_summary
 
 logger = logging.getLogger("mwumkl_dist")
 
-__all__ = ["MWUMKLClassifier", "EXPECTED_FAILED_CHECKS"]
+__all__ = ["MWUMKLClassifier", "ProbabilityUnavailableError", "EXPECTED_FAILED_CHECKS"]
 
 _WEIGHTS_ARE_NOT_REPEATS = (
     "sample_weight=k is C_j = k C for one point, which equals k copies of it in the exact 2-norm problem on a "
@@ -43,6 +45,34 @@ EXPECTED_FAILED_CHECKS = {
     "check_sample_weight_equivalence_on_dense_data": _WEIGHTS_ARE_NOT_REPEATS,
     "check_sample_weight_equivalence_on_sparse_data": _WEIGHTS_ARE_NOT_REPEATS,
 }
+
+
+class ProbabilityUnavailableError(AttributeError):
+    """``predict_proba`` of a model fitted without ``probability=True``.
+
+    An ``AttributeError``, so that ``hasattr(model, "predict_proba")`` is False for such a model (as
+    scikit-learn's ``available_if`` makes it), with a message that says what to do.
+    """
+
+
+class _needs_probability:
+    """A method that exists only on a model with ``probability=True`` (scikit-learn's ``available_if``, whose
+    ``AttributeError`` names the method alone: this one says to refit with probability=True)."""
+
+    def __init__(self, method):
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.method  # the class's attribute: the documented function
+        if not obj.probability:
+            raise ProbabilityUnavailableError(
+                f"This {type(obj).__name__!r} has no attribute {self.method.__name__!r}: probabilities need "
+                "probability=True; refit with probability=True (Platt scaling on cross-validated decision "
+                "values), or use decision_function for scores"
+            )
+        return MethodType(self.method, obj)
 
 
 class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
@@ -384,6 +414,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
+    polish_skipped_ : str
+        Only when an MWU fit was not polished: why (``"polish=False"``, ``"auto: too large for it,
+        ..."``, ``"auto: not available for a fit from a store (the data are not in memory)"``, ...).
     cache_info_ : dict
         Only after a fit from a :class:`~mwumkl_dist.stores.KernelStore`: the shards'
         column caches added up: ``hits``, ``misses``, ``hit_rate``, ``evictions``,
@@ -615,8 +648,11 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         device = getattr(self, "device", "cpu")  # a model unpickled from before device: the CPU
-        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, device)
         weights = np.atleast_2d(self.raw_kernel_weights_)
+        n_rows = getattr(X, "shape", (None,))[0]
+        if n_rows is not None:  # few rows or a small model: the CPU is quicker (the same values)
+            device = scoring_device(device, n_rows, len(self.support_), weights.shape[1], current_threads())
+        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, device)
         with thread_limit(getattr(self, "n_jobs", None)):  # a model unpickled from before n_jobs: None
             parts = [
                 predictor.decision_values(
@@ -634,12 +670,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
 
-    def _check_proba(self):
-        if not self.probability:
-            raise AttributeError("predict_proba is not available when probability=False")
-        return True
-
-    @available_if(_check_proba)
+    @_needs_probability
     def predict_proba(self, X):
         """Class probabilities for ``X`` (Platt scaling of the decision values; needs ``probability=True``).
 
@@ -653,7 +684,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             raise NotFittedError("predict_proba needs a model fitted with probability=True; refit it")
         return platt_probabilities(self.decision_function(X), self.probA_, self.probB_)
 
-    @available_if(_check_proba)
+    @_needs_probability
     def predict_log_proba(self, X):
         """The logarithm of :meth:`predict_proba`."""
         with np.errstate(divide="ignore"):  # a probability that underflowed to 0: -inf, as SVC gives

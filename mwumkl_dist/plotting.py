@@ -13,6 +13,7 @@ The error bars of the cross-validation path are one binomial standard error,
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -135,8 +136,9 @@ def plot_kernel_weights(model, ax=None, *, limit: int = MAX_ROWS):
     ax.set_xticks(range(len(values)), labels, rotation=60, ha="right")
     ax.axhline(1.0 / len(weights), color="grey", linestyle=":", linewidth=1, label="uniform")
     ax.set_ylabel("weight mu_i")
-    ax.set_title(f"kernel weights ({len(weights)} kernels)")
-    ax.legend(loc="upper right")
+    ax.set_title(f"kernel weights ({len(weights)} kernels)", loc="left")
+    # Above the axes, right of the title: inside, it would cover the bars (uniform weights reach every corner).
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2, frameon=False, fontsize="small")
     return ax
 
 
@@ -155,14 +157,33 @@ def _has_path(model) -> bool:
 
 
 #: The cross-validation paths a model may have, in the order they were searched.
-_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_")
+_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "structure_path_")
+#: The series of the candidates keyed by ``(candidate, C)``, by path.
+_CANDIDATE_SERIES = {
+    "group_selection_path_": "group selection",
+    "width_band_path_": "width band",
+    "structure_path_": "structure",
+}
+
+
+def _natural_key(label: str) -> tuple:
+    """The numbers in ``label``, in order: ``widths(2-4) C=10`` before ``widths(10-12) C=1``."""
+    return tuple(float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", label))
+
+
+def _candidate_label(what) -> str:
+    """A short label of a candidate (its name after a load): ``top 3`` for ``structure(top 3 features)``."""
+    text = str(what)
+    top = re.fullmatch(r"structure\(top (\d+) features?\)", text)
+    return f"top {top.group(1)}" if top else text
 
 
 def plot_cv_path(model, ax=None):
     """The cross-validated error of each candidate, with one standard error bars, the chosen one marked.
 
     Left of the axis the ``C`` candidates (log scale labels), then the selectivities tried at the
-    chosen ``C``, then group selections and bands of widths, each at its ``C``.
+    chosen ``C``, then group selections, bands of widths and feature structures (``kernels="auto"``), each at
+    its ``C`` and in its natural order.
     """
     ax = _axes(ax, (7.0, 4.0))
     cv = getattr(model, "cross_validation_", None) or {}
@@ -173,14 +194,16 @@ def plot_cv_path(model, ax=None):
         entries.append((f"C={float(C):g}", error, "C"))
     for s, error in (getattr(model, "selectivity_path_", None) or {}).items():
         entries.append((f"sel={s if isinstance(s, str) else format(float(s), 'g')}", error, "selectivity"))
-    for name in ("group_selection_path_", "width_band_path_"):
-        for (what, C), error in (getattr(model, name, None) or {}).items():
-            entries.append((f"{what} C={float(C):g}", error, name.split("_path")[0].replace("_", " ")))
+    for name, series in _CANDIDATE_SERIES.items():  # each series in its natural order (not the search's)
+        candidates = [(f"{_candidate_label(what)} C={float(C):g}", error, series)
+                      for (what, C), error in (getattr(model, name, None) or {}).items()]  # fmt: skip
+        entries.extend(sorted(candidates, key=lambda e: _natural_key(e[0])))
     if not entries:
         ax.text(0.5, 0.5, "nothing was cross-validated\n(C and selectivity given)", ha="center", va="center")
         ax.set_axis_off()
         return ax
-    colours = {"C": "tab:blue", "selectivity": "tab:orange", "group selection": "tab:green", "width band": "tab:red"}
+    colours = {"C": "tab:blue", "selectivity": "tab:orange", "group selection": "tab:green", "width band": "tab:red",
+               "structure": "tab:purple"}  # fmt: skip
     seen = set()
     for x, (_, error, series) in enumerate(entries):
         ax.errorbar(x, 100 * error, yerr=100 * _standard_error(error, rows), fmt="o", color=colours[series],

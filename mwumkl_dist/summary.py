@@ -10,6 +10,7 @@ says what it is and why.  A new automatic choice is one more entry.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -73,7 +74,8 @@ def _solver(model) -> str:
     if model.polished_:
         how = "auto: small enough" if _auto(model, "polish") else "polish=True"
         return f"mwu{why}, then the exact polish ({how}: LIBSVM on the combined kernel)"
-    how = "auto: too large for it" if _auto(model, "polish") else "polish=False"
+    how = getattr(model, "polish_skipped_", None)  # None: a model saved before it was recorded
+    how = how or ("auto: too large for it" if _auto(model, "polish") else "polish=False")
     return f"mwu{why}, no exact polish ({how}; the MWU solution is the model)"
 
 
@@ -162,13 +164,19 @@ def _structure(model) -> str | None:
     path = getattr(model, "structure_path_", None)
     if not path:
         return None
-    (best, _), error = min(path.items(), key=lambda item: (item[1], item[0][0].top))
-    tops = sorted({key[0].top for key in path})
+    (best, _), error = min(path.items(), key=lambda item: (item[1], _top(item[0][0])))
+    tops = sorted({_top(key[0]) for key in path})
     return (
         f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, the top "
-        f"{best.top} feature(s) at {_percent(error)} cross-validated error, was not better by more than the "
+        f"{_top(best)} feature(s) at {_percent(error)} cross-validated error, was not better by more than the "
         "standard error of their difference)"
     )
+
+
+def _top(candidate) -> int:
+    """A structure candidate's ``top``: a ``FeatureStructure``, or its name in a loaded model's path."""
+    top = getattr(candidate, "top", None)
+    return int(top) if top is not None else int(re.search(r"top (\d+)", str(candidate)).group(1))
 
 
 def describe_structure(structure: dict, names=None, limit: int = 10) -> str:

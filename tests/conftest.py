@@ -115,6 +115,14 @@ def _idle_machine_for_the_default_threads(monkeypatch):
     monkeypatch.setattr(threads, "_busy_cache", [])
 
 
+@pytest.fixture(autouse=True)
+def _stores_out_of_core(monkeypatch):
+    """The suite's stores are small: a fit would read them into memory (``read_into_memory``) and the tests of the
+    store path (shards reading their own rows) would test the in-memory fit instead. They stay out of core here,
+    and in the command lines the tests start; tests of the default (tests/test_new_user.py) remove the setting."""
+    monkeypatch.setenv("MWUMKL_STORE_IN_MEMORY_BYTES", "0")
+
+
 def _no_worker_profiler():
     """In-process Dask workers do not sample every thread's stack (``sys._current_frames()`` every 10 ms).
 

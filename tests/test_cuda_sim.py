@@ -17,8 +17,8 @@ import _cudasim
 import numpy as np
 import pytest
 
-CASES = ["dense", "csr_groups", "bank", "precomputed", "tiles", "margins", "fit", "rules", "transfers", "estimator",
-         "dask", "predict", "errors"]  # fmt: skip
+CASES = ["launches", "dense", "csr_groups", "bank", "precomputed", "tiles", "margins", "fit", "rules", "transfers",
+         "estimator", "dask", "predict", "errors"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,21 @@ def simulator_run():
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_kernels_under_simulator(simulator_run, case):
     _cudasim.check_case(simulator_run, case)
+
+
+@pytest.fixture(scope="module")
+def gpu_run():
+    """The same checks on a real GPU, where there is one."""
+    if not _cudasim.real_gpu():
+        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
+    return _cudasim.run_cases(__file__, CASES, timeout=1100, simulate=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_kernels_on_a_gpu(gpu_run, case):
+    _cudasim.check_case(gpu_run, case)
 
 
 def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():
@@ -97,6 +112,21 @@ def test_without_a_gpu_device_cuda_is_one_clear_error():
 
     with pytest.raises(RuntimeError, match="device='cuda'"):
         MWUMKLClassifier(kernels="linear", C=1.0, device="cuda").fit(X, ["a", "b"] * 3)
+
+
+def test_numpy_without_row_stack_gets_the_alias_numba_cuda_needs():
+    """numpy 2.5 has no ``np.row_stack``, which numba-cuda names at import: the package gives the alias back first."""
+    import types
+
+    from mwumkl_dist.data import cuda_shards
+
+    numpy_2_5 = types.SimpleNamespace(vstack=np.vstack)  # numpy's names, row_stack gone
+    assert cuda_shards.numpy_compat(numpy_2_5) is True
+    assert numpy_2_5.row_stack is np.vstack
+    assert cuda_shards.numpy_compat(numpy_2_5) is False  # once is enough
+    before = dict(vars(np))
+    cuda_shards.numpy_compat()  # the real numpy: changed only where it lacks the name
+    assert vars(np).keys() - before.keys() <= {"row_" + "stack"}
 
 
 def test_device_must_be_cpu_or_cuda():
@@ -448,31 +478,53 @@ def case_rules():
 
 
 class _Transfers:
-    """Bytes and copies between host and GPU under the simulator: what a GPU would move over PCIe.
+    """Bytes and copies between host and GPU: what a GPU moves over PCIe (under the simulator, what it would).
 
-    Counts explicit copies (``to_device``, ``copy_to_device``, ``copy_to_host``), a scalar read from a
-    device array on the host, and host arrays handed to a kernel (a GPU would copy them both ways).
+    Counts explicit copies (``to_device``, ``copy_to_device``, ``copy_to_host``) and a scalar read from a
+    device array on the host, through numba's public device array type (the simulator's or numba-cuda's);
+    a copy made inside another counted one (``to_device`` copies with ``copy_to_device``) counts once.  Host
+    arrays never reach a kernel: every launch refuses them (``cuda_kernels.check_arguments``).
     """
 
     def __init__(self):
         import threading
 
         from numba import cuda
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        from numba.cuda.simulator.kernel import BlockThread
 
         from mwumkl_dist.devices import cuda_kernels as K
 
         self.h2d = self.d2h = self.d2h_copies = 0
         count = self
+        array_type = type(cuda.device_array(1))
+        inside = threading.local()
+        if K.SIMULATED:  # the simulator runs kernels as Python threads: their reads are the GPU's own
+            from numba.cuda.simulator.kernel import BlockThread
 
-        def on_host():
-            return not isinstance(threading.current_thread(), BlockThread)
+            def on_host():
+                return not isinstance(threading.current_thread(), BlockThread) and not getattr(inside, "busy", False)
+        else:  # pragma: no cover - a GPU's kernels run no Python
+
+            def on_host():
+                return not getattr(inside, "busy", False)
+
+        def outermost(fn):
+            def wrapper(*args, **kwargs):
+                counting = on_host()
+                if counting:
+                    inside.busy = True
+                try:
+                    return fn(counting, *args, **kwargs)
+                finally:
+                    if counting:
+                        inside.busy = False
+
+            return wrapper
 
         def counted(method, attribute):
-            def wrapper(self_, *args, **kwargs):
+            @outermost
+            def wrapper(counting, self_, *args, **kwargs):
                 out = method(self_, *args, **kwargs)
-                if on_host():
+                if counting:
                     nbytes = np.asarray(out if attribute == "d2h" else args[0]).nbytes
                     setattr(count, attribute, getattr(count, attribute) + nbytes)
                     count.d2h_copies += attribute == "d2h"
@@ -480,35 +532,28 @@ class _Transfers:
 
             return wrapper
 
-        def getitem(self_, key, _get=FakeCUDAArray.__getitem__):
+        _get = array_type.__getitem__
+
+        @outermost
+        def getitem(counting, self_, key):
             out = _get(self_, key)
-            if on_host() and not isinstance(out, FakeCUDAArray):
+            if counting and not isinstance(out, array_type):
                 count.d2h += np.asarray(out).nbytes
                 count.d2h_copies += 1
             return out
 
-        def to_device(ary, *args, _to=cuda.to_device, **kwargs):
-            if isinstance(ary, np.ndarray):
+        _to = cuda.to_device
+
+        @outermost
+        def to_device(counting, ary, *args, **kwargs):
+            if counting and isinstance(ary, np.ndarray):
                 count.h2d += ary.nbytes
             return _to(ary, *args, **kwargs)
 
-        def launch(self_, config, _launch=K._Serialized.__getitem__):
-            run = _launch(self_, config)
-
-            def checked(*args):
-                for a in args:
-                    if isinstance(a, np.ndarray):  # an implicit copy in and out on a GPU
-                        count.h2d += a.nbytes
-                        count.d2h += a.nbytes
-                return run(*args)
-
-            return checked
-
-        FakeCUDAArray.copy_to_host = counted(FakeCUDAArray.copy_to_host, "d2h")
-        FakeCUDAArray.copy_to_device = counted(FakeCUDAArray.copy_to_device, "h2d")
-        FakeCUDAArray.__getitem__ = getitem
+        array_type.copy_to_host = counted(array_type.copy_to_host, "d2h")
+        array_type.copy_to_device = counted(array_type.copy_to_device, "h2d")
+        array_type.__getitem__ = getitem
         cuda.to_device = to_device
-        K._Serialized.__getitem__ = launch
 
     def snapshot(self):
         return self.h2d, self.d2h, self.d2h_copies
@@ -687,6 +732,53 @@ def case_predict():
         assert np.array_equal(want, got)
 
 
+def case_launches():
+    """Every launch is checked as a GPU would take it: ``None``, a host array or another object is refused
+    with a clear error naming the kernel and the argument (the simulator itself takes them all; numba-cuda on a
+    GPU fails on ``None``); whole fits in every regime of the rules (the paper's scale is ``selectivity=None``)
+    launch with device arrays and numbers only."""
+    from numba import cuda
+
+    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
+    from mwumkl_dist.devices import cuda_kernels as K
+    from mwumkl_dist.engines.local import LocalEngine
+    from mwumkl_dist.kernels import KernelSet
+    from mwumkl_dist.solvers import mwu
+
+    out = cuda.device_array(4)
+    for bad, what in ((None, "None"), (np.zeros(4), "a host numpy array (4,)"), ([0.0] * 4, "list")):
+        try:
+            K.exp_values[1, 4](bad, out)
+        except TypeError as exc:
+            assert str(exc).startswith(f"CUDA kernel exp_values: argument 0 is {what}"), str(exc)
+        else:
+            raise AssertionError(f"a launch took {what}")
+    K.exp_values[1, 4](cuda.to_device(np.zeros(4)), out)
+    assert np.array_equal(out.copy_to_host(), np.ones(4))
+    seen = []
+    K.LAUNCH_OBSERVERS.append(lambda name, args: seen.append((name, [type(a).__name__ for a in args])))
+    try:
+        rng = np.random.default_rng(21)
+        X = rng.normal(size=(12, 3))
+        y = _labels(12, rng)
+        Z = rng.normal(size=(2, 12, 2))
+        problems = (FeatureProblem(X, y, KernelSet("linear, gaussian:1, poly:2@0-1", 3)),
+                    PrecomputedProblem(np.einsum("kif,kjf->kij", Z, Z), y))  # fmt: skip
+        for problem in problems:
+            for selectivity in (None, 0.0, 50.0):
+                with LocalEngine(cuda_shards.on_device(problem), 1) as engine:
+                    inv_trace = 1.0 / engine.traces()
+                    engine.configure(inv_trace, 0.05)
+                    mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=3,
+                              selectivity=selectivity, rows_to_score=np.flatnonzero)  # fmt: skip
+    finally:
+        K.LAUNCH_OBSERVERS.clear()
+    launched = {name for name, _ in seen}
+    assert {"rules_margins", "rules_coef", "load_points", "superstep_columns", "exact_row_dots"} <= launched, launched
+    assert not any(t in ("NoneType", "ndarray", "list") for _, types in seen for t in types)
+
+
 def case_errors():
     from mwumkl_dist.data import cuda_shards as cuda
     from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
@@ -695,10 +787,12 @@ def case_errors():
 
     # the solver's exp, bit for bit (the CPU's fdlibm-style exp), incl. under/overflow and NaN
     x = np.concatenate([np.linspace(-750, 712, 40), [0.0, -0.0, 1e-300, -1e-12, np.nan, np.inf, -np.inf]])
-    out = np.empty_like(x)
-    _cuda_kernels.exp_values[2, 32](x, out)
+    from numba import cuda as _cuda
+
+    out = _cuda.device_array_like(x)
+    _cuda_kernels.exp_values[2, 32](_cuda.to_device(x), out)
     want = _columns_exp(x)
-    assert np.array_equal(out, want, equal_nan=True)
+    assert np.array_equal(out.copy_to_host(), want, equal_nan=True)
     # a problem that does not fit: a clear error, nothing allocated
     rng = np.random.default_rng(0)
     X = rng.normal(size=(10, 3))
@@ -773,14 +867,14 @@ def case_ptx():
         "fill_zero (limbs)": (I2,),
         "load_points": (A1, A1, A1, i8, i8, A1, i8, i8),
         "rules_margins": (A2, A1, f8, f8, *(A1,) * 7),
-        "rules_coef": (A1, A1, f8, f8, f8, A1, A1),
-        "rules_coef (paper's scale)": (A1, A1, f8, f8, T.none, A1, A1),
+        "rules_coef": (A1, A1, f8, f8, T.boolean, f8, A1, A1),
         "weighted_kernel_sums": (A2, A2, A2, A2, A2, A2, *plan, I1, I1, A2),
         # the two-stage fit's linear stage: columns in single precision, products in double
         "combined_columns": (A2, A2, A2, A2, A2, *plan, I1, I1, F2),
         "columns_times": (F2, A1, f8, A1),
         "active_weights": (F2, A1, f8, A1, A1, T.Array(T.boolean, 1, "C"), T.boolean, A1),
-        "columns_transposed_times": (F2, A1, A1),
+        "columns_transposed_partials": (F2, A1, i8, A2),
+        "sum_partials": (A2, A1),
     }
     # rules_coef calls CUDA's sinh and exp, whose own code uses FMA (their bits are CUDA's in any case): its
     # arithmetic around them is checked with both replaced by the identity.

@@ -227,3 +227,66 @@ def test_a_marked_block_is_still_checked():
         'python -c "\nprint(1)"',
         "mwumkl-dist demo  # a comment",
     ]
+
+
+# ----------------------------------------------------------------------------- documented defaults (issue 41)
+
+
+def _fit_parser():
+    parser = build_parser()
+    return next(a for a in parser._actions if a.dest == "command").choices["fit"]
+
+
+def test_the_user_guides_signature_gives_the_estimators_defaults():
+    from mwumkl_dist import MWUMKLClassifier
+
+    text = (REPO / "docs" / "user-guide.md").read_text()
+    signature = re.search(r"`MWUMKLClassifier\(([^`]*)\)`", text).group(1)
+    params = MWUMKLClassifier().get_params()
+    documented = {}
+    for item in signature.split(", "):
+        if item != "...":
+            name, value = item.split("=", 1)
+            documented[name] = ast.literal_eval(value)
+    assert len(documented) >= 8
+    for name, value in documented.items():
+        assert name in params, f"user-guide.md's signature names {name}, which the estimator lacks"
+        assert params[name] == value, f"user-guide.md says {name}={value!r}; the code's default is {params[name]!r}"
+    table = text[text.index(signature) :].split("\n## ", 1)[0]  # the parameter table, after the signature
+    for name in re.findall(r"(?m)^\| `(\w+)`", table):
+        assert name in params, f"user-guide.md's table describes {name}, which the estimator lacks"
+
+
+def test_the_command_line_pages_defaults_are_the_parsers():
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.cli.parser import DEFAULT_KERNELS
+
+    assert MWUMKLClassifier().kernels == DEFAULT_KERNELS  # the CLI's default is the estimator's
+    text = " ".join((REPO / "docs" / "command-line.md").read_text().split())
+    options = {o: a for a in _fit_parser()._actions for o in a.option_strings}
+    effective = {"--kernels": DEFAULT_KERNELS}  # None in the parser: a kernel store's own, else this
+    found = re.findall(r"`(--[\w-]+)[^`]*` \(default:? `?([\w.]+)`?[;,)]", text)
+    assert len(found) >= 8, found
+    for option, documented in found:
+        if option not in options:
+            continue  # another command's option
+        default = effective.get(option, options[option].default)
+        if default is None:
+            continue  # resolved at run time (threads): said in words
+        assert str(default) == documented or (isinstance(default, float) and float(documented) == default), (
+            f"docs/command-line.md says {option} defaults to {documented!r}; the parser's default is {default!r}"
+        )
+
+
+def test_fit_help_says_a_kernel_store_needs_no_kernels_option():
+    store = next(a for a in _fit_parser()._actions if a.dest == "store")
+    assert "implied for a kernel store" in store.help and "with --kernels precomputed" not in store.help
+
+
+def test_the_readme_has_two_set_up_commands_and_ci_runs_the_second():
+    setup = next(b for b in blocks(REPO / "README.md") if "pip install" in b.code)
+    first, second = commands(setup.code)
+    assert "python -m venv" in first and "activate" in first and "mwumkl-dist demo" in first
+    tests = second.split("&&")[-1].split("#")[0].strip()
+    assert tests.startswith("python -m pytest")
+    assert tests in (REPO / ".ci" / "run").read_text(), f".ci/run must run the README's {tests!r}"

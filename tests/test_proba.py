@@ -255,7 +255,7 @@ def test_probabilities_need_probability_true(fitted):
     assert not hasattr(clf, "predict_proba") and not hasattr(clf, "predict_log_proba")
     with pytest.raises(AttributeError, match="no attribute 'predict_proba'") as err:
         clf.predict_proba(X)
-    assert "not available when probability=False" in str(err.value.__cause__)
+    assert "refit with probability=True" in str(err.value) and "decision_function" in str(err.value)
     assert not hasattr(clf, "probA_")
     clf.set_params(probability=True)  # switched on after a fit without: refit first
     with pytest.raises(NotFittedError, match="probability=True"):

@@ -88,5 +88,5 @@ def test_a_structure_search_that_keeps_every_feature_says_so():
     best = min(clf.structure_path_.values())
     assert line.startswith("structure        none: all 4 features")
     assert f"the best of {len(tops)} feature structures" in line and f"{100 * best:.2f} %" in line
-    del clf.structure_path_  # a loaded model keeps no path: no line rather than a wrong one
+    del clf.structure_path_  # a model saved before the path was kept: no line rather than a wrong one
     assert not [line for line in chosen_lines(clf) if line.startswith("structure")]

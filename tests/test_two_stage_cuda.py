@@ -18,7 +18,7 @@ import _cudasim
 import numpy as np
 import pytest
 
-CASES = ["columns", "fit"]
+CASES = ["columns", "products", "fit", "routing"]
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,21 @@ def simulator_run():
 @pytest.mark.parametrize("case", CASES)
 def test_two_stage_linear_stage_under_simulator(simulator_run, case):
     _cudasim.check_case(simulator_run, case)
+
+
+@pytest.fixture(scope="module")
+def gpu_run():
+    """The same checks on a real GPU, where there is one."""
+    if not _cudasim.real_gpu():
+        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
+    return _cudasim.run_cases(__file__, CASES, timeout=560, simulate=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", CASES)
+def test_two_stage_linear_stage_on_a_gpu(gpu_run, case):
+    _cudasim.check_case(gpu_run, case)
 
 
 def test_device_cuda_resolves_to_the_two_stage_fit():
@@ -178,6 +193,50 @@ def case_columns():
         assert gpu._device_columns is None
 
 
+def case_products():
+    """``DeviceColumns.active_sums`` over blocks of several row chunks (the coalesced pass adds a block per
+    landmark and chunk, then the chunks in order): against numpy on the GPU's own columns, for chunks that are,
+    and are not, a multiple of the block size, a last short chunk, a chunk without an active row; the same
+    bits on every run."""
+    from mwumkl_dist.data.cuda_shards import DeviceColumns
+    from mwumkl_dist.devices import cuda_kernels as K
+    from mwumkl_dist.kernels import KernelSet
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 4))
+    ks = KernelSet("linear, gaussian:1, poly:2", 4)
+    columns = DeviceColumns(ks, X[:9], rng.random(3), 9)
+    columns.put(0, X)
+    C = columns.host(0).astype(np.float64)
+    y = np.where(rng.random(150) < 0.5, 1.0, -1.0)
+    c = rng.uniform(0.5, 2.0, 150)
+    active = rng.random(150) < 0.7
+    active[40:80] = False  # a whole chunk of 32 rows without an active row
+    beta = rng.normal(size=7)  # the first 7 landmarks (a smaller rank level)
+    for labels in (False, True):
+        t = C[:, :7] @ beta + 0.5 - (y if labels else 0.0)
+        t = np.where(active, c * t, 0.0)
+        want = np.append(t @ C[:, :7], t.sum())
+        runs, default = [], K.PRODUCT_CHUNK
+        for chunk in (default, 32, 20, 150, 1000):
+            K.PRODUCT_CHUNK = chunk
+            try:
+                got = columns.active_sums(0, active, beta, 0.5, y, c, labels)
+            finally:
+                K.PRODUCT_CHUNK = default
+            assert got.shape == (8,)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+            runs.append(got)
+        again = columns.active_sums(0, active, beta, 0.5, y, c, labels)
+        assert np.array_equal(again, runs[0])  # deterministic
+    # y and c stay on the GPU between products; other arrays are sent
+    assert len(columns._rows_data) == 1
+    c2 = c * 2.0
+    t = np.where(active, c2 * (C[:, :7] @ beta + 0.5), 0.0)
+    got = columns.active_sums(0, active, beta, 0.5, y, c2, False)
+    np.testing.assert_allclose(got, np.append(t @ C[:, :7], t.sum()), rtol=1e-12, atol=1e-12 * np.abs(got).max())
+
+
 def case_fit():
     """Two-stage fits with ``device="cuda"`` (weight stage on the GPU engine, columns and Newton passes on the
     GPU) against ``device="cpu"``: the same kernel weights (the MWU engines agree bit for bit) and landmarks,
@@ -244,6 +303,48 @@ def case_fit():
     want = a.decision_function(Xt)
     np.testing.assert_allclose(b.decision_function(Xt), want, rtol=0, atol=1e-5 * np.abs(want).max())
     cuda_shards.DeviceColumns.put = real_put
+
+
+def case_routing():
+    """The device cost model on (outside these tests it is the default): a small two-stage fit with
+    ``device="cuda"`` runs its weight stage's MWU fit on CPU threads (launch-bound on a GPU) and keeps its linear
+    stage's columns on the GPU; the model is the one with every MWU fit on the GPU (their numbers are equal)."""
+    from mwumkl_dist import MWUMKLClassifier
+    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.devices import routing
+
+    rng = np.random.default_rng(4)
+    X = rng.random((72, 3))
+    y = np.where(np.sin(3 * X[:, 0]) + X[:, 1] ** 2 - 0.6 + 0.1 * rng.standard_normal(72) > 0, "a", "b")
+    Xt = rng.random((30, 3))
+    params = dict(kernels="linear, gaussian:0.5, gaussian:1, poly:2", C=10.0, epsilon=0.5, solver="two-stage",
+                  n_components=14, device="cuda")  # fmt: skip
+    devices, loads = [], []
+    real_on_device, real_put = cuda_shards.on_device, cuda_shards.DeviceColumns.put
+
+    def on_device(problem, device="cuda", driver_gpu=True):
+        devices.append(device)
+        return real_on_device(problem, device, driver_gpu)
+
+    def put(self, i, X):
+        loads.append(X.shape[0])
+        return real_put(self, i, X)
+
+    cuda_shards.on_device, cuda_shards.DeviceColumns.put = on_device, put
+    try:
+        os.environ[routing.ROUTING_ENV] = "cost"
+        routed = MWUMKLClassifier(**params).fit(X, y)
+        assert devices == ["cpu"] and sum(loads) == 72, (devices, loads)
+        del devices[:], loads[:]
+        os.environ[routing.ROUTING_ENV] = "device"
+        everywhere = MWUMKLClassifier(**params).fit(X, y)
+        assert devices == ["cuda"] and sum(loads) == 72, (devices, loads)
+    finally:
+        cuda_shards.on_device, cuda_shards.DeviceColumns.put = real_on_device, real_put
+        os.environ[routing.ROUTING_ENV] = "device"
+    assert np.array_equal(routed.kernel_weights_, everywhere.kernel_weights_)
+    assert np.array_equal(routed.support_, everywhere.support_)
+    np.testing.assert_array_equal(routed.decision_function(Xt), everywhere.decision_function(Xt))
 
 
 if __name__ == "__main__":

@@ -8,51 +8,23 @@ for a problem found while running, 130 when interrupted (``fit`` still saves
 the iterations done).  ``--debug`` shows the traceback instead.
 
 The package's other modules never import this one: the command line sits on
-top of the library.
+top of the library.  The parser (:mod:`.parser`) loads nothing heavy: ``--version``,
+``--help`` and usage errors answer at once, and a command's module is imported when it runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
 
-from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, Parser, UsageError
-from mwumkl_dist.cli.cluster import add_cluster_command
-from mwumkl_dist.cli.model import add_model_commands
-from mwumkl_dist.cli.plot import add_plot_command
-from mwumkl_dist.cli.store import add_store_commands
-from mwumkl_dist.core.version import __version__
-from mwumkl_dist.io.files import SUPPORTED_EXTENSIONS
+from mwumkl_dist.cli.args import EXIT_INTERRUPTED, PROG, CommandError, UsageError
+from mwumkl_dist.cli.parser import build_parser
 
 __all__ = ["main", "build_parser"]
 
 #: Errors of bad input or of the environment: reported by their message alone.
 _EXPECTED = (ValueError, TypeError, OSError, MemoryError)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``mwumkl-dist``: one subparser per command."""
-    parser = Parser(
-        prog=PROG,
-        description="Multiple kernel learning by matrix multiplicative weights (MWUMKL).",
-        epilog=f"Data files: {', '.join(SUPPORTED_EXTENSIONS)} (text formats also .gz/.bz2); "
-        "the label is the last column of CSV and .npy files.",
-    )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks instead of one line")
-
-    # Accepted after the command name too; SUPPRESS keeps the main parser's default.
-    common = Parser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    add_model_commands(sub, common)
-    add_plot_command(sub, [common])
-    add_store_commands(sub, [common])
-    add_cluster_command(sub, [common])
-    return parser
 
 
 def _one_line(message) -> str:

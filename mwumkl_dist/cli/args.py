@@ -12,8 +12,6 @@ import argparse
 import math
 import os
 
-from mwumkl_dist.kernels.specs import DataScale, parse_kernels
-
 __all__ = [
     "PROG",
     "EXIT_INTERRUPTED",
@@ -156,6 +154,9 @@ def kernel_spec(text: str) -> str:
     """
     if text.strip().lower() == "precomputed":
         return "precomputed"  # only with 'fit --store' of a kernel store; checked there
+    # Here, not at the top: the parser of every command imports this module, and the kernels' loads numpy and numba.
+    from mwumkl_dist.kernels.specs import DataScale, parse_kernels
+
     try:
         parse_kernels(text, 1, scale=lambda: DataScale(1, (0,), (0,)))  # the syntax only
     except (ValueError, TypeError) as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -11,37 +10,29 @@ import warnings
 import zipfile
 
 import numpy as np
+from sklearn.utils.multiclass import type_of_target
 
 from mwumkl_dist.cli.args import (
     EXIT_INTERRUPTED,
     PROG,
     ZERO_BASED,
-    C_or_auto,
     CommandError,
-    Parser,
     UsageError,
-    add_zero_based_argument,
-    epsilon_or_auto,
     existing_file,
-    kernel_spec,
-    memory_size,
-    n_components_or_auto,
-    n_jobs,
-    positive_float,
-    positive_int,
-    selectivity_choice,
 )
+from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH, PREDICT_OUTPUTS, add_model_commands
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
 from mwumkl_dist.core.mwu_rules import FitInterrupted
+from mwumkl_dist.data.problems import read_into_memory
 from mwumkl_dist.estimator import MWUMKLClassifier
 from mwumkl_dist.io.atomic import atomic_file, exclusive_writer
-from mwumkl_dist.io.files import format_label, read_data
+from mwumkl_dist.io.files import OneBasedAssumedWarning, format_label, read_data
 from mwumkl_dist.io.zarr_format import KernelStore, open_store
-from mwumkl_dist.kernels.specs import KERNEL_SPEC_HELP, DataScale, KernelSet, RandomGaussianBank, parse_kernels
+from mwumkl_dist.kernels.specs import DataScale, KernelSet, RandomGaussianBank, parse_kernels
 from mwumkl_dist.solvers.auto import plan_iterations
-from mwumkl_dist.solvers.spec import SOLVER_NAMES
+from mwumkl_dist.solvers.base import continuous_target
 from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_for
 from mwumkl_dist.summary import fit_summary, weights_table
 
@@ -56,266 +47,8 @@ __all__ = [
     "PREDICT_OUTPUTS",
 ]
 
-#: The kernels of ``fit`` and ``demo`` when ``--kernels`` is not given (a kernel store: its own).
-DEFAULT_KERNELS = "auto"
 #: Largest number of kernel weights printed after ``fit`` (largest first).
 MAX_TABLE_ROWS = 12
-#: ``--polish`` choices -> the estimator's ``polish``.
-POLISH = {"auto": "auto", "yes": True, "no": False}
-#: What ``predict --output`` writes.
-PREDICT_OUTPUTS = ("labels", "scores", "proba")
-
-
-def add_model_commands(sub, common) -> None:
-    """Register ``demo``, ``fit``, ``predict`` and ``evaluate`` on the subparsers ``sub``."""
-    model = _model_options()
-    _add_demo(sub, [common, model])
-    _add_fit(sub, [common, model])
-    _add_predict(sub, [common])
-    _add_evaluate(sub, [common])
-
-
-def _add_n_jobs(parser) -> None:
-    """``--n-jobs N``: the threads of this process (the estimator's ``n_jobs``)."""
-    parser.add_argument(
-        "--n-jobs",
-        type=n_jobs,
-        default=None,
-        metavar="N",
-        help="threads to use: -1 all cores, -2 all but one, N that many (default: every core this process may "
-        "use, or MWUMKL_NUM_THREADS when set); results do not depend on it",
-    )
-
-
-def _model_options() -> argparse.ArgumentParser:
-    """The options of the estimator, shared by ``demo`` and ``fit``."""
-    model = Parser(add_help=False)
-    group = model.add_argument_group("model")
-    group.add_argument(
-        "--kernels",
-        type=kernel_spec,
-        default=None,
-        metavar="SPEC",
-        help=f"the base kernels (default: {DEFAULT_KERNELS}; a kernel store's own with --store): {KERNEL_SPEC_HELP}",
-    )
-    group.add_argument(
-        "--epsilon",
-        type=epsilon_or_auto,
-        default="auto",
-        metavar="E",
-        help="approximation error; sets T = ceil(8 rho^2 / E^2 ln n) iterations "
-        "(default auto: 0.2 when the fit ends with the exact polish, else 0.1)",
-    )
-    group.add_argument(
-        "--C",
-        "-C",
-        dest="C",
-        type=C_or_auto,
-        default="auto",
-        metavar="C",
-        help="2-norm soft-margin constant, 'inf' for the hard margin, or 'auto' (default): "
-        "chosen by 3-fold cross-validation on at most 4000 training points",
-    )
-    group.add_argument(
-        "--rho",
-        type=positive_float,
-        default=0.5,
-        metavar="R",
-        help="width parameter: 0.5 (default, as the authors' code) or 1.5 (the paper's bound)",
-    )
-    group.add_argument(
-        "--selectivity",
-        type=selectivity_choice,
-        default="auto",
-        metavar="S",
-        help="how sparse the kernel weights are: 0 = uniform, larger = fewer kernels, 'exact' = the MKL "
-        "optimum's, 'paper' = the published rule; auto (default): cross-validated with --C auto, else 100",
-    )
-    group.add_argument("--max-iter", type=positive_int, default=None, metavar="N", help="run N iterations instead of T")
-    group.add_argument(
-        "--polish",
-        choices=tuple(POLISH),
-        default="auto",
-        help="re-solve the SVM exactly with the learned weights: auto (default) up to 3000 points",
-    )
-    group.add_argument(
-        "--solver",
-        choices=SOLVER_NAMES,
-        default="auto",
-        help="mwu: the paper's algorithm on all points (time ~ n^2); two-stage: kernel weights on a subsample, "
-        "then a linear solver on Nystroem features of the learned kernel (time ~ n; data files and data stores, "
-        f"not kernel stores); auto (default): two-stage from {AUTO_TWO_STAGE_POINTS} points",
-    )
-    group.add_argument(
-        "--n-components",
-        type=n_components_or_auto,
-        default="auto",
-        metavar="R",
-        help="the two-stage fit's Nystroem rank: R landmarks, or auto (default): grown until the features reproduce "
-        "the learned kernel (residual 0.02) within a memory budget, or the exact solve where its Gram fits",
-    )
-    group.add_argument(
-        "--memory-limit",
-        type=memory_size,
-        default="auto",
-        metavar="SIZE",
-        help="the memory the two-stage fit's large arrays may take (1GB, 512MiB, bytes); beyond it the kernel "
-        "columns are spilled or computed again; auto (default): 1 GiB, less under a smaller cgroup limit",
-    )
-    group.add_argument(
-        "--no-scale-C",
-        dest="scale_C",
-        action="store_false",
-        help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
-    )
-    return model
-
-
-def _add_demo(sub, parents):
-    p = sub.add_parser(
-        "demo",
-        parents=parents,
-        help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
-        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
-        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
-    _add_n_jobs(p)
-    p.set_defaults(func=cmd_demo)
-
-
-def _add_fit(sub, parents):
-    p = sub.add_parser(
-        "fit",
-        parents=parents,
-        help="fit a model on a data file and save it",
-        description="Fit a model on a labelled data file and save it. The features are scaled first "
-        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
-        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
-        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
-        "second Ctrl-C aborts.",
-    )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
-    add_zero_based_argument(p)
-    source.add_argument(
-        "--store",
-        metavar="DIR.zarr",
-        help="a data store, or a kernel store with --kernels precomputed (see 'store'): shards read their rows; "
-        "a store is used as stored (not scaled)",
-    )
-    p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
-    p.add_argument(
-        "--no-scale",
-        dest="scale",
-        action="store_false",
-        help="use the features as they are (default: scale them on the training file, see above)",
-    )
-    p.add_argument(
-        "--probability",
-        action="store_true",
-        help="also fit probability estimates (Platt scaling on 5 cross-validation folds, as LIBSVM's -b 1), "
-        "for 'predict --output proba'",
-    )
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
-    _add_n_jobs(p)
-    dist = p.add_argument_group("engine and resilience")
-    dist.add_argument(
-        "--engine",
-        choices=["local", "dask"],
-        default=None,
-        help="where the shards live (default: local; 'dask' when --scheduler is given, else a local threaded cluster)",
-    )
-    dist.add_argument(
-        "--device",
-        choices=["cpu", "cuda"],
-        default="cpu",
-        help="where the supersteps run: the CPU, or an NVIDIA GPU (needs the [gpu] extra; default cpu)",
-    )
-    dist.add_argument(
-        "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
-    )
-    dist.add_argument("--shards", type=positive_int, default=1, metavar="N", help="row shards (default 1)")
-    dist.add_argument(
-        "--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
-    )
-    dist.add_argument(
-        "--scheduler-timeout",
-        type=positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds to reach the scheduler (default 10)",
-    )
-    dist.add_argument(
-        "--worker-timeout",
-        type=positive_float,
-        default=600.0,
-        metavar="S",
-        help="seconds to wait for Dask workers, at the start and when every worker is gone mid-fit (default 600); "
-        "the wait is reported after 2 s, then every 10 s",
-    )
-    dist.add_argument(
-        "--checkpoint", metavar="PATH", help="write the solver state to PATH every --checkpoint-every iterations"
-    )
-    dist.add_argument("--checkpoint-every", type=positive_int, default=100, metavar="K", help="default 100")
-    dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
-    p.set_defaults(func=cmd_fit)
-
-
-def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
-    """A command that applies a saved model to a data file (``--data``) or to precomputed test kernels
-    (``--kernels-npy``): ``--model``, ``--zero-based``, ``--n-jobs``."""
-    p = sub.add_parser(name, parents=parents, help=help, description=description)
-    p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", metavar="FILE", help=data_help)
-    source.add_argument(
-        "--kernels-npy",
-        nargs="+",
-        metavar="K.npy",
-        help="for a model fitted from a kernel store: the test points' kernel values against the training points, "
-        "one (m, n_test, n_train) array or one (n_test, n_train) file per kernel, in the store's kernel order",
-    )
-    add_zero_based_argument(p)
-    _add_n_jobs(p)
-    return p
-
-
-def _add_predict(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "predict",
-        help="write one predicted label (or scores, or probabilities) per line",
-        description="Predict every point of a data file, one line per point. CSV and .npy files may omit the "
-        "label column. The model's feature scaling is applied first.",
-        data_help="the points to predict",
-    )
-    p.add_argument(
-        "--output",
-        choices=PREDICT_OUTPUTS,
-        default="labels",
-        help="what to write: 'labels' (default, one per line), 'scores' (the decision function: one column "
-        "for two classes, the positive class's; one per class for more) or 'proba' (class probabilities, "
-        "one column per class; needs a model fitted with probability estimates). Scores and probabilities "
-        "are comma-separated with a header line naming the classes",
-    )
-    p.add_argument("--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout")
-    p.set_defaults(func=cmd_predict)
-
-
-def _add_evaluate(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "evaluate",
-        help="print accuracy and error on a labelled data file",
-        description="Print the accuracy and error of a model on a labelled data file (after the model's "
-        "feature scaling).",
-        data_help="labelled test data",
-    )
-    p.add_argument("--labels", metavar="FILE", help="the labels of --kernels-npy's points: a 1-d .npy array, or text")
-    p.set_defaults(func=cmd_evaluate)
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -507,6 +240,7 @@ def _training_data(args):
         kernel_store = isinstance(X, KernelStore)
         d = None if kernel_store else X.n_features
         source = args.store
+        args.in_memory = read_into_memory(X)  # a small data store is fitted as its rows in memory
         if args.kernels is None:
             args.kernels = "precomputed" if kernel_store else DEFAULT_KERNELS
         elif kernel_store and args.kernels != "precomputed":
@@ -517,12 +251,23 @@ def _training_data(args):
         if args.kernels == "precomputed":
             raise UsageError("--kernels precomputed needs --store with a kernel store ('store kernels' writes one)")
         args.kernels = args.kernels or DEFAULT_KERNELS
-        X, y, zero_based = read_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
+        with warnings.catch_warnings():  # said in the summary's data line instead (--quiet: not at all)
+            warnings.simplefilter("ignore", OneBasedAssumedWarning)
+            X, y, zero_based = read_data(existing_file(args.data, "--data"), zero_based=ZERO_BASED[args.zero_based])
         classes, (n, d), source = np.unique(y), X.shape, args.data
     if len(classes) < 2:
         raise CommandError(
             f"{source}: the labels hold one class only ({format_label(classes[0])}); a classifier needs two or more"
         )
+    labels = X.y if y is None else y
+    if type_of_target(labels) == "continuous":
+        fraction = next(v for v in classes if v != np.round(v))
+        raise CommandError(
+            f"{source}: the labels are not classes (e.g. {format_label(fraction)}, not a whole number); "
+            f"{PROG} fits a classifier: labels must be classes"
+        )
+    if (problem := continuous_target(labels, PROG)) is not None:
+        raise CommandError(f"{source}: {problem}")
     return X, y, classes, n, d, source, zero_based
 
 
@@ -548,7 +293,7 @@ def _iteration_plan(args, n: int, n_kernels: int, *, in_memory: bool | None = No
         C=args.C,
         n_samples=n,
         n_kernels=n_kernels,
-        in_memory=args.store is None if in_memory is None else in_memory,
+        in_memory=getattr(args, "in_memory", args.store is None) if in_memory is None else in_memory,
     )
     return plan.n_iter
 
@@ -583,6 +328,13 @@ def _describe_scaling(args, scaling) -> str:
     if args.store is not None:
         return "none (a store is used as stored)"
     return "none (--no-scale)"
+
+
+#: What ``fit`` says of an svmlight file that ``--zero-based auto`` read as one-based.
+_ONE_BASED_NOTE = (
+    "feature indices read as one-based (LIBSVM's convention: no index 0 occurs); "
+    "if the file counts from 0, as scikit-learn's dump_svmlight_file writes, fit with --zero-based yes"
+)
 
 
 def _describe_data(source: str, X, n: int, d, classes) -> str:
@@ -643,6 +395,8 @@ def _fit_and_save(args) -> int:
     if not args.quiet:
         print(f"model saved to   {args.model}")
         print(f"data             {_describe_data(source, X, n, d, classes)}")
+        if zero_based is False and args.zero_based == "auto":
+            print(f"                 {_ONE_BASED_NOTE}")
         print(f"scaling          {_describe_scaling(args, scaling)}")
         train_X, train_y = (X, y) if args.store is None else (None, X.y)  # a store's rows are not read again
         iterations = _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed)

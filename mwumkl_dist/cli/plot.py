@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import os
 
-from mwumkl_dist.cli.args import CommandError, positive_int
+from mwumkl_dist.cli.args import CommandError
 from mwumkl_dist.cli.model import load_model_or_fail
-from mwumkl_dist.plotting import MATPLOTLIB_MISSING, PLOT_KINDS, plot_model
+from mwumkl_dist.cli.parser import add_plot_command
+from mwumkl_dist.plotting import MATPLOTLIB_MISSING, plot_model
 
 __all__ = ["add_plot_command", "cmd_plot"]
-
-
-def add_plot_command(sub, parents) -> None:
-    """Register ``plot MODEL -o FILE`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "plot",
-        parents=parents,
-        help="draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
-        description="Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
-        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
-        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
-    )
-    p.add_argument("model", metavar="MODEL", help="a model file saved by 'fit' (.npz)")
-    p.add_argument("--output", "-o", required=True, metavar="FILE", help="the picture to write: .png, .svg, .pdf, ...")
-    p.add_argument(
-        "--kind",
-        choices=("all", *PLOT_KINDS),
-        default="all",
-        help="which panel: weights, path, features, or all that apply side by side (default)",
-    )
-    p.add_argument("--dpi", type=positive_int, default=100, help="dots per inch of a raster picture (default 100)")
-    p.set_defaults(func=cmd_plot)
 
 
 def cmd_plot(args) -> int:

@@ -11,8 +11,9 @@ import sys
 
 import numpy as np
 
-from mwumkl_dist.cli.args import ZERO_BASED, CommandError, add_zero_based_argument, existing_file, positive_int
-from mwumkl_dist.cli.progress import progress_bar
+from mwumkl_dist.cli.args import PROG, ZERO_BASED, CommandError, existing_file
+from mwumkl_dist.cli.parser import add_store_commands
+from mwumkl_dist.cli.progress import COMPILING_NOTE, numba_cache_is_cold, progress_bar
 from mwumkl_dist.io.files import load_data
 from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
@@ -24,60 +25,6 @@ __all__ = [
     "load_labels",
     "read_npy_kernels",
 ]
-
-
-def add_store_commands(subparsers, parents=()):
-    """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser."""
-    p = subparsers.add_parser(
-        "store",
-        parents=list(parents),
-        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
-        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
-    )
-    sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
-    d = sub.add_parser(
-        "data",
-        parents=list(parents),
-        help="features and labels, chunked by rows",
-        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
-        "The features are stored as they are: scale them first if the fit should see scaled data.",
-    )
-    d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
-    add_zero_based_argument(d, "--input")
-    d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
-    d.add_argument("--chunk-rows", type=positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
-    d.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
-    d.set_defaults(func=cmd_store_data)
-
-    k = sub.add_parser(
-        "kernels",
-        parents=list(parents),
-        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
-        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
-        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
-    )
-    src = k.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
-    src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
-    k.add_argument("--kernels", default=None, metavar="SPEC", help="kernel spec for --input (e.g. 'paper')")
-    add_zero_based_argument(k, "--input")
-    k.add_argument("--labels", metavar="FILE", help="labels for --npy: a 1-d .npy array, or a text file, one per line")
-    k.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
-    k.add_argument("--chunk-rows", type=positive_int, default=1024, metavar="R", help="rows per chunk (default 1024)")
-    k.add_argument(
-        "--chunk-kernels", type=positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
-    )
-    k.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    k.set_defaults(func=cmd_store_kernels)
-
-    i = sub.add_parser(
-        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
-    )
-    i.add_argument("path", metavar="DIR.zarr", help="a store written by 'store data' or 'store kernels'")
-    i.set_defaults(func=cmd_store_info)
-    p.set_defaults(func=_store_usage)
-    return p
 
 
 def _store_usage(args) -> int:
@@ -175,6 +122,8 @@ def cmd_store_kernels(args) -> int:
     try:
         if args.input is not None:
             X, y = load_data(existing_file(args.input, "--input"), zero_based=ZERO_BASED[args.zero_based])
+            if numba_cache_is_cold():  # the kernels' columns compile first, silently for a minute: say so
+                print(f"{PROG}: {COMPILING_NOTE}", file=sys.stderr, flush=True)
             store = write_kernel_store(
                 args.output, y, X=X, kernels=args.kernels, chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, source=args.input, overwrite=args.overwrite, progress=progress,

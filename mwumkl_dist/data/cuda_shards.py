@@ -78,6 +78,7 @@ from mwumkl_dist.kernels.specs import KernelPlan
 __all__ = [
     "check_device",
     "gpu_available",
+    "numpy_compat",
     "device_memory",
     "DeviceMemoryError",
     "CudaFeatureShard",
@@ -100,11 +101,27 @@ class DeviceMemoryError(MemoryError):
     """A shard (or a prediction block) does not fit in the GPU's free memory."""
 
 
+def numpy_compat(numpy=np) -> bool:
+    """Give numpy back ``np.row_stack`` (an alias of ``np.vstack``) where it lacks it; True if it did.
+
+    numpy 2.5 removed ``row_stack`` (deprecated since 2.0); numba-cuda releases that predate it still name it
+    when ``numba.cuda`` is imported, and the import fails with ``AttributeError``.  The alias is the function
+    numpy itself had under that name, so nothing computes differently.  Called before ``numba.cuda`` is first
+    imported (:func:`check_device`).
+    """
+    name = "row_" + "stack"  # spelt out of parts: linters rewrite the name itself into vstack
+    if hasattr(numpy, name):
+        return False
+    setattr(numpy, name, numpy.vstack)
+    return True
+
+
 def check_device():
     """The ``numba.cuda`` module, once CUDA is usable here; else a :class:`RuntimeError` naming what is missing."""
+    numpy_compat()
     try:
         from numba import cuda
-    except ImportError as exc:  # numba without its CUDA target, or an import error in it
+    except (ImportError, AttributeError) as exc:  # numba without its CUDA target, or an import error in it
         raise RuntimeError(f"device='cuda' needs numba's CUDA support (numba-cuda), which cannot be imported: {exc}; "
                            f"{_INSTALL}") from exc  # fmt: skip
     try:
@@ -664,7 +681,9 @@ class DeviceRules:
         v_pos, v_neg = self._on_device(pos.v_row), self._on_device(neg.v_row)
         k.rules_margins[grid](kb, self._inv, ridge_p, ridge_n, self.s, v_pos, v_neg, self._next, self._u, self._top,
                               self.coef.bad)  # fmt: skip
-        k.rules_coef[grid](self._u, self._top, self.eps_p, self.rho, self.selectivity, self.coef.values, self.coef.bad)
+        relative = self.selectivity is not None  # a launch takes no None: the paper's scale is a flag
+        k.rules_coef[grid](self._u, self._top, self.eps_p, self.rho, relative, self.selectivity if relative else 0.0,
+                           self.coef.values, self.coef.bad)  # fmt: skip
         self.coef.finite = None
         return self.coef
 
@@ -796,6 +815,7 @@ class DeviceColumns:
         self._l_sq = self.cuda.to_device(np.ascontiguousarray(l_sq, dtype=np.float64))
         self._w = self.cuda.to_device(np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64))
         self.blocks: dict = {}
+        self._rows_data: dict = {}  # block -> (host key, y and c on the GPU): sent once, not per product
 
     def put(self, i: int, X) -> None:
         """Compute and keep block ``i``'s columns (rows ``X``)."""
@@ -835,13 +855,32 @@ class DeviceColumns:
         n, width = Ct.shape[1], len(beta)
         u = cuda.device_array(n, np.float64)
         d_beta = cuda.to_device(np.ascontiguousarray(beta, dtype=np.float64))
-        k.active_weights[k.launch(n)](Ct, d_beta, float(bias), cuda.to_device(np.asarray(y, np.float64)),
-                                      cuda.to_device(np.asarray(c, np.float64)),
-                                      cuda.to_device(np.asarray(active, np.bool_)), bool(labels), u)  # fmt: skip
-        out = cuda.device_array(width, np.float64)
-        k.columns_transposed_times[k.launch(width)](Ct, u, out)
-        host_u = u.copy_to_host()
-        return np.append(out.copy_to_host(), np.sum(host_u))
+        d_y, d_c = self._resident(i, y, c)
+        k.active_weights[k.launch(n)](Ct, d_beta, float(bias), d_y, d_c, cuda.to_device(np.asarray(active, np.bool_)),
+                                      bool(labels), u)  # fmt: skip
+        # K' u and sum(u) in one pass over the columns, a block per (landmark, chunk of rows), read coalesced;
+        # the chunks added in order: (width + 1) values come back, not u
+        n_chunks = max(1, -(-n // k.PRODUCT_CHUNK))
+        partial = cuda.device_array((width + 1, n_chunks), np.float64)
+        blocks = min((width + 1) * n_chunks, 65535 if k.SIMULATED else 1 << 20)
+        k.columns_transposed_partials[(2 if k.SIMULATED else blocks), k.TPB](Ct, u, k.PRODUCT_CHUNK, partial)
+        out = cuda.device_array(width + 1, np.float64)
+        k.sum_partials[k.launch(width + 1)](partial, out)
+        return out.copy_to_host()
+
+    def _resident(self, i: int, y, c):
+        """Block ``i``'s labels and weights on the GPU, sent on first use and kept.
+
+        A shard's labels and weights are fixed while its columns are loaded (``LinearShard.load_problem`` sets
+        both and builds a new :class:`DeviceColumns`); the key (the host arrays' addresses and shapes) resends
+        them for other arrays.  The host arrays are held with their copies, so no other array can take their
+        addresses while the key stands."""
+        y, c = np.asarray(y, np.float64), np.asarray(c, np.float64)
+        key = tuple((a.__array_interface__["data"][0], a.shape, a.strides) for a in (y, c))
+        held = self._rows_data.get(i)
+        if held is None or held[0] != key:
+            held = self._rows_data[i] = (key, self.cuda.to_device(y), self.cuda.to_device(c), (y, c))
+        return held[1], held[2]
 
     @property
     def nbytes(self) -> int:
@@ -849,6 +888,7 @@ class DeviceColumns:
 
     def close(self) -> None:
         self.blocks = {}
+        self._rows_data = {}
 
 
 # ----------------------------------------------------------------------------- prediction

@@ -21,6 +21,7 @@ Nothing above this module branches on the kind of input.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
@@ -56,6 +57,8 @@ __all__ = [
     "DataStoreInput",
     "KernelStoreInput",
     "make_training_input",
+    "read_into_memory",
+    "STORE_IN_MEMORY_BYTES",
     "make_predictor",
     "prediction_blocks",
     "is_precomputed",
@@ -570,6 +573,27 @@ def _check_precomputed(X, *, training: bool) -> np.ndarray:
     return K
 
 
+#: A data store whose rows take at most this many bytes in memory is read into memory and fitted as the
+#: arrays it holds: the same model, in the same time, as its file (the exact polish included); a larger one
+#: stays out of core (shards read their own rows). The environment variable ``MWUMKL_STORE_IN_MEMORY_BYTES``
+#: sets another bound (0: every store out of core).
+STORE_IN_MEMORY_BYTES = 256 << 20
+
+
+def read_into_memory(store) -> bool:
+    """Whether a fit reads ``store`` into memory: a data store of at most :data:`STORE_IN_MEMORY_BYTES`."""
+    if not isinstance(store, DataStore):
+        return False  # a kernel store's (m, n, n) values are what a store is for
+    text = os.environ.get("MWUMKL_STORE_IN_MEMORY_BYTES", "").strip()
+    try:
+        bound = int(text) if text else STORE_IN_MEMORY_BYTES
+    except ValueError:
+        raise ValueError(f"MWUMKL_STORE_IN_MEMORY_BYTES must be a number of bytes, got {text!r}") from None
+    n, d = store.shape
+    size = store.meta["nnz"] * 12 + (n + 1) * 8 if store.sparse else n * d * 8
+    return size <= bound
+
+
 def _store_input(store, y, kernels) -> TrainingInput:
     if isinstance(store, KernelStore) and not is_precomputed(kernels):
         raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
@@ -577,7 +601,13 @@ def _store_input(store, y, kernels) -> TrainingInput:
         raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
     if y is not None:
         raise ValueError(f"{store.path}: the labels come from the store; call fit(store) with y=None")
+    if read_into_memory(store):
+        X, y = check_X_y(store.read_rows(0, store.n_samples), store.y, **_FEATURE_CHECKS)
+        return FeatureInput(X, y, kernels)
     return KernelStoreInput(store) if isinstance(store, KernelStore) else DataStoreInput(store, kernels)
+
+
+_FEATURE_CHECKS = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
 
 
 def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
@@ -586,7 +616,8 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
     The one place that tells the kinds of input apart.
 
     ``X`` is an array or sparse matrix of features, ``(m, n, n)`` kernels with
-    ``kernels="precomputed"``, or a store (then ``y`` must be None).  Feature
+    ``kernels="precomputed"``, or a store (then ``y`` must be None); a small data store
+    (:func:`read_into_memory`) is read and fitted as the arrays it holds.  Feature
     arrays are validated by scikit-learn's ``validate_data``, which also sets
     ``estimator.n_features_in_`` (and ``feature_names_in_``); with ``estimator=None``
     (a nested fit's rows, already validated) by ``check_X_y``.
@@ -600,7 +631,7 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
         if y.ndim != 1 or len(y) != K.shape[1]:
             raise ValueError(f"y must be 1-d with {K.shape[1]} labels, got shape {y.shape}")
         return PrecomputedInput(K, y)
-    checks = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
+    checks = _FEATURE_CHECKS
     X, y = check_X_y(X, y, **checks) if estimator is None else validate_data(estimator, X, y, **checks)
     return FeatureInput(X, y, kernels)
 

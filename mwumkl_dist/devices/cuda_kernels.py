@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import types
 import warnings
 
@@ -51,7 +52,7 @@ from mwumkl_dist.core import exact as _exact
 from mwumkl_dist.core import mwu_rules as _rules
 from mwumkl_dist.devices.cpu import EXP_CONSTANTS
 
-__all__ = ["SIMULATED", "TPB", "launch", "rule_launch", "device_rule"]
+__all__ = ["SIMULATED", "TPB", "launch", "rule_launch", "device_rule", "check_arguments", "Kernel", "LAUNCH_OBSERVERS"]
 
 #: True under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
 SIMULATED = bool(numba.config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -680,17 +681,53 @@ def active_weights(Ct, beta, bias, y, c, active, labels, out):
         out[t] = _mul(c[t], s)
 
 
+#: Rows per block of :func:`columns_transposed_partials` (a multiple of the block size; fewer under the simulator).
+PRODUCT_CHUNK = 64 if SIMULATED else 4096
+
+
 @cuda.jit
-def columns_transposed_times(Ct, u, out):
-    """``out[j] = sum_t Ct[j, t] u[t]`` (double precision, rows in order): one landmark per thread (the first
-    ``len(out)``)."""
-    width, n = out.shape[0], Ct.shape[1]
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for j in range(start, width, stride):
+def columns_transposed_partials(Ct, u, chunk, partial):
+    """``partial[j, c] = sum_{t in chunk c} Ct[j, t] u[t]`` (double precision), and for ``j = len(partial) - 1``
+    (one past the landmarks used) the chunk's ``sum u[t]``: one block per (landmark, chunk of rows).
+
+    The block's threads read consecutive rows (coalesced, where one thread per landmark reads rows ``n`` apart
+    from its neighbours'), each adds its rows in order, then the block adds its threads' sums in a fixed tree:
+    the same bits on every run.  :func:`sum_partials` adds the chunks in order.
+    """
+    sums = cuda.shared.array(TPB, numba.float64)
+    tid, step = cuda.threadIdx.x, cuda.blockDim.x
+    rows = u.shape[0]
+    width = partial.shape[0] - 1
+    n_chunks = partial.shape[1]
+    for b in range(cuda.blockIdx.x, partial.shape[0] * n_chunks, cuda.gridDim.x):
+        j, c = _unflatten(b, n_chunks)
+        stop = (c + 1) * chunk
         s = 0.0
-        for t in range(n):
-            if u[t] != 0.0:
-                s += _mul(float(Ct[j, t]), u[t])
+        for t in range(c * chunk + tid, stop if stop < rows else rows, step):
+            w = u[t]
+            if w != 0.0:
+                s += w if j == width else _mul(float(Ct[j, t]), w)
+        sums[tid] = s
+        cuda.syncthreads()
+        half = step // 2
+        while half > 0:
+            if tid < half:
+                sums[tid] += sums[tid + half]
+            cuda.syncthreads()
+            half //= 2
+        if tid == 0:
+            partial[j, c] = sums[0]
+        cuda.syncthreads()  # sums[0] read before the next block's sums overwrite it
+
+
+@cuda.jit
+def sum_partials(partial, out):
+    """``out[j] = sum_c partial[j, c]``, chunks in order: one row per thread."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, partial.shape[0], stride):
+        s = 0.0
+        for c in range(partial.shape[1]):
+            s += partial[j, c]
         out[j] = s
 
 
@@ -790,11 +827,18 @@ def rules_margins(kb, inv_trace, ridge_p, ridge_n, s, v_pos, v_neg, s_next, u, t
 
 
 @cuda.jit
-def rules_coef(u, top_parts, eps_p, rho, selectivity, coef, bad):
+def rules_coef(u, top_parts, eps_p, rho, relative, selectivity, coef, bad):
     """``(c, q, quashed)`` from the largest ``u`` (``exponents``), then per kernel ``coef`` (``exponent_weights``);
-    ``bad[0] = 1.0`` if a value is not finite (every thread that finds one stores the same value)."""
+    ``bad[0] = 1.0`` if a value is not finite (every thread that finds one stores the same value).
+
+    ``relative`` False is the paper's scale (``exponents``' ``selectivity=None``; ``selectivity`` unused): a
+    launch on a GPU takes no ``None``, so the flag says it and ``exponents`` is compiled for both."""
     shared = cuda.shared.array(TPB, numba.float64)
-    c, q, quashed = _exponents(_parts_max(shared, top_parts), eps_p, rho, selectivity)
+    top = _parts_max(shared, top_parts)
+    if relative:
+        c, q, quashed = _exponents(top, eps_p, rho, selectivity)
+    else:
+        c, q, quashed = _exponents(top, eps_p, rho, None)
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, u.shape[0], stride):
         _, ci = _exponent_weights(u[i], c, q, quashed)
@@ -823,29 +867,78 @@ def load_points(p, q, old, n_old_p, n_old_q, new, n_p, n_q):
         q[int(new[n_p + k])] = new[n + n_p + k]
 
 
+# ----------------------------------------------------------------------------- launches
+
+
 if SIMULATED:
-    import threading
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as _DeviceArray
+else:  # pragma: no cover - needs a GPU
+    from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase as _DeviceArray
 
-    class _Serialized:
-        """A simulated kernel whose launches hold one lock: the simulator runs one kernel at a time
-        (shards served by several threads, e.g. on a Dask worker, launch concurrently; a GPU queues them)."""
+#: Scalars a kernel takes by value on a GPU (numba-cuda types them; ``None`` and other objects it cannot).
+_SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
-        _lock = threading.RLock()
 
-        def __init__(self, kernel):
-            self._kernel = kernel
+def _is_device_array(a) -> bool:
+    return isinstance(a, _DeviceArray) or (not SIMULATED and hasattr(a, "__cuda_array_interface__"))
 
-        def __getitem__(self, config):
-            launch_ = self._kernel[config]
 
-            def run(*args):
-                with self._lock:
-                    return launch_(*args)
+def check_arguments(name: str, args) -> None:
+    """Refuse a launch argument that a real GPU would refuse or copy: only device arrays and numbers pass.
 
-            return run
+    The simulator runs a kernel's Python code and takes anything (``None``, a host array, a list); numba-cuda's
+    launch on a GPU fails on ``None`` (``NotImplementedError: (none, None)``) and copies a host array in and
+    out at every launch.  Checking here, in the one place every launch goes through, makes the simulator
+    catch what hardware would.
+    """
+    for i, a in enumerate(args):
+        if _is_device_array(a) or (isinstance(a, _SCALARS) and not isinstance(a, np.ndarray)):
+            continue
+        what = type(a).__name__
+        if a is None or isinstance(a, np.ndarray):
+            what = "None" if a is None else f"a host numpy array {a.shape}"
+        raise TypeError(f"CUDA kernel {name}: argument {i} is {what}; a launch takes device arrays "
+                        "(cuda.to_device) and numbers only")  # fmt: skip
 
-    for _name in ("exp_values", "fill_zero", "point_sqnorms", "group_dots_dense", "group_dots_csr",
-                  "superstep_features", "superstep_features_inline", "superstep_columns", "scores_argmax",
-                  "pick_candidates", "point_kernels", "gather_rows", "exact_row_dots", "weighted_kernel_sums",
-                  "rules_margins", "rules_coef", "load_points"):  # fmt: skip
-        globals()[_name] = _Serialized(globals()[_name])
+
+class Kernel:
+    """A compiled kernel whose launches (``kernel[grid, block](*args)``) pass :func:`check_arguments` first.
+
+    Under the simulator a launch also holds one lock: the simulator runs one kernel at a time (shards served by
+    several threads, e.g. on a Dask worker, launch concurrently; a GPU queues them).  Attributes other than the
+    launch (``py_func``, ...) are the compiled kernel's.
+    """
+
+    _lock = threading.RLock()
+
+    def __init__(self, name: str, kernel):
+        self.name, self._kernel = name, kernel
+
+    def __getattr__(self, attr):
+        return getattr(self._kernel, attr)
+
+    def __getitem__(self, config):
+        launch_, name = self._kernel[config], self.name
+
+        def run(*args):
+            check_arguments(name, args)
+            for observe in LAUNCH_OBSERVERS:
+                observe(name, args)
+            if not SIMULATED:  # pragma: no cover - needs a GPU
+                return launch_(*args)
+            with self._lock:
+                return launch_(*args)
+
+        return run
+
+
+#: Callables ``(kernel name, args)`` told of every launch before it runs (tests count transfers with them).
+LAUNCH_OBSERVERS: list = []
+
+KERNELS = ("exp_values", "fill_zero", "point_sqnorms", "group_dots_dense", "group_dots_csr", "superstep_features",
+           "superstep_features_inline", "superstep_columns", "scores_argmax", "pick_candidates", "point_kernels",
+           "gather_rows", "exact_row_dots", "weighted_kernel_sums", "combined_columns", "columns_times",
+           "active_weights", "columns_transposed_partials", "sum_partials", "rules_margins", "rules_coef",
+           "load_points")  # fmt: skip
+for _name in KERNELS:
+    globals()[_name] = Kernel(_name, globals()[_name])

@@ -39,6 +39,7 @@ __all__ = [
     "data_format",
     "format_label",
     "SUPPORTED_EXTENSIONS",
+    "OneBasedAssumedWarning",
 ]
 
 _SVMLIGHT = (".svm", ".svmlight", ".libsvm")
@@ -348,6 +349,15 @@ FEATURES_PER_VALUE = 16
 _BOM = codecs.BOM_UTF8
 
 
+class OneBasedAssumedWarning(UserWarning):
+    """An svmlight file read as one-based because ``zero_based="auto"`` found no feature index 0.
+
+    Said once per read: a zero-based file that never uses feature 0 (scikit-learn's ``dump_svmlight_file``
+    writes zero-based files; the digits' first pixel is always 0) reads as one-based, one feature short and
+    shifted by one, and nothing else would tell.
+    """
+
+
 def _load_svmlight(path: str, n_features, zero_based):
     """``(X, y, zero_based)``: the rows, the labels and the index convention the file was read with."""
     from sklearn.datasets import load_svmlight_file
@@ -366,6 +376,14 @@ def _load_svmlight(path: str, n_features, zero_based):
     X = sp.csr_matrix(X)
     if zero_based == "auto":  # scikit-learn's rule: one-based unless index 0 occurs
         zero_based = X.nnz == 0 or int(X.indices.min()) == 0
+        if not zero_based:
+            warnings.warn(
+                f"{path}: feature indices read as one-based (LIBSVM's convention) because no index 0 occurs; "
+                "if the file counts from 0 (as scikit-learn's dump_svmlight_file writes), read it with "
+                "zero_based=True (--zero-based yes)",
+                OneBasedAssumedWarning,
+                stacklevel=4,
+            )
     elif zero_based not in (True, False):
         raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
     if not zero_based:

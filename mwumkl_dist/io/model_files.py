@@ -89,6 +89,7 @@ def _model_meta(estimator) -> dict:
         "n_iter": np.asarray(estimator.n_iter_).tolist(),
         "interrupted": bool(estimator.interrupted_),
         "polished": bool(getattr(estimator, "polished_", False)),
+        "polish_skipped_": getattr(estimator, "polish_skipped_", None),
         "C_": None if np.isinf(estimator.C_) else float(estimator.C_),
         "epsilon_": float(estimator.epsilon_),
         "selectivity_": getattr(estimator, "selectivity_", "paper"),
@@ -115,7 +116,9 @@ def _model_meta(estimator) -> dict:
 
 
 #: The cross-validation paths saved with a model (for its summary and pictures), by attribute.
-CV_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "final_C_path_")
+CV_PATHS = (
+    "C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "final_C_path_", "structure_path_",
+)  # fmt: skip
 
 
 def _path_items(path: dict) -> list:
@@ -441,6 +444,8 @@ def _estimator_from(cls, meta: dict, data):
     est.n_iter_ = n_iter if isinstance(n_iter, int) else np.asarray(n_iter)
     est.interrupted_ = meta["interrupted"]
     est.polished_ = bool(meta.get("polished", False))
+    if meta.get("polish_skipped_") is not None:  # files from before it: the summary guesses the reason
+        est.polish_skipped_ = str(meta["polish_skipped_"])
     if "epsilon_" in meta:
         est.C_ = np.inf if meta["C_"] is None else float(meta["C_"])
         est.epsilon_ = float(meta["epsilon_"])

@@ -27,7 +27,8 @@ from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
-from mwumkl_dist.devices.threads import one_blas_thread, ordered_map
+from mwumkl_dist.devices.routing import scoring_device as routed_scoring
+from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "scoring_device",
     "one_vs_rest_targets",
     "training_classes",
+    "continuous_target",
 ]
 
 #: A whole fit: ``fit(spec, data, *, sample_weight=None, seed=None) -> attributes``.
@@ -59,6 +61,31 @@ def training_classes(y) -> np.ndarray:
     if len(classes) < 2:
         raise ValueError(f"the training labels hold one class only ({classes[0]!r}); MWUMKL needs at least two")
     return classes
+
+
+#: Labels look like a continuous (regression) target rather than classes when there are more than
+#: MANY_CLASSES of them and more than half have fewer than FEW_ROWS rows: one-vs-rest on a class of one
+#: or two rows learns nothing (scikit-learn's diabetes target: 214 classes among 442 rows, 71 % of them
+#: with one or two rows); a real many-class problem has several rows per class.
+MANY_CLASSES = 10
+FEW_ROWS = 3
+
+
+def continuous_target(y, name: str = "MWUMKL") -> str | None:
+    """Why the labels ``y`` look like a continuous target rather than classes, or None when they do not.
+
+    ``name`` is what the message calls the classifier. Non-integer floats get scikit-learn's
+    ``ValueError`` ("Unknown label type") first.
+    """
+    check_classification_targets(y)
+    classes, counts = np.unique(np.asarray(y), return_counts=True)
+    few = int(np.count_nonzero(counts < FEW_ROWS))
+    if len(classes) <= MANY_CLASSES or 2 * few <= len(classes):
+        return None
+    return (
+        f"{len(classes)} classes among {len(y)} rows ({few} with fewer than {FEW_ROWS} rows) look like a continuous "
+        f"target; {name} fits a classifier: labels must be classes (bin the target)"
+    )
 
 
 def one_vs_rest_targets(classes: np.ndarray) -> list:
@@ -163,10 +190,12 @@ def score_rows(kernels, kernel_names, n_features_in: int, X, support, support_ve
                device: str = "cpu") -> np.ndarray:  # fmt: skip
     """A model's decision values without its biases, ``(n_samples, n_problems)``, on checked rows ``X``.
 
-    On ``device`` (:func:`scoring_device`); where the GPU cannot hold the support vectors (dense there)
-    the CPU computes the same numbers.
+    On ``device`` (:func:`scoring_device`) where that pays (:func:`mwumkl_dist.devices.routing.scoring_device`:
+    a small fold's rows on the CPU); where the GPU cannot hold the support vectors (dense there) the CPU
+    computes the same numbers.
     """
     args = (X, support, support_vectors, dual_coef, np.atleast_2d(raw_weights))
+    device = routed_scoring(device, X.shape[0], len(support), args[-1].shape[1], current_threads())
     try:
         return make_predictor(kernels, kernel_names, n_features_in, device).decision_values(*args)
     except MemoryError:  # the GPU's DeviceMemoryError, raised before it allocates

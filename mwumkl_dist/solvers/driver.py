@@ -32,6 +32,7 @@ from mwumkl_dist.solvers.base import (
     Calibration,
     FitTask,
     Solver,
+    continuous_target,
     fold_decisions,
     fold_map,
     model_decisions,
@@ -148,6 +149,8 @@ def _fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight, seed, resum
     note = None if nested else solver_note(spec, data, resume=resume)
     if note is not None:  # said before the (long) fit, and kept with the model
         warnings.warn(note, UserWarning, stacklevel=4)
+    if not nested and (problem := continuous_target(data.y)) is not None:
+        raise ValueError(problem)  # before any work; a fold of a checked fit may have fewer rows per class
     nested_fit = functools.partial(fit_model, nested=True)
     task = FitTask.prepare(spec, data, sample_weight=sample_weight, seed=seed, fit=nested_fit, resume=resume)
     calibration_data = probability_input(spec, task.data, seed)

@@ -22,6 +22,7 @@ __all__ = [
     "model_attributes",
     "polish_model",
     "polishes",
+    "polish_skipped",
     "rows_to_score",
     "solved_scores",
 ]
@@ -165,36 +166,48 @@ def guard_biases(
     return rows, scores
 
 
-def polishes(polish, data: TrainingInput, C: float, n_kernels: int) -> bool:
-    """Whether :func:`polish_model` re-solves a model (unless the iterations were interrupted).
+def polish_skipped(polish, data: TrainingInput, C: float, n_kernels: int) -> str | None:
+    """Why :func:`polish_model` does not re-solve a model (the summary's words), or None when it does.
 
     ``polish=True`` where it cannot run raises ``ValueError`` naming why.
     """
     if polish is False:
-        return False
+        return "polish=False"
     blocker = data.polish_blocker
     if blocker is None and np.isinf(C):
         blocker = "the hard margin (C = inf): the hulls may intersect"
     if blocker is not None:
         if polish is True:
             raise ValueError(f"polish=True is not available for {blocker}")
-        return False
+        return f"auto: not available for {blocker}"
     # All points, never the MWU support set alone: on noisy data (cod-rna) the support set is the
     # overlap of the classes, and the exact solution on it alone has a useless bias (62 % error).
-    return polish is True or polish_budget_ok(data.n_samples, n_kernels)
+    if polish is True or polish_budget_ok(data.n_samples, n_kernels):
+        return None
+    return f"auto: too large for it, {data.n_samples} rows x {n_kernels} kernels"
+
+
+def polishes(polish, data: TrainingInput, C: float, n_kernels: int) -> bool:
+    """Whether :func:`polish_model` re-solves a model (unless the iterations were interrupted).
+
+    ``polish=True`` where it cannot run raises ``ValueError`` naming why.
+    """
+    return polish_skipped(polish, data, C, n_kernels) is None
 
 
 def polish_model(model: dict, data: TrainingInput, targets, ridges, polish) -> dict:
     """Re-solve each binary problem exactly on all points with the learned weights (see ``polish``).
 
     ``ridges`` holds each problem's ridge (:class:`SolveSettings`).  Returns
-    ``polished_`` and, when polished, the exact ``support_``, ``dual_coef_``,
-    ``intercept_`` and ``support_vectors_`` replacing the MWU ones.
+    ``polished_`` and, when polished, the exact ``support_``, ``dual_coef_``, ``intercept_`` and
+    ``support_vectors_`` replacing the MWU ones; when not, ``polish_skipped_``: why.
     """
     weights = np.atleast_2d(model["raw_kernel_weights_"])
     n, m = data.n_samples, weights.shape[1]
-    if model["interrupted_"] or not polishes(polish, data, model["C_"], m):
-        return {"polished_": False}
+    skipped = "the iterations were interrupted" if model["interrupted_"] else None
+    skipped = skipped or polish_skipped(polish, data, model["C_"], m)
+    if skipped is not None:
+        return {"polished_": False, "polish_skipped_": skipped}
     coef = np.zeros((len(targets), n))
     intercept = np.array(model["intercept_"], dtype=np.float64)
     description = f"exact polish: LIBSVM on the combined kernel of {n} rows"

@@ -16,6 +16,8 @@ import numpy as np
 from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, SolverState
 from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
+from mwumkl_dist.devices.routing import mwu_device
+from mwumkl_dist.devices.threads import current_threads
 from mwumkl_dist.engines.base import Engine
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.io.atomic import exclusive_writer
@@ -88,13 +90,22 @@ def check_shard_count(n_shards, n_samples: int) -> None:
 
 
 def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
-    """The spec's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``)."""
+    """The spec's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``).
+
+    A local ``device="cuda"`` fit runs where :func:`mwumkl_dist.devices.routing.mwu_device` says it is cheaper:
+    a small one (a cross-validation fold, a two-stage fit's weight stage) on CPU threads, a large one on the
+    GPU; the GPU is checked either way, so a missing one is the same error for every size.
+    """
     device = spec.device
     if device != "cpu":
         from mwumkl_dist.data import cuda_shards as cuda
 
         # The local engine's GPU is checked here, at once; Dask workers check their own.
-        problem = cuda.on_device(problem, device, driver_gpu=spec.engine == "local")
+        local = spec.engine == "local"
+        if local:
+            cuda.check_device()
+            device = mwu_device(device, problem.n_samples, problem.n_kernels, current_threads())
+        problem = cuda.on_device(problem, device, driver_gpu=local)
     if spec.engine == "local":
         return LocalEngine(problem, n_shards=spec.n_shards)
     from mwumkl_dist.engines.dask import DaskEngine
