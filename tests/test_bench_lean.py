@@ -29,6 +29,8 @@ def test_the_smoke_run_measures_every_method_and_two_fits_together(tmp_path):
     doc = json.loads((tmp_path / "lean.json").read_text())
     rows = doc["rows"]
     assert [r["method"] for r in rows] == ["mwumkl", "svc", "lgbm", "mwumkl", "mwumkl"]
-    assert all(r["peak_rss_mb"] >= r["rss_before_mb"] > 0 and r["fit_s"] > 0 and 0 <= r["error"] < 0.5 for r in rows)
+    # ru_maxrss and psutil's RSS count a little differently (a fraction of a MB): the peak is at least about it
+    assert all(r["peak_rss_mb"] >= 0.98 * r["rss_before_mb"] > 0 and r["fit_s"] > 0 for r in rows)
+    assert all(0 <= r["error"] < 0.5 for r in rows)
     assert "rank_stop_reason" in rows[0] or rows[0]["polished"]  # the MWUMKL rows carry the fit's choices
     assert "one of two together" in (tmp_path / "lean.md").read_text()
