@@ -12,7 +12,7 @@ Cases (``--cases``, all by default):
 
 Each case runs the solver (:func:`mwumkl_dist.solvers.mwu.solve`) on the local engine
 with CPU shards (all cores unless ``--cpu-threads``) and with GPU shards
-(:func:`mwumkl_dist.data.cuda_shards.on_device`), end to end (shards built, data sent to
+(:func:`mwumkl_dist.data.cuda.on_device`), end to end (shards built, data sent to
 the GPU, traces, iterations, the final model), and reports both wall times, their
 parts (``build_s``, ``traces_s``, ``iterations_s`` up to the last superstep, ``model_s``:
 the kernel weights and the class sums), the time per iteration, the GPU shards' memory
@@ -80,7 +80,7 @@ def _case(name: str, standin: bool, smoke: bool):
 
 def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float, traces=None):
     """Solve ``problem`` on the local engine; ``traces`` None: the shards add them up."""
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.solvers import mwu
 
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     args = ap.parse_args(argv)
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem, _bank_traces
     from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet

@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
         "not a measurement",
     )
     p.add_argument("--shards-per-worker", type=int, default=1, help="row shards per Dask worker (default 1)")
+    p.add_argument(
+        "--auto-shards", action="store_true", help="Dask rows with n_shards='auto' (the estimator's default)"
+    )
     p.add_argument("--repeat", type=int, default=1, help="fits per row; the fastest is reported (default 1)")
     p.add_argument("--max-iter", type=int, help="override every problem's iteration count")
     p.add_argument("--oversubscribe", action="store_true", help="also run counts above the available cores")
@@ -486,9 +489,12 @@ def main(argv=None) -> int:
                 client.wait_for_workers(w, timeout=120)
                 for name, (spec, X, y, _, _) in problems.items():
                     clf, fit_s, solve_s = timed(
-                        X, y, spec, args.repeat, engine="dask", client=client, n_shards=w * args.shards_per_worker
-                    )
-                    rows[name].append(_row(name, f"dask {w}x{t}", w, t, clf, fit_s, solve_s, *refs[name]))
+                        X, y, spec, args.repeat, engine="dask", client=client,
+                        n_shards="auto" if args.auto_shards else w * args.shards_per_worker,
+                    )  # fmt: skip
+                    rows[name].append(_row(name, f"dask {w}x{t}" + (" auto" if args.auto_shards else ""), w, t,
+                                           clf, fit_s, solve_s, *refs[name]))  # fmt: skip
+                    rows[name][-1]["shard_layout"] = getattr(clf, "shard_layout_", None)
                     print(f"  {name} dask {w}x{t}: {fit_s:.2f} s, same model {rows[name][-1]['same_model']}")
 
     all_rows = []

@@ -29,7 +29,7 @@ Sonar: ``--datasets-dir`` (its ``sonar.svm.gz``), else the default data folder, 
 ``../shared``: copy ``sonar.svm.gz`` into an ignored folder of the checkout and carry it.
 
 numpy 2.5 removed ``np.row_stack``, which numba-cuda releases of 2026 still name when ``numba.cuda`` is
-imported; the package gives it back (:func:`mwumkl_dist.data.cuda_shards.numpy_compat`) before that import,
+imported; the package gives it back (:func:`mwumkl_dist.data.cuda.numpy_compat`) before that import,
 so this script runs on such a machine as installed (``docs/gpu.md``).
 """
 
@@ -107,7 +107,7 @@ def _bank(plan: dict, device: str, n_kernels: int, datasets_dir, warm: bool = Fa
     from benchmarks.bench_gpu import _fit
     from benchmarks.datasets import load_or_standin, random_splits, scale_split
     from mwumkl_dist.core.mwu_rules import iteration_count
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem, _bank_traces
     from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
 
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
         else:
             part_fits(plan, "cuda" if args.child == "gpu" else "cpu", args.datasets_dir)
         return 0
-    from mwumkl_dist.data.cuda_shards import check_device
+    from mwumkl_dist.data.cuda import check_device
 
     try:
         check_device()

@@ -67,7 +67,7 @@ def _devices(text: str) -> list[str]:
 
 def gpu_info() -> dict:
     """The GPU's name and memory (a RuntimeError naming what is missing where there is none)."""
-    from mwumkl_dist.data.cuda_shards import check_device, device_memory
+    from mwumkl_dist.data.cuda import check_device, device_memory
 
     cuda = check_device()
     free, total = device_memory()

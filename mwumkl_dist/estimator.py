@@ -18,8 +18,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_training_input, prediction_blocks
-from mwumkl_dist.devices.routing import scoring_device
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
@@ -224,8 +224,14 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     client : distributed.Client, str or None, default=None
         With ``engine="dask"``: a client, a scheduler address
         (``"tcp://host:8786"``), or None for a local threaded cluster.
-    n_shards : int, default=1
-        Row shards (the result does not depend on the sharding).
+    n_shards : "auto" or int, default="auto"
+        Row shards (the result does not depend on the sharding).  ``"auto"``: on
+        the local engine one; on Dask the two-stage fit's linear stage puts one
+        shard on each worker (each reads its own rows where the input is a data
+        store), and the MWU iterations run where a superstep is cheapest: in
+        this process where its threads beat a round trip to the workers (for a
+        problem in memory; a cost model of a measured superstep and a measured
+        round trip), else one shard per worker.  ``shard_layout_`` says which.
     n_kernel_shards : int, default=1
         Kernel shards (``engine="dask"``): blocks of kernels over each row shard.
     n_jobs : int or None, default=None
@@ -411,6 +417,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Only after a two-stage fit: whether a shard kept its kernel columns on the landmarks in a
         temporary file (they exceeded its memory budget; see
         :func:`mwumkl_dist.solvers.two_stage.feature_memory_budget`).
+    linear_method_ : str or list of str
+        Only after a two-stage fit on Nystroem features: how each binary problem's final linear solve was made,
+        ``"explicit"`` (Newton with the Hessian formed) or ``"cg"`` (conjugate gradients), as the cost model of
+        :func:`~mwumkl_dist.solvers.two_stage.newton.linear_costs` chose for where the shards ran.
+    shard_layout_ : str
+        Where the shards ran and why (``n_shards``; the linear stage's method and its cost model's estimates).
     polished_ : bool
         Whether the dual coefficients and biases come from the exact polish
         (see ``polish``) rather than from the MWU iterations alone.
@@ -455,7 +467,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         engine="local",
         device="cpu",
         client=None,
-        n_shards=1,
+        n_shards="auto",
         n_kernel_shards=1,
         n_jobs=None,
         checkpoint=None,
@@ -647,12 +659,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
         check_is_fitted(self)
-        device = getattr(self, "device", "cpu")  # a model unpickled from before device: the CPU
+        backend = backend_named(getattr(self, "device", "cpu"))  # a model unpickled from before device: the CPU
         weights = np.atleast_2d(self.raw_kernel_weights_)
         n_rows = getattr(X, "shape", (None,))[0]
         if n_rows is not None:  # few rows or a small model: the CPU is quicker (the same values)
-            device = scoring_device(device, n_rows, len(self.support_), weights.shape[1], current_threads())
-        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, device)
+            backend = backend.scoring(n_rows, len(self.support_), weights.shape[1], current_threads())
+        predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, backend)
         with thread_limit(getattr(self, "n_jobs", None)):  # a model unpickled from before n_jobs: None
             parts = [
                 predictor.decision_values(

@@ -213,6 +213,7 @@ CHOICES: list[tuple[str, str, Callable]] = [
     ("width band", "width_band_", _width_band),
     ("structure", "structure_path_", _structure),
     ("epsilon", "epsilon_", _epsilon),
+    ("shards", "shard_layout_", lambda model: str(model.shard_layout_)),
 ]
 
 

@@ -25,7 +25,7 @@ def real_gpu() -> bool:
     """Whether this process sees a real CUDA GPU (not the simulator) that numba-cuda can use."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         return False
-    from mwumkl_dist.data.cuda_shards import gpu_available
+    from mwumkl_dist.data.cuda import gpu_available
 
     return gpu_available()
 
@@ -69,7 +69,7 @@ def main(namespace: dict, cases, simulated_only: bool = True) -> int:
     real = os.environ.get(REAL_GPU_ENV) == "1"
     assert numba.config.ENABLE_CUDASIM or real or not simulated_only, "run with NUMBA_ENABLE_CUDASIM=1"
     if real:
-        from mwumkl_dist.data.cuda_shards import check_device
+        from mwumkl_dist.data.cuda import check_device
 
         check_device()  # numba-cuda imported as the package imports it (its numpy guard first)
     # The simulator runs a block's threads as Python threads and a barrier waits for each of them to take
@@ -81,7 +81,7 @@ def main(namespace: dict, cases, simulated_only: bool = True) -> int:
         # then breaks another thread's call ("dictionary changed size during iteration"; an overflow warns in
         # cuda_kernels._mul).  The registries exist before any kernel runs.
         from mwumkl_dist.core import mwu_rules
-        from mwumkl_dist.devices import cuda_kernels
+        from mwumkl_dist.data.cuda import kernels as cuda_kernels
 
         for module in (cuda_kernels, mwu_rules):
             vars(module).setdefault("__warningregistry__", {})

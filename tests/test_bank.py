@@ -181,9 +181,9 @@ def test_bank_threads_give_the_same_model(reference, monkeypatch):
     from mwumkl_dist.devices import cpu
 
     X, y, ref = reference
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 64)  # the parallel path on 90 rows
+    monkeypatch.setattr(cpu.pool, "PARALLEL_MIN_WORK", 64)  # the parallel path on 90 rows
     with cpu.thread_limit(2):
-        assert cpu._layout(90, 32, 2000) == (2, 1)
+        assert cpu.superstep._layout(90, 32, 2000) == (2, 1)
     assert_same_model(MWUMKLClassifier(kernels=SPEC, **literal(epsilon=0.3), n_jobs=2).fit(X, y), ref, X)
 
 

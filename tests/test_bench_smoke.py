@@ -101,7 +101,7 @@ def _results_state() -> dict:
 
 @pytest.mark.timeout(300)
 def test_device_check_without_a_gpu_is_one_line_and_status_2():
-    from mwumkl_dist.data.cuda_shards import gpu_available
+    from mwumkl_dist.data.cuda import gpu_available
 
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     if gpu_available() and os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1":

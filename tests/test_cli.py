@@ -655,8 +655,10 @@ def test_compiling_note_when_the_numba_cache_is_cold(files, capsys, monkeypatch)
     # Warm once a third of the module's kernels are cached as they are now (a fit caches most of them).
     from mwumkl_dist.devices import cpu as _columns
 
-    kernels = [k.py_func for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
-    names = [f"cpu.{f.__qualname__}-{f.__code__.co_firstlineno}.py311.nbi" for f in kernels]
+    kernels = {k.py_func for module in _columns.KERNEL_MODULES for k in vars(module).values()
+               if hasattr(k, "py_func") and getattr(k, "stats", None)}  # fmt: skip
+    names = [f"{f.__module__.rsplit('.', 1)[-1]}.{f.__qualname__}-{f.__code__.co_firstlineno}.py311.nbi"
+             for f in sorted(kernels, key=lambda f: f.__qualname__)]  # fmt: skip
     monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 - 1])
     assert progress.numba_cache_is_cold() is True  # e.g. after a run that only predicted
     monkeypatch.setattr(progress.os, "listdir", lambda path: names[: len(names) // 3 + 1])

@@ -41,7 +41,7 @@ def test_threads_do_not_change_the_model(monkeypatch, sparse):
     params = dict(kernels="linear,poly:2,gaussian:1,gaussian:2@0-5", **literal(epsilon=0.3))
     with _columns.thread_limit(1):
         one = MWUMKLClassifier(**params).fit(X, y)
-    monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 64)  # exercise the parallel path on small data
+    monkeypatch.setattr(_columns.pool, "PARALLEL_MIN_WORK", 64)  # exercise the parallel path on small data
     with _columns.thread_limit(2):
         two = MWUMKLClassifier(**params).fit(X, y)
         np.testing.assert_array_equal(one.decision_function(X), two.decision_function(X))

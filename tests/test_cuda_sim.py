@@ -17,6 +17,8 @@ import _cudasim
 import numpy as np
 import pytest
 
+from mwumkl_dist.data.backends import CPU, CUDABackend
+
 CASES = ["launches", "dense", "csr_groups", "bank", "precomputed", "tiles", "margins", "fit", "rules", "transfers",
          "estimator", "dask", "predict", "errors"]  # fmt: skip
 
@@ -52,7 +54,7 @@ def test_cuda_kernels_on_a_gpu(gpu_run, case):
 def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():
     import pickle
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
 
     sentinel = object()
     assert cuda.on_device(sentinel, "cpu") is sentinel
@@ -91,7 +93,7 @@ def test_real_kernels_compile_for_a_gpu_without_fma():
 
 
 def test_without_a_gpu_device_cuda_is_one_clear_error():
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels import KernelSet
 
@@ -118,7 +120,7 @@ def test_numpy_without_row_stack_gets_the_alias_numba_cuda_needs():
     """numpy 2.5 has no ``np.row_stack``, which numba-cuda names at import: the package gives the alias back first."""
     import types
 
-    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data import cuda as cuda_shards
 
     numpy_2_5 = types.SimpleNamespace(vstack=np.vstack)  # numpy's names, row_stack gone
     assert cuda_shards.numpy_compat(numpy_2_5) is True
@@ -196,7 +198,7 @@ def _compare_shards(cpu, gpu, problem, n_steps, rng, check_partials=True):
 
 
 def _feature_case(X, y, kernels, n_steps=3, row_range=None, kernel_range=None):
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.kernels import KernelSet
 
@@ -231,7 +233,7 @@ def case_dense():
 def case_csr_groups():
     import scipy.sparse as sp
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
 
     rng = np.random.default_rng(1)
     X = sp.random(30, 9, density=0.25, random_state=3, format="csr") * 3.0
@@ -239,11 +241,11 @@ def case_csr_groups():
     kernels = "linear@0-3, gaussian:1@2-6, gaussian:0.7071067811865476@2-6, poly:2@5+7+8, gaussian:2, linear"
     gpu = _feature_case(X, y, kernels, n_steps=2)
     assert gpu._dense and gpu._inline  # small groups: the sparse rows are kept dense on the GPU
-    cuda.DENSE_MAX_BYTES = 0
+    cuda.plans.DENSE_MAX_BYTES = 0
     try:
         gpu = _feature_case(X, y, kernels, n_steps=4)
     finally:
-        cuda.DENSE_MAX_BYTES = 256 * 2**20
+        cuda.plans.DENSE_MAX_BYTES = 256 * 2**20
     assert not gpu._dense
 
 
@@ -253,15 +255,15 @@ def case_bank():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(14, 7))
     y = _labels(14, rng)
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
 
     bank = RandomGaussianBank(24, subset_size=3, seed=5)
     assert _feature_case(X, y, bank, n_steps=3)._inline  # group dots in the superstep kernel
-    cuda.INLINE_MAX_GROUP = 0
+    cuda.plans.INLINE_MAX_GROUP = 0
     try:
         gpu = _feature_case(X, y, bank, n_steps=2)  # dense rows, many groups, dots in their own kernel
     finally:
-        cuda.INLINE_MAX_GROUP = 16
+        cuda.plans.INLINE_MAX_GROUP = 16
     assert gpu._dense and not gpu._inline
 
 
@@ -275,12 +277,12 @@ def case_tiles():
     sigmas = np.geomspace(0.3, 5.0, 70)
     kernels = ", ".join(f"gaussian:{float(s)!r}" for s in sigmas) + ", gaussian:1, gaussian:0.7071067811865476"
     gpu = _feature_case(X, y, kernels, n_steps=2)
-    assert gpu._n_tiles == len(_columns.kernel_tiles(gpu.plan.square_of)) - 1 >= 2
+    assert gpu._n_tiles == len(_columns.superstep.kernel_tiles(gpu.plan.square_of)) - 1 >= 2
     _feature_case(X, y, kernels, n_steps=2, kernel_range=(64, 72))
 
 
 def case_precomputed():
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import PrecomputedProblem
 
     rng = np.random.default_rng(4)
@@ -304,9 +306,9 @@ def case_margins():
     from fractions import Fraction
 
     from mwumkl_dist.core.exact import SHIFT
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
+    from mwumkl_dist.data.cuda import kernels as K
     from mwumkl_dist.data.problems import PrecomputedProblem
-    from mwumkl_dist.devices import cuda_kernels as K
 
     rng = np.random.default_rng(13)
     n, m = 9, 70
@@ -351,7 +353,7 @@ def case_fit():
 
     The paper's scale on two row shards, a quashing selectivity with a per-point ridge, precomputed kernels.
     """
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
@@ -369,8 +371,8 @@ def case_fit():
     ]
     for problem, shards, selectivity, ridge in fits:
         results = []
-        for prob, n in ((problem, 1), (cuda.on_device(problem), shards)):
-            with LocalEngine(prob, n) as engine:
+        for prob, n, backend in ((problem, 1, CPU), (cuda.on_device(problem), shards, CUDABackend())):
+            with LocalEngine(prob, n, backend=backend) as engine:
                 inv_trace = 1.0 / engine.traces()
                 engine.configure(inv_trace, ridge)
                 results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=8,
@@ -387,7 +389,7 @@ def _check_resume(problem):
     import os
     import tempfile
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.io.checkpoint import Checkpointer, load_checkpoint
     from mwumkl_dist.solvers import mwu
@@ -396,13 +398,13 @@ def _check_resume(problem):
     settings = dict(ridge=0.05, epsilon=0.3, rho=0.5, n_iter=7, selectivity=100.0)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "fit.ckpt.npz")
-        with LocalEngine(cuda.on_device(problem), 2) as engine:
+        with LocalEngine(cuda.on_device(problem), 2, backend=CUDABackend()) as engine:
             inv_trace = 1.0 / engine.traces()
             engine.configure(inv_trace, 0.05)
             whole = mwu.solve(engine, inv_trace=inv_trace, on_state=Checkpointer(path, 4, "fp", 0, []), **settings)
         saved = load_checkpoint(path, "fp")
         assert saved["iteration"] == 4
-        with LocalEngine(cuda.on_device(problem), 2) as engine:
+        with LocalEngine(cuda.on_device(problem), 2, backend=CUDABackend()) as engine:
             engine.configure(inv_trace, 0.05)
             state = resume_state(saved, problem, engine)
             resumed = mwu.solve(engine, inv_trace=inv_trace, state=state, **settings)
@@ -413,12 +415,12 @@ def _check_resume(problem):
 def _rules_pair(problem, s, ridge, selectivity):
     """The host rules and :class:`DeviceRules` for ``problem`` from ``s`` (eps 0.3, rho 0.5)."""
     from mwumkl_dist.core.mwu_rules import HostRules, eps_prime
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
 
     settings = dict(inv_trace=1.0 / np.arange(1.0, problem.n_kernels + 1), ridge=ridge, eps_p=eps_prime(0.3, 0.5),
                     rho=0.5, selectivity=selectivity)  # fmt: skip
     host = HostRules(s, lambda pos, neg: problem.kernel_block(pos.point, neg.point), **settings)
-    return host, cuda.on_device(problem).device_rules(s, **settings)
+    return host, CUDABackend().mwu_rules(cuda.on_device(problem), s, **settings)
 
 
 def case_rules():
@@ -491,7 +493,7 @@ class _Transfers:
 
         from numba import cuda
 
-        from mwumkl_dist.devices import cuda_kernels as K
+        from mwumkl_dist.data.cuda import kernels as K
 
         self.h2d = self.d2h = self.d2h_copies = 0
         count = self
@@ -563,7 +565,7 @@ def _traffic(transfers, n_kernels, host_rules=False, n_iter=4):
     """Per iteration ``(h2d bytes, d2h bytes, d2h copies)`` of a local GPU fit of a random bank of ``n_kernels``,
     then the same for the end of the fit (after the last superstep: ``s``, the weights, the class sums) and the
     number of support rows."""
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.engines.mwu_engine import MWUEngine
@@ -574,7 +576,7 @@ def _traffic(transfers, n_kernels, host_rules=False, n_iter=4):
     X = rng.uniform(0.5, 1.5, size=(12, 3))  # no zero entries: every picked point has 3 non-zeros
     problem = FeatureProblem(X, _labels(12, rng), KernelSet(RandomGaussianBank(n_kernels, subset_size=2, seed=4), 3))
     marks = []
-    with LocalEngine(cuda.on_device(problem), 1) as engine:
+    with LocalEngine(cuda.on_device(problem), 1, backend=CUDABackend()) as engine:
         if host_rules:  # the rules on the host, as before they moved to the GPU
             engine.rules = lambda s, **settings: MWUEngine.rules(engine, s, **settings)
         inv_trace = 1.0 / engine.traces()
@@ -621,7 +623,7 @@ def case_estimator():
     the support vectors, on the CPU: the same values either way.
     """
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.solvers.base import score_rows
 
     rng = np.random.default_rng(6)
@@ -663,7 +665,7 @@ def case_dask():
 
     import distributed
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.data.problems import FeatureProblem
     from mwumkl_dist.engines.dask import DaskEngine
     from mwumkl_dist.engines.local import LocalEngine
@@ -699,7 +701,7 @@ def case_dask():
 def case_predict():
     import scipy.sparse as sp
 
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
     from mwumkl_dist.devices import cpu as _columns
     from mwumkl_dist.kernels import KernelSet, RandomGaussianBank
     from mwumkl_dist.kernels.evaluation import as_csr, plan_args
@@ -739,9 +741,9 @@ def case_launches():
     launch with device arrays and numbers only."""
     from numba import cuda
 
-    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data import cuda as cuda_shards
+    from mwumkl_dist.data.cuda import kernels as K
     from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
-    from mwumkl_dist.devices import cuda_kernels as K
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.kernels import KernelSet
     from mwumkl_dist.solvers import mwu
@@ -767,7 +769,7 @@ def case_launches():
                     PrecomputedProblem(np.einsum("kif,kjf->kij", Z, Z), y))  # fmt: skip
         for problem in problems:
             for selectivity in (None, 0.0, 50.0):
-                with LocalEngine(cuda_shards.on_device(problem), 1) as engine:
+                with LocalEngine(cuda_shards.on_device(problem), 1, backend=CUDABackend()) as engine:
                     inv_trace = 1.0 / engine.traces()
                     engine.configure(inv_trace, 0.05)
                     mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=3,
@@ -780,9 +782,9 @@ def case_launches():
 
 
 def case_errors():
-    from mwumkl_dist.data import cuda_shards as cuda
+    from mwumkl_dist.data import cuda
+    from mwumkl_dist.data.cuda import kernels as _cuda_kernels
     from mwumkl_dist.data.problems import FeatureProblem, PrecomputedProblem
-    from mwumkl_dist.devices import cuda_kernels as _cuda_kernels
     from mwumkl_dist.kernels import KernelSet
 
     # the solver's exp, bit for bit (the CPU's fdlibm-style exp), incl. under/overflow and NaN
@@ -798,8 +800,8 @@ def case_errors():
     X = rng.normal(size=(10, 3))
     y = _labels(10, rng)
     problem = FeatureProblem(X, y, KernelSet("linear, gaussian:1", 3))
-    real = cuda.device_memory
-    cuda.device_memory = lambda: (1000.0, 4000.0)
+    real = cuda.runtime.device_memory
+    cuda.runtime.device_memory = lambda: (1000.0, 4000.0)
     try:
         cuda.on_device(problem).make_shard(0, 10)
     except cuda.DeviceMemoryError as exc:
@@ -807,7 +809,7 @@ def case_errors():
     else:
         raise AssertionError("no DeviceMemoryError")
     finally:
-        cuda.device_memory = real
+        cuda.runtime.device_memory = real
     # the estimate grows with V
     from mwumkl_dist.kernels import RandomGaussianBank
 
@@ -841,7 +843,7 @@ def case_ptx():
     import types
 
     from mwumkl_dist.core import mwu_rules
-    from mwumkl_dist.devices import cuda_kernels as K
+    from mwumkl_dist.data.cuda import kernels as K
 
     assert not K.SIMULATED
     f8, i8 = T.float64, T.int64

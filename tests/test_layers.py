@@ -45,8 +45,8 @@ LAYERS = [
 LAZY = {
     "mwumkl_dist.engines.dask": "distributed (only engine='dask' fits import it)",
     "mwumkl_dist.engines.dask_pool": "distributed (only engine='dask' fits import it)",
-    "mwumkl_dist.data.cuda_shards": "numba.cuda (only device='cuda' imports it)",
-    "mwumkl_dist.devices.cuda_kernels": "numba.cuda (only device='cuda' compiles it)",
+    "mwumkl_dist.data.cuda": "numba.cuda (only device='cuda' imports it)",
+    "mwumkl_dist.data.cuda.kernels": "numba.cuda (only device='cuda' compiles it)",
     # The command line's parser loads nothing heavy, so that --version, --help and usage errors answer at once:
     # a command's module (scikit-learn, numba, Dask) is imported when the command runs.
     "mwumkl_dist.cli.model": "scikit-learn and numba (imported when a model command runs)",
@@ -205,3 +205,40 @@ def test_the_cycle_finder_finds_a_cycle():
     edges = [("a", "b", 1, True), ("b", "c", 1, True), ("c", "a", 1, True), ("c", "d", 1, True)]
     assert find_cycle(edges) == ["a", "b", "c", "a"]
     assert find_cycle(edges[:2]) is None
+
+
+#: Where a device name may be compared with a value: the back-ends (the one decision of a fit's device), the cost
+#: model they ask, and each device's own package.  Everything else asks its back-end
+#: (:mod:`mwumkl_dist.data.backends`), so that a new device is one module and one registry entry.
+DEVICE_DECIDERS = ("mwumkl_dist.data.backends", "mwumkl_dist.devices.routing", "mwumkl_dist.data.cuda")
+
+
+def device_comparisons(path: Path) -> list[int]:
+    """The lines of ``path`` that compare something with a device name (``x == "cuda"``, ``"cpu" != x``, ``in``)."""
+    from mwumkl_dist.data.backends import BACKENDS
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and o.value in BACKENDS for o in operands):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_back_ends_decide_the_device():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if any(module == d or module.startswith(d + ".") for d in DEVICE_DECIDERS):
+            continue
+        found += [f"{module}:{line}" for line in device_comparisons(path)]
+    assert not found, f"device decided outside the back-ends (ask mwumkl_dist.data.backends): {found}"
+
+
+def test_the_device_check_catches_a_comparison(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('def f(spec):\n    return 1 if spec.device == "cuda" else 0\n')
+    assert device_comparisons(path) == [2]
+    path.write_text("def f(backend):\n    return backend.kernel_sums()\n")
+    assert device_comparisons(path) == []

@@ -224,7 +224,7 @@ def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, 
     try:
         with pytest.raises(SchedulerLostError) as err:
             MWUMKLClassifier(
-                **params, engine="dask", client=address, scheduler_timeout=2.0, checkpoint=ckpt,
+                **params, engine="dask", client=address, n_shards=1, scheduler_timeout=2.0, checkpoint=ckpt,
                 checkpoint_every=10, callback=lose_the_scheduler, callback_every=10,
             ).fit(X, y)  # fmt: skip
     finally:

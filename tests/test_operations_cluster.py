@@ -562,7 +562,7 @@ def test_a_lost_scheduler_is_said_once_in_our_words():
     DaskEngine.__init__ = spy
     try:
         with pytest.raises(SchedulerLostError, match="lost the connection to the Dask scheduler"):
-            MWUMKLClassifier(**PARAMS, engine="dask", client=local.scheduler_address, scheduler_timeout=2.0,
+            MWUMKLClassifier(**PARAMS, engine="dask", client=local.scheduler_address, n_shards=1, scheduler_timeout=2.0,
                              callback=lose_the_scheduler, callback_every=10).fit(X, y)  # fmt: skip
     finally:
         DaskEngine.__init__ = init

@@ -152,3 +152,43 @@ def test_a_killed_kernel_shard_worker_is_rebuilt_counted_and_gives_the_same_mode
     kill, rebuilt = _fit_with_a_killed_worker(process_client, caplog, d=13, n_shards=2, n_kernel_shards=3)
     assert engine_recoveries == [kill.victim_shards]
     assert len(rebuilt) == kill.victim_shards
+
+
+@pytest.mark.timeout(300, method="thread")
+def test_a_worker_killed_in_the_linear_stage_leaves_the_same_two_stage_model(process_client, caplog, monkeypatch):
+    """The two-stage fit's default layout (one linear-stage shard per worker, ``n_shards="auto"``): the worker of a
+    shard is killed after the first Newton step; its shard is rebuilt (its problem loaded again, the kept call) and
+    the fit ends with the local fit's model, bit for bit."""
+    from mwumkl_dist.core import partition
+    from mwumkl_dist.engines.dask_pool import DaskPool
+
+    monkeypatch.setattr(partition, "ROW_BLOCK", 64)  # the driver cuts the shards (they get their row block)
+    rng = np.random.default_rng(3)
+    X = rng.random((700, 5))
+    y = np.where(np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.standard_normal(700) > 0.9, "yes", "no")
+    params = dict(C=10.0, solver="two-stage", kernels="poly:1,gaussian:0.5,gaussian:1,gaussian:2", polish=False)
+    ref = MWUMKLClassifier(**params, n_jobs=1).fit(X, y)
+    process_client.wait_for_workers(2, timeout=120)
+    _wait_until_no_shard_actors(process_client)
+    pids = process_client.run(os.getpid)
+    killed = []
+
+    def kill(info):
+        if not killed and info.phase == "newton" and info.done >= 1:
+            actors = {w: sum("ShardServer" in str(k) for k in keys) for w, keys in process_client.has_what().items()}
+            victim = max(actors, key=actors.get)
+            if actors[victim]:
+                os.kill(pids[victim], signal.SIGKILL)
+                killed.append(victim)
+
+    rebuilt = []
+    recover = DaskPool._recover
+    monkeypatch.setattr(DaskPool, "_recover", lambda self, block: (rebuilt.append(block.slot), recover(self, block))[1])
+    with caplog.at_level(logging.WARNING, logger="mwumkl_dist"):
+        clf = MWUMKLClassifier(**params, n_jobs=1, engine="dask", client=process_client, callback=kill).fit(X, y)
+    assert killed, "no worker was killed"
+    assert len(rebuilt) == 1, rebuilt  # the victim held one of the two shards
+    assert clf.shard_layout_.startswith("linear stage: 2 shard(s), one per Dask worker")
+    for name in ("kernel_weights_", "support_", "dual_coef_", "intercept_", "C_"):
+        np.testing.assert_array_equal(getattr(clf, name), getattr(ref, name), err_msg=name)
+    np.testing.assert_array_equal(clf.decision_function(X), ref.decision_function(X))

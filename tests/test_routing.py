@@ -58,7 +58,7 @@ def test_a_routed_fit_still_needs_a_gpu(monkeypatch):
     import numpy as np
 
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data import cuda as cuda_shards
 
     if cuda_shards.gpu_available():
         pytest.skip("a CUDA GPU (or the simulator) is available here")

@@ -56,7 +56,7 @@ def _run_shard(X, y, plan, layouts, monkeypatch, steps=12, path="dense"):
     coef = -rng.random(plan.n_kernels)
     out = []
     for layout in layouts:
-        monkeypatch.setattr(_columns, "_layout", lambda n, t, m, layout=layout: layout)
+        monkeypatch.setattr(_columns.superstep, "_layout", lambda n, t, m, layout=layout: layout)
         shard = FeatureShard(X, y, 0, plan)
         if path != "dense":  # force the column pass (CSC copy) or the row pass (CSR only)
             C = X.tocsc()
@@ -168,7 +168,7 @@ def test_every_layout_is_bit_identical_on_tied_data(monkeypatch, threaded_client
     params = dict(kernels=kernels, **literal(epsilon=0.4))
     ref = MWUMKLClassifier(**params).fit(X, y)
     if case == "a9a-like":  # threads (several tasks per thread) on tied data; the layouts are tested above
-        monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 256)
+        monkeypatch.setattr(_columns.pool, "PARALLEL_MIN_WORK", 256)
         with _columns.thread_limit(2):
             _same(ref, MWUMKLClassifier(**params).fit(X, y))
     for n_shards in (2, 3, 4):
@@ -320,10 +320,10 @@ def test_predictor_with_chains_across_tiles(monkeypatch):
 
 
 def test_threads_split_rows_or_tiles_in_balanced_runs(monkeypatch):
-    monkeypatch.setattr(_columns, "threads_for", lambda work: 2)
-    assert _columns._layout(6500, 4, 240) == (2, 2)  # many rows: a row block per thread
-    assert _columns._layout(166, 4, 240) == (2, 1)  # few rows: the tiles are split
-    assert _columns._layout(166, 1, 12) == (2, 2)  # one tile: the rows are split anyway
+    monkeypatch.setattr(_columns.superstep, "threads_for", lambda work: 2)
+    assert _columns.superstep._layout(6500, 4, 240) == (2, 2)  # many rows: a row block per thread
+    assert _columns.superstep._layout(166, 4, 240) == (2, 1)  # few rows: the tiles are split
+    assert _columns.superstep._layout(166, 1, 12) == (2, 2)  # one tile: the rows are split anyway
     plan = KernelSet("paper-per-feature", 20).plan
     ws = _columns.superstep_workspace(166, *plan_args(plan))
     assert np.diff(ws.tile_ptr).tolist() == [72, 72, 72, 24]

@@ -56,7 +56,7 @@ def test_combined_kernel_is_the_weighted_sum_of_the_kernel_matrices(spec, sparse
 def test_combined_kernel_does_not_depend_on_threads(monkeypatch):
     from mwumkl_dist.devices import cpu as _columns
 
-    monkeypatch.setattr(_columns, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(_columns.pool, "PARALLEL_MIN_WORK", 1)
     X, _ = _data(301)
     ks = KernelSet("paper", X.shape[1])
     w = np.random.default_rng(3).random(len(ks))

@@ -80,7 +80,7 @@ def test_device_benchmark_script_runs():
     import json
     from pathlib import Path
 
-    from mwumkl_dist.data.cuda_shards import gpu_available
+    from mwumkl_dist.data.cuda import gpu_available
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "device_two_stage.py"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -198,8 +198,8 @@ def case_products():
     landmark and chunk, then the chunks in order): against numpy on the GPU's own columns, for chunks that are,
     and are not, a multiple of the block size, a last short chunk, a chunk without an active row; the same
     bits on every run."""
-    from mwumkl_dist.data.cuda_shards import DeviceColumns
-    from mwumkl_dist.devices import cuda_kernels as K
+    from mwumkl_dist.data.cuda import DeviceColumns
+    from mwumkl_dist.data.cuda import kernels as K
     from mwumkl_dist.kernels import KernelSet
 
     rng = np.random.default_rng(5)
@@ -245,7 +245,7 @@ def case_fit():
     import dataclasses
 
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data import cuda as cuda_shards
     from mwumkl_dist.data.problems import make_training_input
     from mwumkl_dist.solvers import two_stage
     from mwumkl_dist.solvers.base import FitTask
@@ -310,7 +310,7 @@ def case_routing():
     ``device="cuda"`` runs its weight stage's MWU fit on CPU threads (launch-bound on a GPU) and keeps its linear
     stage's columns on the GPU; the model is the one with every MWU fit on the GPU (their numbers are equal)."""
     from mwumkl_dist import MWUMKLClassifier
-    from mwumkl_dist.data import cuda_shards
+    from mwumkl_dist.data import cuda as cuda_shards
     from mwumkl_dist.devices import routing
 
     rng = np.random.default_rng(4)

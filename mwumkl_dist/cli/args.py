@@ -83,6 +83,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def auto_or_positive_int(text: str):
+    """``"auto"`` or an integer >= 1."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def n_jobs(text: str) -> int:
     """A non-zero integer, scikit-learn's ``n_jobs``: -1 all cores, -2 all but one, N that many."""
     try:

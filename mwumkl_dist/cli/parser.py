@@ -19,6 +19,7 @@ from mwumkl_dist.cli.args import (
     C_or_auto,
     Parser,
     add_zero_based_argument,
+    auto_or_positive_int,
     epsilon_or_auto,
     kernel_spec,
     memory_size,
@@ -273,7 +274,14 @@ def _add_fit(sub, parents):
     dist.add_argument(
         "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
     )
-    dist.add_argument("--shards", type=positive_int, default=1, metavar="N", help="row shards (default 1)")
+    dist.add_argument(
+        "--shards",
+        type=auto_or_positive_int,
+        default="auto",
+        metavar="N",
+        help="row shards, or 'auto' (the default: one locally; on Dask one per worker for the linear stage, and the "
+        "MWU iterations where a superstep is cheapest)",
+    )
     dist.add_argument(
         "--kernel-shards", type=positive_int, default=1, metavar="K", help="kernel shards per row shard (Dask engine)"
     )

@@ -119,20 +119,24 @@ def numba_cache_is_cold() -> bool:
     """Whether this run will compile most of the numba column kernels.
 
     numba caches each compiled kernel of :mod:`mwumkl_dist.devices.cpu` as files
-    named after the function and its line, next to the sources (or in numba's
+    named after its module file, the function and its line, next to the sources (or in numba's
     user-wide cache where those are read-only).  True when fewer than a third of
-    the module's kernels have such a file: the first run after an install (none),
+    the package's kernels have such a file: the first run after an install (none),
     or a fit after a run that only predicted (which compiles about a quarter of
     them; the fit then compiles for 20-40 s).  A run that compiles only a few
     kernels (a variant not used before, say sparse input after dense) gets no
     note: a few seconds.
     """
-    kernels = [k for k in vars(_columns).values() if hasattr(k, "py_func") and getattr(k, "stats", None)]
+    kernels = [k for module in _columns.KERNEL_MODULES for k in vars(module).values()
+               if hasattr(k, "py_func") and getattr(k, "stats", None)]  # fmt: skip
     cache_paths = {k.stats.cache_path for k in kernels} - {None}
     if not cache_paths:
         return False  # caching is off: numba compiles on every run, so there is no "first run" to announce
-    module = _columns.__name__.rsplit(".", 1)[-1]
-    prefixes = {f"{module}.{k.py_func.__qualname__}-{k.py_func.__code__.co_firstlineno}." for k in kernels}
+    # A cache file is named after the module file that defines the kernel (a module imports its neighbours').
+    prefixes = {
+        f"{k.py_func.__module__.rsplit('.', 1)[-1]}.{k.py_func.__qualname__}-{k.py_func.__code__.co_firstlineno}."
+        for k in kernels
+    }
     cached = set()
     for path in cache_paths:
         try:

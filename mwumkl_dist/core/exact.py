@@ -13,7 +13,7 @@ counting units of ``2**(LIMB_BITS * k - SHIFT)``.  :func:`add_exact` splits a
 double's 53-bit mantissa over the three limbs its bits fall in (each part below
 ``2**33``), so a limb takes at least ``2**30`` values before it could overflow,
 in any order.  The same function runs compiled by numba here and, as a device
-function, on a GPU (``mwumkl_dist.devices.cuda_kernels``); :func:`limbs_to_ints`
+function, on a GPU (``mwumkl_dist.data.cuda.kernels``); :func:`limbs_to_ints`
 turns limbs into the Python ints the engines add.
 """
 
@@ -205,7 +205,7 @@ def exact_row_dots(V: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> list
     """Exact ``sum_i fl(V[j, i] weights[i]) * 2**SHIFT`` for each ``j`` in ``rows``: products rounded, sums exact.
 
     The same numbers as ``exact_column_sums((V[rows] * weights).T)`` without its two ``len(rows) x m``
-    copies; a GPU shard computes them on the GPU (``mwumkl_dist.devices.cuda_kernels.exact_row_dots``).
+    copies; a GPU shard computes them on the GPU (``mwumkl_dist.data.cuda.kernels.exact_row_dots``).
     """
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     weights = np.ascontiguousarray(weights, dtype=np.float64)

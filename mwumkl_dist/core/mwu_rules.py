@@ -18,9 +18,9 @@ The rules on ``m``-vectors are written once, elementwise (:func:`gram_block`,
 :func:`update_s`, :func:`margins`, :func:`exponent_weights`, and on scalars
 :func:`exponents`), with the operations named in :data:`ELEMENTWISE`.  Here
 those are numpy's and the rules act on whole arrays (:class:`HostRules`);
-:mod:`mwumkl_dist.devices.cuda_kernels` compiles the same functions for a GPU,
+:mod:`mwumkl_dist.data.cuda.kernels` compiles the same functions for a GPU,
 with device functions of those names, one kernel per thread, so that the rules
-run where ``V`` lives (``mwumkl_dist.data.cuda_shards.DeviceRules``).
+run where ``V`` lives (``mwumkl_dist.data.cuda.DeviceRules``).
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ class HostRules:
     """The rules' ``m``-vectors in host memory (numpy): ``s``, and one iteration's ``s`` update and ``coef``.
 
     What :func:`mwumkl_dist.solvers.mwu.iterate.solve` drives, through :meth:`Engine.rules
-    <mwumkl_dist.engines.base.Engine.rules>`; ``mwumkl_dist.data.cuda_shards.DeviceRules`` is the same
+    <mwumkl_dist.engines.base.Engine.rules>`; ``mwumkl_dist.data.cuda.DeviceRules`` is the same
     on a GPU.
 
     Parameters

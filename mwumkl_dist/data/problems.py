@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_X_y, validate_data
 
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import chain_safe_ranges, split_rows
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
@@ -653,19 +654,15 @@ def _named_kernel_set(kernel_names: tuple, n_features: int) -> KernelSet:
 class _KernelSetPredictor(_FeatureRowsPredictor):
     """Kernels of a :class:`KernelSet` (from the model's kernel names, or its bank)."""
 
-    def __init__(self, kernel_names, n_features: int, device: str = "cpu"):
+    def __init__(self, kernel_names, n_features: int, device="cpu"):
         if isinstance(kernel_names, BankKernelNames):
             self.kernel_set = KernelSet(kernel_names.bank, n_features)
         else:
             self.kernel_set = _named_kernel_set(tuple(kernel_names), int(n_features))
-        self.device = device
+        self.backend = backend_named(device)
 
     def decision_values(self, X, support, support_vectors, dual_coef, raw_weights):
-        sums = None  # the CPU's
-        if self.device == "cuda":
-            from mwumkl_dist.data import cuda_shards as cuda
-
-            sums = cuda.weighted_kernel_sums
+        sums = self.backend.kernel_sums()
         return support_vector_sums(self.kernel_set.plan, X, support_vectors, dual_coef, raw_weights, sums)
 
 
@@ -688,7 +685,7 @@ class _PrecomputedPredictor:
         return np.einsum("ktj,oj,ok->to", X[:, :, support], dual_coef, raw_weights, optimize=True)
 
 
-def make_predictor(kernels, kernel_names, n_features_in: int, device: str = "cpu") -> Predictor:
+def make_predictor(kernels, kernel_names, n_features_in: int, device="cpu") -> Predictor:
     """The predictor of a fitted model, from what a saved model keeps.
 
     Parameters
@@ -699,8 +696,9 @@ def make_predictor(kernels, kernel_names, n_features_in: int, device: str = "cpu
         The model's ``kernel_names_`` (a :class:`~mwumkl_dist.kernels.BankKernelNames` after a bank fit).
     n_features_in : int
         The model's ``n_features_in_`` (``n_train`` for precomputed kernels).
-    device : {"cpu", "cuda"}
-        Where feature rows are predicted (precomputed kernels: always the CPU).
+    device : {"cpu", "cuda"} or back-end
+        Where feature rows are predicted (a name or a back-end of :mod:`mwumkl_dist.data.backends`; precomputed
+        kernels: always the CPU).
     """
     if is_precomputed(kernels):
         return _PrecomputedPredictor(len(kernel_names), n_features_in)

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["GPU_STEP_SECONDS", "GPU_ENTRY_SECONDS", "CPU_ENTRY_SECONDS", "GPU_SCORE_SECONDS", "mwu_device",
-           "scoring_device", "routing_enabled"]  # fmt: skip
+__all__ = ["GPU_STEP_SECONDS", "GPU_ENTRY_SECONDS", "CPU_ENTRY_SECONDS", "GPU_SCORE_SECONDS", "GPU_PASS_SECONDS",
+           "COPY_SECONDS", "mwu_device", "scoring_device", "routing_enabled"]  # fmt: skip
 
 #: Fixed cost of one GPU superstep, seconds: about 10 launches at 5-10 us, the points' copy in and the
 #: message's copy back (each a synchronisation), and the Python around them.
@@ -42,6 +42,13 @@ CPU_ENTRY_SECONDS = 8e-9
 #: Fixed cost of scoring rows on the GPU, seconds: the support vectors, plan and rows sent (dense), a launch,
 #: the values copied back.  Per (row, support vector, kernel) entry the costs are the supersteps' above.
 GPU_SCORE_SECONDS = 2e-3
+#: The two-stage fit's linear stage on a GPU shard: its passes over the kernel columns run on the device, at
+#: ``GPU_PASS_SECONDS`` per entry (the simple kernels of :mod:`mwumkl_dist.data.cuda.kernels`, an estimate: a tenth
+#: of an H100's bandwidth), and the explicit Hessian first copies the active rows' columns to the host at
+#: ``COPY_SECONDS`` per entry (single precision over PCIe, about 20 GB/s).  The CPU's pass costs, and how
+#: :func:`mwumkl_dist.solvers.two_stage.newton.linear_method` weighs them, are there.
+GPU_PASS_SECONDS = 5e-11
+COPY_SECONDS = 2e-10
 
 ROUTING_ENV = "MWUMKL_DEVICE_ROUTING"
 

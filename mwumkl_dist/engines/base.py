@@ -40,7 +40,7 @@ class Engine(Protocol):
         """The rules' ``m``-vectors from ``s`` on, where this engine keeps them (see :class:`HostRules`).
 
         On the host (:class:`HostRules`, with :meth:`kernel_block`), or on the GPU that holds ``V``
-        (``mwumkl_dist.data.cuda_shards.DeviceRules``: the same steps, ``coef`` stays there and
+        (``mwumkl_dist.data.cuda.DeviceRules``: the same steps, ``coef`` stays there and
         :meth:`superstep` takes it as it is).
         """
 

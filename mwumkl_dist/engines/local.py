@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mwumkl_dist.data.backends import CPU, CPUBackend
 from mwumkl_dist.engines.mwu_engine import MWUEngine
 from mwumkl_dist.engines.pool import LocalPool
 
@@ -11,21 +12,18 @@ __all__ = ["LocalEngine"]
 class LocalEngine(MWUEngine):
     """Runs a problem's row shards in a :class:`~mwumkl_dist.engines.pool.LocalPool`.
 
-    Implements :class:`mwumkl_dist.engines.base.Engine`.
+    Implements :class:`mwumkl_dist.engines.base.Engine`.  ``backend``: the back-end of the device the problem's
+    shards run on (:meth:`mwumkl_dist.data.backends.CPUBackend.mwu_problem`), which gives the rules.
     """
 
-    def __init__(self, problem, n_shards: int = 1):
+    def __init__(self, problem, n_shards: int = 1, backend: CPUBackend = CPU):
         super().__init__(problem, LocalPool, n_shards)
+        self.backend = backend
 
     def rules(self, s, **settings):
-        """On the GPU where the problem's shards are GPU shards (in this process: ``V`` is there), else the host's.
-
-        A problem offers its device rules with ``device_rules`` (:class:`mwumkl_dist.data.cuda_shards.DeviceProblem`).
-        """
-        device_rules = getattr(self.problem, "device_rules", None)
-        if device_rules is None:
-            return super().rules(s, **settings)
-        return device_rules(s, **settings)
+        """The back-end's, where the shards' ``V`` is (in this process: a GPU's rules beside it), else the host's."""
+        rules = self.backend.mwu_rules(self.problem, s, **settings)
+        return super().rules(s, **settings) if rules is None else rules
 
     @property
     def shards(self) -> list:

@@ -25,9 +25,9 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning, FitInterrupted
+from mwumkl_dist.data.backends import CPU, CPUBackend, backend_for, backend_named
 from mwumkl_dist.data.problems import TrainingInput, make_predictor, make_training_input
 from mwumkl_dist.data.weights import check_class_weight, check_sample_weight
-from mwumkl_dist.devices.routing import scoring_device as routed_scoring
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -41,10 +41,10 @@ __all__ = [
     "fold_decisions",
     "fold_fit",
     "fold_map",
+    "fit_backend",
     "predicted_labels",
     "model_decisions",
     "score_rows",
-    "scoring_device",
     "one_vs_rest_targets",
     "training_classes",
     "continuous_target",
@@ -115,7 +115,8 @@ class FitTask:
 
     ``data`` holds the points of non-zero weight only (``kept`` their indices
     among all the rows given, None when all are kept), ``sample_weight`` their
-    weights; ``targets`` the positive class of each one-vs-rest problem.
+    weights; ``targets`` the positive class of each one-vs-rest problem; ``backend`` the device's back-end
+    (:mod:`mwumkl_dist.data.backends`), resolved once by :func:`fit_backend`.
     """
 
     data: TrainingInput
@@ -128,6 +129,7 @@ class FitTask:
     kept: np.ndarray | None = None
     resume: object = None
     client: object = None
+    backend: CPUBackend = CPU
 
     @classmethod
     def prepare(cls, spec: FitSpec, data: TrainingInput, *, sample_weight, seed: int, fit: Fitter, resume=None):
@@ -135,7 +137,8 @@ class FitTask:
         data, kept, sample_weight = drop_zero_weights(data, sample_weight)
         classes = training_classes(data.y)
         class_weight = check_class_weight(spec.class_weight, classes)
-        return cls(data, classes, one_vs_rest_targets(classes), class_weight, sample_weight, seed, fit, kept, resume)
+        return cls(data, classes, one_vs_rest_targets(classes), class_weight, sample_weight, seed, fit, kept, resume,
+                   backend=fit_backend(spec))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -176,35 +179,36 @@ class Solver(Protocol):
         """Fit every one-vs-rest problem of ``task``: kernel weights, duals, biases, ``C_``, ``epsilon_``, ..."""
 
 
-def scoring_device(spec: FitSpec) -> str:
-    """Where a fit scores rows with a model (its bias check, folds, majority check): the GPU of a local
-    ``device="cuda"`` fit, else the CPU (a Dask driver may have no GPU).
+def fit_backend(spec: FitSpec) -> CPUBackend:
+    """The back-end of ``spec``'s device and engine (:func:`mwumkl_dist.data.backends.backend_for`): the one
+    place a fit's device is decided; :meth:`FitTask.prepare` keeps it in the task.
 
-    The GPU's decision values are the CPU's bit for bit (``mwumkl_dist.data.cuda_shards.weighted_kernel_sums``),
+    It scores rows with a model (the bias check, folds, majority check) on the GPU of a local ``device="cuda"``
+    fit, else on the CPU (a Dask driver may have no GPU).  The GPU's decision values are the CPU's bit for bit,
     so the model does not depend on it; at a million kernels the CPU's take minutes.
     """
-    return spec.device if spec.engine == "local" else "cpu"
+    return backend_for(spec.device, spec.engine)
 
 
 def score_rows(kernels, kernel_names, n_features_in: int, X, support, support_vectors, dual_coef, raw_weights,
-               device: str = "cpu") -> np.ndarray:  # fmt: skip
+               device="cpu") -> np.ndarray:  # fmt: skip
     """A model's decision values without its biases, ``(n_samples, n_problems)``, on checked rows ``X``.
 
-    On ``device`` (:func:`scoring_device`) where that pays (:func:`mwumkl_dist.devices.routing.scoring_device`:
-    a small fold's rows on the CPU); where the GPU cannot hold the support vectors (dense there) the CPU
-    computes the same numbers.
+    On ``device`` (a name or a back-end, :func:`fit_backend`) where that pays (its ``scoring``: a small fold's
+    rows on the CPU); where the GPU cannot hold the support vectors (dense there) the CPU computes the same
+    numbers.
     """
     args = (X, support, support_vectors, dual_coef, np.atleast_2d(raw_weights))
-    device = routed_scoring(device, X.shape[0], len(support), args[-1].shape[1], current_threads())
+    backend = backend_named(device).scoring(X.shape[0], len(support), args[-1].shape[1], current_threads())
     try:
-        return make_predictor(kernels, kernel_names, n_features_in, device).decision_values(*args)
+        return make_predictor(kernels, kernel_names, n_features_in, backend).decision_values(*args)
     except MemoryError:  # the GPU's DeviceMemoryError, raised before it allocates
-        if device == "cpu":
+        if backend == CPU:
             raise
-        return make_predictor(kernels, kernel_names, n_features_in, "cpu").decision_values(*args)
+        return make_predictor(kernels, kernel_names, n_features_in, CPU).decision_values(*args)
 
 
-def model_decisions(kernels, attributes: dict, X, device: str = "cpu") -> np.ndarray:
+def model_decisions(kernels, attributes: dict, X, device="cpu") -> np.ndarray:
     """Decision values ``(n_samples, n_problems)`` of a fitted model's ``attributes`` on checked rows ``X``."""
     scores = score_rows(kernels, attributes["kernel_names_"], attributes["n_features_in_"], X, attributes["support_"],
                         attributes["support_vectors_"], attributes["dual_coef_"], attributes["raw_kernel_weights_"],
@@ -223,7 +227,7 @@ def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, t
     X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
     spec = replace(spec, **kernel_params)
     attributes = _fold_attributes(fit, spec, X_train, cv.y[train], sample_weight, train, doing)
-    return attributes, model_decisions(spec.kernels, attributes, X_test, scoring_device(spec))
+    return attributes, model_decisions(spec.kernels, attributes, X_test, fit_backend(spec))
 
 
 def fold_fit(fit: Fitter, spec: FitSpec, cv: TrainingInput, kernels, train, sample_weight, *, doing: str) -> dict:

@@ -37,7 +37,6 @@ from mwumkl_dist.solvers.base import (
     fold_map,
     model_decisions,
     predicted_labels,
-    scoring_device,
 )
 from mwumkl_dist.solvers.calibration import fit_platt
 from mwumkl_dist.solvers.mwu.solver import MWUSolver
@@ -303,7 +302,7 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
             if scoring is None:
                 return
             X, support = scoring
-            decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X, scoring_device(spec))
+            decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X, task.backend)
         error = weighted_error(
             predicted_labels(task.classes, decisions), y[rows], None if weights is None else weights[rows]
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.core.mwu_rules import eps_prime
+from mwumkl_dist.data.backends import BACKENDS
 from mwumkl_dist.devices.threads import resolve_n_jobs
 
 __all__ = ["FitSpec", "PARAMETER_CONSTRAINTS", "SOLVER_NAMES", "check_selectivity", "check_solver"]
@@ -120,6 +121,14 @@ def _superstep_timeout(value):
     return value
 
 
+def _n_shards(value):
+    if isinstance(value, str) and value == "auto":
+        return value  # resolved where the engine is known (see the n_shards parameter)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f'n_shards must be "auto" or a positive integer, got {value!r}')
+    return int(value)
+
+
 def _n_components(value):
     if isinstance(value, str) and value == "auto":
         return None  # the rank follows the data (see the two-stage solver)
@@ -173,8 +182,8 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "C": _C,
     "max_iter": _max_iter,
     "engine": _one_of("engine", ("local", "dask")),
-    "device": _one_of("device", ("cpu", "cuda")),
-    "n_shards": _positive_int("n_shards"),
+    "device": _one_of("device", tuple(BACKENDS)),
+    "n_shards": _n_shards,
     "n_kernel_shards": _positive_int("n_kernel_shards"),
     "callback_every": _positive_int("callback_every"),
     "checkpoint_every": _positive_int("checkpoint_every"),
@@ -216,7 +225,7 @@ class FitSpec:
     engine: str = "local"
     device: str = "cpu"
     client: object = None
-    n_shards: int = 1
+    n_shards: int | str = "auto"
     n_kernel_shards: int = 1
     n_jobs: int | None = None
     checkpoint: object = None

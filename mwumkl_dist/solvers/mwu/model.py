@@ -11,7 +11,7 @@ from mwumkl_dist.core.mwu_rules import FewIterationsWarning, guarded_bias
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.weights import problem_weights
 from mwumkl_dist.solvers.auto import stratified_rows
-from mwumkl_dist.solvers.base import score_rows, scoring_device
+from mwumkl_dist.solvers.base import fit_backend, score_rows
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok, solve_l2_svm
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -143,7 +143,7 @@ def guard_biases(
             return None
         X, support = scoring
         scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
-                            model["dual_coef_"], model["raw_kernel_weights_"], scoring_device(spec))  # fmt: skip
+                            model["dual_coef_"], model["raw_kernel_weights_"], fit_backend(spec))  # fmt: skip
     classes = model["classes_"]
     for k, target in enumerate(targets):
         y_pm = np.where(data.y[rows] == target, 1.0, -1.0)

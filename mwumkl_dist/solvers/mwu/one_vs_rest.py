@@ -15,16 +15,18 @@ import numpy as np
 
 from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, SolverState
+from mwumkl_dist.data.backends import CPUBackend
 from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
-from mwumkl_dist.devices.routing import mwu_device
 from mwumkl_dist.devices.threads import current_threads
 from mwumkl_dist.engines.base import Engine
+from mwumkl_dist.engines.layout import Layout, cluster_threads, mwu_layout
 from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.io.atomic import exclusive_writer
 from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint, load_checkpoint
-from mwumkl_dist.solvers.base import one_vs_rest_targets
+from mwumkl_dist.solvers.base import fit_backend, one_vs_rest_targets
 from mwumkl_dist.solvers.mwu.iterate import solve
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage.spill import _available_memory
 
 __all__ = [
     "MIN_ROWS_PER_SHARD",
@@ -89,35 +91,47 @@ def check_shard_count(n_shards, n_samples: int) -> None:
         )
 
 
-def make_engine(spec: FitSpec, problem: Problem, client) -> Engine:
-    """The spec's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards (on its ``device``).
+def make_engine(spec: FitSpec, problem: Problem, client, backend: CPUBackend | None = None) -> Engine:
+    """The spec's engine (``"local"`` or ``"dask"``) holding ``problem``'s shards on ``backend``'s device (the fit
+    task's; None: :func:`~mwumkl_dist.solvers.base.fit_backend`'s).
 
     A local ``device="cuda"`` fit runs where :func:`mwumkl_dist.devices.routing.mwu_device` says it is cheaper:
     a small one (a cross-validation fold, a two-stage fit's weight stage) on CPU threads, a large one on the
-    GPU; the GPU is checked either way, so a missing one is the same error for every size.
-    """
-    device = spec.device
-    if device != "cpu":
-        from mwumkl_dist.data import cuda_shards as cuda
+    GPU; the GPU is checked either way, so a missing one is the same error for every size
+    (:meth:`~mwumkl_dist.data.backends.CPUBackend.mwu_problem`).
 
-        # The local engine's GPU is checked here, at once; Dask workers check their own.
-        local = spec.engine == "local"
-        if local:
-            cuda.check_device()
-            device = mwu_device(device, problem.n_samples, problem.n_kernels, current_threads())
-        problem = cuda.on_device(problem, device, driver_gpu=local)
+    ``n_shards="auto"``: one shard on the local engine; on Dask the layout of
+    :func:`~mwumkl_dist.engines.layout.mwu_layout` (this process where a superstep is cheaper than a round trip to
+    the workers, else one shard per worker).  The engine's ``layout`` says which, and why (None locally).
+    """
+    backend = fit_backend(spec) if backend is None else backend
+    problem, runs_on = backend.mwu_problem(problem, current_threads())
+    auto = spec.n_shards == "auto"
     if spec.engine == "local":
-        return LocalEngine(problem, n_shards=spec.n_shards)
+        engine = LocalEngine(problem, n_shards=1 if auto else spec.n_shards, backend=runs_on)
+        engine.layout = None  # nothing to say: the local engine as asked
+        return engine
     from mwumkl_dist.engines.dask import DaskEngine
 
-    return DaskEngine(
-        problem,
-        client,
-        n_shards=spec.n_shards,
-        n_kernel_shards=spec.n_kernel_shards,
-        timeout=spec.worker_timeout,
-        call_timeout=spec.superstep_timeout,
-    )
+    def on_dask(n_shards):
+        return DaskEngine(problem, client, n_shards=n_shards, n_kernel_shards=spec.n_kernel_shards,
+                          timeout=spec.worker_timeout, call_timeout=spec.superstep_timeout)  # fmt: skip
+
+    if not auto:
+        engine = on_dask(spec.n_shards)
+        engine.layout = Layout("dask", spec.n_shards, f"n_shards={spec.n_shards} on the Dask workers")
+        return engine
+    if spec.n_kernel_shards != 1:  # kernel blocks ask for the workers: one row shard per worker
+        k = max(1, min(len(cluster_threads(client)), problem.n_samples // MIN_ROWS_PER_SHARD))
+        engine = on_dask(k)
+        engine.layout = Layout("dask", k, f"{k} row shard(s) x {spec.n_kernel_shards} kernel blocks on the workers")
+        return engine
+    engine, layout = mwu_layout(
+        problem, client, current_threads(), lambda: LocalEngine(problem, backend=runs_on), on_dask,
+        memory_bytes=_available_memory(), on_host=runs_on.on_host, min_rows=MIN_ROWS_PER_SHARD,
+    )  # fmt: skip
+    engine.layout = layout
+    return engine
 
 
 def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
@@ -145,9 +159,10 @@ def _fingerprint(data: TrainingInput, classes, settings: SolveSettings) -> str:
 
 
 def solve_one_vs_rest(
-    spec, data: TrainingInput, classes, settings: SolveSettings, client, resume=None, rows_to_score=None
+    spec, data: TrainingInput, classes, settings: SolveSettings, client, resume=None, rows_to_score=None, backend=None
 ):
-    """Solve the binary problem of each one-vs-rest target in turn (resuming from a checkpoint when given one).
+    """Solve the binary problem of each one-vs-rest target in turn (resuming from a checkpoint when given one),
+    on ``backend``'s device (the fit task's; see :func:`make_engine`).
 
     Returns ``(results, traces, stats)``: the :class:`~mwumkl_dist.solvers.MWUResult` of
     each problem solved, the kernels' traces and the engines' shard counters.  ``rows_to_score``
@@ -170,7 +185,8 @@ def solve_one_vs_rest(
     results: list[MWUResult] = list(resumed["finished"]) if resumed is not None else []
     try:
         with exclusive_writer(spec.checkpoint, "checkpoint"):  # two fits writing one checkpoint: the second fails
-            traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score)
+            traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score,
+                                            backend)  # fmt: skip
     except _cluster_failures(spec) as exc:
         raise _with_checkpoint_note(exc, spec, fp) from None
     if len(results) < len(targets):
@@ -186,13 +202,22 @@ def solve_one_vs_rest(
 
 
 def _solve_problems(
-    spec, data: TrainingInput, targets, settings: SolveSettings, client, resumed, results, fp, rows_to_score=None
+    spec,
+    data: TrainingInput,
+    targets,
+    settings: SolveSettings,
+    client,
+    resumed,
+    results,
+    fp,
+    rows_to_score=None,
+    backend=None,
 ):
     """Solve the binary problems not in ``results`` yet (appending to it); ``(traces, stats)``."""
     traces, stats = data.traces, []
     for k in range(len(results), len(targets)):
         problem = data.binary(np.where(data.y == targets[k], 1.0, -1.0))
-        with make_engine(spec, problem, client) as engine:
+        with make_engine(spec, problem, client, backend) as engine:
             if traces is None:
                 traces = engine.traces()
             check_traces(traces, data.kernel_names)
@@ -212,6 +237,8 @@ def _solve_problems(
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
+            if engine.layout is not None:
+                stats.append({"layout": engine.layout})
         results.append(result)
         if result.interrupted:
             break  # keep what was computed; the remaining classes are not fitted

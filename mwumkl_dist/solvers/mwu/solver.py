@@ -41,7 +41,8 @@ class MWUSolver:
 
     def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
-        check_shard_count(spec.n_shards, data.n_samples)
+        if spec.n_shards != "auto":
+            check_shard_count(spec.n_shards, data.n_samples)
         n, m = data.n_samples, len(data.kernel_names)
         if spec.polish is True and data.polish_blocker is not None:
             raise ValueError(f"polish=True is not available for {data.polish_blocker}")
@@ -73,8 +74,11 @@ class MWUSolver:
             None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
         )
         results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
-                                                   rows_to_score=to_score)  # fmt: skip
+                                                   rows_to_score=to_score, backend=task.backend)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
+        layouts = [s["layout"] for s in stats if "layout" in s]
+        if layouts:  # the first problem's (the others' are alike)
+            attrs["shard_layout_"] = f"MWU iterations: {layouts[0].reason}"
         cache_info = merge_cache_stats(stats)
         if cache_info is not None:
             attrs["cache_info_"] = cache_info

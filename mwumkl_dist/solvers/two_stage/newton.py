@@ -11,6 +11,7 @@ import numpy as np
 import scipy.linalg
 
 from mwumkl_dist.core.partition import tree_total
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers.two_stage.nystroem import Basis, blocked_product
 from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
@@ -18,6 +19,7 @@ from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
 __all__ = [
     "NewtonResult",
     "cg_newton_solve",
+    "linear_costs",
     "linear_method",
     "fit_linear",
     "fit_squared_hinge",
@@ -372,34 +374,47 @@ PASS_SECONDS = 1.8e-9
 CG_PASS_SECONDS = 3.3e-9
 NEWTON_STEPS = 10
 CG_PRODUCTS = 30
-#: On a GPU shard (``device="cuda"``) the passes run on the device, at ``GPU_PASS_SECONDS`` per entry (the
-#: simple kernels of :mod:`mwumkl_dist.devices.cuda_kernels`, an estimate: a tenth of an H100's bandwidth),
-#: and the explicit Hessian first copies the active rows' columns to the host at ``COPY_SECONDS`` per entry
-#: (single precision over PCIe, about 20 GB/s).
-GPU_PASS_SECONDS = 5e-11
-COPY_SECONDS = 2e-10
 
 
-def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device: str = "cpu") -> str:
+def linear_costs(n_rows: int, width: int, rank: int, warm: bool = False, device="cpu", *, lanes: int = 1,
+                 round_trip: float = 0.0, entry_seconds: float = 0.0) -> dict:  # fmt: skip
+    """The cost model's estimated seconds of each method, ``{"explicit": s, "cg": s}`` (see :func:`linear_method`).
+
+    ``device``: a device name or its back-end (:meth:`~mwumkl_dist.data.backends.CPUBackend.pass_costs`: a GPU's
+    passes are the device's, and its explicit Hessian copies the columns it needs to the host first).
+    ``lanes``: the threads the shards' passes run on together (a cluster's worker threads; 1 for the local engine,
+    whose model must not depend on its thread count); ``round_trip``: seconds of one call to every shard (each pass
+    is one, and the conjugate gradients make many); ``entry_seconds``: the extra cost of a column entry per pass
+    where the shards do not keep the columns in memory (read back or computed again,
+    :func:`~mwumkl_dist.solvers.two_stage.shards.pass_cost`).  The driver's factorisations are not parallel.
+    """
+    n, w, r = float(n_rows), float(width), float(rank)
+    p = float(max(1, lanes))
+    n_active = n / 4 if warm else n
+    output_pass, product, copy = backend_named(device).pass_costs(PASS_SECONDS, CG_PASS_SECONDS)
+    outputs = NEWTON_STEPS * (n * w * (output_pass + entry_seconds) / p + round_trip)
+    explicit = (2 * n_active * w * w / p + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
+    explicit += n_active * w * (copy + entry_seconds) / p
+    cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
+    cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * (min(n_active, n / 4) * w * (product + entry_seconds) / p + round_trip)
+    return {"explicit": explicit, "cg": cg}
+
+
+def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device="cpu", **cluster) -> str:
     """The cheaper way to solve the squared hinge on ``n_rows`` rows' columns of ``width`` landmarks at ``rank``:
     ``"explicit"`` (:func:`newton_solve`) or ``"cg"`` (:func:`cg_newton_solve`), by the cost model above.
 
     The explicit Hessian costs ``O(n_A width^2)`` to form (every row is active at a cold start, about a quarter
     from a warm one) and ``O(rank^3 / 3)`` per step; the conjugate gradients ``O(n_A width)`` per product and a
     sketch of ``2 rank`` rows.  Both make one pass over all rows per step for the outputs.  On a GPU
-    (``device="cuda"``) the passes are the device's, and the explicit Hessian copies the columns it needs to
-    the host first.
+    (``device="cuda"``, or its back-end) the passes are the device's, and the explicit Hessian copies the columns
+    it needs to the host first.  ``cluster``: where the shards run (:func:`linear_costs`' ``lanes``,
+    ``round_trip``, ``entry_seconds``): the shards' work divides over the lanes, the driver's does not, and each
+    pass pays a round trip, so a cluster may choose the other method than one process (their solutions agree to
+    the solver's tolerance, not bit for bit).
     """
-    n, w, r = float(n_rows), float(width), float(rank)
-    n_active = n / 4 if warm else n
-    on_gpu = device == "cuda"
-    outputs = NEWTON_STEPS * n * w * (GPU_PASS_SECONDS if on_gpu else PASS_SECONDS)
-    explicit = (2 * n_active * w * w + NEWTON_STEPS * r**3 / 3) / GEMM_RATE + outputs
-    explicit += n_active * w * COPY_SECONDS if on_gpu else 0.0
-    cg = (4 * (r + 1) * r * r + r**3 / 3) / GEMM_RATE + outputs
-    product = GPU_PASS_SECONDS if on_gpu else CG_PASS_SECONDS
-    cg += NEWTON_STEPS * (1 + CG_PRODUCTS) * min(n_active, n / 4) * w * product
-    return "cg" if cg < explicit else "explicit"
+    costs = linear_costs(n_rows, width, rank, warm, device, **cluster)
+    return "cg" if costs["cg"] < costs["explicit"] else "explicit"
 
 
 def solve_squared_hinge(

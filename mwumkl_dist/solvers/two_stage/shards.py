@@ -10,7 +10,9 @@ import numpy as np
 
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
+from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
+from mwumkl_dist.engines.layout import linear_shard_count
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
@@ -72,15 +74,15 @@ class LinearShard:
     keeps them in memory within :func:`feature_memory_budget` (``columns_budget``: the shard's share of the
     fit's ``memory_limit``, capped where the shard is built) and otherwise spills them or computes them again,
     whichever the cost model (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
-    ``device="cuda"``: the columns live on the shard's GPU
-    (:class:`~mwumkl_dist.data.cuda_shards.DeviceColumns`; storage ``"device"``) and the
-    passes over them run there; the rows changing sides are copied back for the Hessian.
+    ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
+    GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
+    ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
     The shard keeps no iteration state (the active rows come with each call),
     so a lost shard is rebuilt by loading its problem again.
     """
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
-                 device: str = "cpu", columns_budget: int | None = None):  # fmt: skip
+                 device="cpu", columns_budget: int | None = None):  # fmt: skip
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
         if start % row_block:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
@@ -91,7 +93,7 @@ class LinearShard:
         self.row_block = row_block
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.storage = storage
-        self.device = device
+        self.backend = backend_named(device)
         self._device_columns = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
@@ -150,10 +152,11 @@ class LinearShard:
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
         self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
-        if self.device == "cuda":
+        columns = self.backend.column_store(feature_map, self.width, self.dtype)
+        if columns is not None:
             if kept is not None:
                 kept.close()
-            return self._load_on_device(step)
+            return self._load_on_device(columns, step)
         storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         if storage == "recompute":  # every pass computes them: nothing to do now
             if kept is not None:
@@ -183,13 +186,8 @@ class LinearShard:
             kept.close()
         return storage
 
-    def _load_on_device(self, step) -> str:
-        from mwumkl_dist.data.cuda_shards import DeviceColumns
-
-        if self.dtype != np.float32:
-            raise ValueError(f"a GPU shard keeps its kernel columns in single precision, not {self.dtype}")
-        fmap = self.feature_map
-        self._device_columns = DeviceColumns(fmap.kernel_set, fmap.landmarks, fmap.weights, self.width)
+    def _load_on_device(self, columns, step) -> str:
+        self._device_columns = columns
         for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
             self._device_columns.put(i, self._read(lo, hi))
             self.rows_done += hi - lo
@@ -435,7 +433,7 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-def _linear_factory(source, kernel_set, row_block: int, storage, device: str = "cpu", columns_budget=None):
+def _linear_factory(source, kernel_set, row_block: int, storage, device="cpu", columns_budget=None):
     """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
     A store's shards read their rows where they are built; an array's shards are given their rows.
@@ -454,7 +452,7 @@ def linear_shards(
     data,
     *,
     engine: str,
-    n_shards: int,
+    n_shards,
     client=None,
     timeout: float = 600.0,
     call_timeout=None,
@@ -465,23 +463,34 @@ def linear_shards(
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
+    ``n_shards="auto"``: :func:`~mwumkl_dist.engines.layout.linear_shard_count` (one per Dask worker).  The pool's
+    ``layout`` says how many and why.
+
     Each shard's slot is its row range ``(start, stop)`` (:func:`linear_row_ranges`).
     ``engine="local"``: a :class:`~mwumkl_dist.engines.pool.LocalPool` in this process;
     ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
     (``timeout``, ``call_timeout``: the estimator's ``worker_timeout`` and ``superstep_timeout``),
     each shard reading or being sent its own rows.  Both give the same bits for any shard count.
-    ``columns_budget``: the bytes of kernel columns each shard may keep in memory (:func:`feature_memory_budget`).
+    ``columns_budget``: the bytes of kernel columns all shards together may keep in memory (an equal share each,
+    :func:`feature_memory_budget`).
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
+    if n_shards == "auto":  # one per Dask worker, or the local engine's count
+        layout = linear_shard_count(engine, data.n_samples, client, row_block)
+        n_shards, reason = layout.n_shards, layout.reason
+    else:
+        reason = f"n_shards={n_shards}" + (" on the Dask workers" if engine == "dask" else " in this process")
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
-    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device, columns_budget)
+    share = None if columns_budget is None else int(columns_budget) // max(1, len(slots))
+    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device, share)
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool
 
         pool = DaskPool(slots, factory_for, client=client, timeout=timeout, call_timeout=call_timeout)
     else:
         pool = LocalPool(slots, factory_for)
+    pool.layout = reason
     try:
         yield pool
     finally:

@@ -15,6 +15,7 @@ from mwumkl_dist.core import progress
 from mwumkl_dist.core.memory import resolve_memory_limit
 from mwumkl_dist.data.weights import problem_weights, score_weights
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread
+from mwumkl_dist.engines.layout import pool_lanes
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import standard_error_of_sum, stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, predicted_labels
@@ -23,7 +24,7 @@ from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
-from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_method, newton_solve
+from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_costs, linear_method, newton_solve
 from mwumkl_dist.solvers.two_stage.nystroem import (
     COLUMN_MEMORY,
     N_COMPONENTS,
@@ -40,7 +41,7 @@ from mwumkl_dist.solvers.two_stage.nystroem import (
     rank_levels,
     unit_weights,
 )
-from mwumkl_dist.solvers.two_stage.shards import linear_shards, sum_parts
+from mwumkl_dist.solvers.two_stage.shards import linear_shards, pass_cost, sum_parts
 
 __all__ = [
     "AUTO_TWO_STAGE_POINTS",
@@ -177,8 +178,8 @@ class TwoStageSolver:
             call_timeout=spec.superstep_timeout,
             row_block=self.row_block,
             storage=self.storage,
-            device=spec.device,
-            columns_budget=plan.shard_budget(spec.n_shards),
+            device=task.backend,
+            columns_budget=plan.columns_budget,
         ) as shards:
             attrs = self._full_stage(spec, task, shards, weights, clock, plan)
         if spec.verbose:
@@ -239,11 +240,11 @@ class TwoStageSolver:
                 "memory_limit" if plan.rank_cap < rank_budget(n, np.dtype(self.precision).itemsize) else "budget"
             )
             attrs, C, ranks, residuals, spilled, reason, rank_path = self._grow_stage(
-                task, shards, maps, residuals, unit, order, cap, point_weights, C, check, clock, spec.device, cap_reason
+                task, shards, maps, residuals, unit, order, cap, point_weights, C, check, clock, task.backend, cap_reason
             )
         else:
             attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
-                                                            spec.device)  # fmt: skip
+                                                            task.backend)  # fmt: skip
             if n_components is not None:
                 reason = "given"
             elif max(residuals) <= self.residual_tol:
@@ -276,7 +277,7 @@ class TwoStageSolver:
         return out
 
     def _nystroem_stage(self, task: FitTask, shards, maps: list, point_weights: list, C: float, check: bool,
-                        clock: list, device: str = "cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
+                        clock: list, device="cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
         """The linear stage on the Nystroem features: ``(attributes, C, ranks, spilled)``."""
         data, n = task.data, task.data.n_samples
         order = landmark_order(n, task.seed)
@@ -288,29 +289,38 @@ class TwoStageSolver:
         solutions: list = [{} for _ in targets]  # per problem: C -> NewtonResult (on the training rows)
         loaded = -1
         spilled = False
+        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
+        storage = "memory"
+        methods: list = [None] * len(targets)  # each problem's last solve: (method, costs)
 
         def load(k):
-            nonlocal loaded, spilled
+            nonlocal loaded, spilled, storage
             if loaded != k:
                 which = f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
-                spilled |= _load_problem(shards, maps[k][-1], labels[k], point_weights[k],
-                                         [m.basis for m in maps[k]], which, self.precision) == "spill"  # fmt: skip
+                storage = _load_problem(shards, maps[k][-1], labels[k], point_weights[k], [m.basis for m in maps[k]],
+                                        which, self.precision)  # fmt: skip
+                spilled |= storage == "spill"
                 clock.append(time.process_time())
                 loaded = k
                 hessian[0] = None
 
         hessian = [None]  # the last explicit solve's sums on the loaded problem's top level (they do not depend on C)
 
+        def how(fmap, warm):
+            entry = _entry_seconds(fmap, storage, self.precision)
+            return self._method(len(labels[0]), fmap, warm, device, entry_seconds=entry, **cluster)
+
         def solve(k, C, train=None, start=None, step=None):
             levels, which = maps[k], f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
             if start is None and len(levels) > 1:  # the smaller map's model on the first landmarks starts the solve
                 with _newton_phase(levels[0], n, which) as warm_step:
                     warm = self._solve(shards, levels[0], 0, labels[k], C, point_weights[k], train, None, warm_step,
-                                       task.seed, device)  # fmt: skip
+                                       task.seed, how(levels[0], False))  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
+            methods[k] = how(levels[-1], start is not None)
             with _newton_phase(levels[-1], n, which) as newton_step:
                 result = self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                     newton_step, task.seed, device, hessian[0])  # fmt: skip
+                                     newton_step, task.seed, methods[k], hessian[0])  # fmt: skip
             hessian[0], result.hessian = result.hessian, None
             return result
 
@@ -351,6 +361,12 @@ class TwoStageSolver:
         }
         if check:
             attrs["final_C_path_"] = path
+        names = [m for m, _ in methods]
+        attrs["linear_method_"] = names[0] if len(names) == 1 else names
+        method, costs = methods[0]
+        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
+        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
+        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, spilled
 
     def _grow_stage(self, task: FitTask, shards, first: list, residuals: list, unit: list, order: np.ndarray, cap: int,
@@ -380,7 +396,9 @@ class TwoStageSolver:
         sample = order[max(levels[-1], n - RESIDUAL_POINTS) :]
         S = data.support_vectors(sample) if len(sample) else None
         maps = [[m[0]] for m in first]  # per problem, the map of each level tried
-        state = {"loaded": None, "spilled": False, "hessian": None, "hessian_of": None}
+        state = {"loaded": None, "spilled": False, "hessian": None, "hessian_of": None, "storage": "memory"}
+        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
+        methods: list = [None] * K  # each problem's last solve: (method, costs)
 
         def which(k):
             return f", class {k + 1} of {K}" if K > 1 else ""
@@ -391,18 +409,23 @@ class TwoStageSolver:
                 return
             extend = state["loaded"] is not None and state["loaded"][0] == k and state["loaded"][1] < level
             fmap = maps[k][level]
-            state["spilled"] |= _load_problem(shards, fmap, labels[k], point_weights[k],
-                                              [m.basis for m in maps[k][: level + 1]], which(k), self.precision,
-                                              extend=extend) == "spill"  # fmt: skip
+            state["storage"] = _load_problem(shards, fmap, labels[k], point_weights[k],
+                                             [m.basis for m in maps[k][: level + 1]], which(k), self.precision,
+                                             extend=extend)  # fmt: skip
+            state["spilled"] |= state["storage"] == "spill"
             clock.append(time.process_time())
             state["loaded"], state["hessian"] = (k, level), None
 
         def solve(k, level, c, fitted, start):
             fmap = maps[k][level]
             hessian = state["hessian"] if state["hessian_of"] == (k, level) else None  # sums on these features only
+            entry = _entry_seconds(fmap, state["storage"], self.precision)
+            methods[k] = self._method(n, fmap, start is not None, device, entry_seconds=entry, **cluster)
+            if hessian is not None:
+                methods[k] = ("explicit", None)
             with _newton_phase(fmap, n, which(k)) as step:
                 result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
-                                     task.seed, device, hessian)  # fmt: skip
+                                     task.seed, methods[k], hessian)  # fmt: skip
             state["hessian"], state["hessian_of"], result.hessian = result.hessian, (k, level), None  # one at a time
             return result
 
@@ -483,20 +506,28 @@ class TwoStageSolver:
         }
         if check:
             attrs["final_C_path_"] = path
+        names = [m for m, _ in methods]
+        attrs["linear_method_"] = names[0] if len(names) == 1 else names
+        method, costs = methods[0]
+        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
+        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
+        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, final_residuals, state["spilled"], reason, rank_path
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, device="cpu",
+    def _method(self, n_rows: int, fmap, warm: bool, device: str, **cluster) -> tuple:
+        """``(method, costs)`` of one solve: :attr:`method`, or for ``"auto"`` the cheaper by
+        :func:`~mwumkl_dist.solvers.two_stage.newton.linear_costs` (``costs`` None where :attr:`method` is set)."""
+        if self.method != "auto":
+            return self.method, None
+        args = (n_rows, fmap.n_columns, fmap.rank)
+        return linear_method(*args, warm=warm, device=device, **cluster), linear_costs(*args, warm, device, **cluster)
+
+    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method,
                hessian=None):  # fmt: skip
-        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards), by the method
-        :func:`linear_method` picks (or :attr:`method`); ``hessian``: an earlier explicit solve's sums on the same
-        features to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
-        method = self.method
-        if method == "auto":
-            method = (
-                "explicit"
-                if hessian is not None
-                else linear_method(len(y_pm), fmap.n_columns, fmap.rank, warm=start is not None, device=device)
-            )
+        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards) by ``method``
+        (:meth:`_method`'s ``(method, costs)``); ``hessian``: an earlier explicit solve's sums on the same features
+        to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
+        method = "explicit" if hessian is not None else method[0]
         with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
             if method == "cg":
                 return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
@@ -738,6 +769,14 @@ def _load_problem(
         storages = shards.call("load_problem", load, keep=True, progress=lambda rows: step.update(min(rows, n)))
         step.update(n)
     return "spill" if "spill" in storages else storages[0]
+
+
+def _entry_seconds(fmap, storage: str, precision: str) -> float:
+    """The extra seconds per column entry of a pass where the shards do not keep the columns in memory."""
+    if storage not in ("spill", "recompute"):
+        return 0.0
+    spilled, recomputed = pass_cost(fmap.kernel_set, fmap.weights, np.dtype(precision).itemsize)
+    return spilled if storage == "spill" else recomputed
 
 
 def _newton_phase(fmap, n: int, which: str) -> progress.Phase:

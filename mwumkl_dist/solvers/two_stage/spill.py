@@ -41,6 +41,18 @@ def feature_memory_budget(columns_budget: int | None = None) -> int:
     return budget
 
 
+def _available_memory() -> int:
+    """The machine's available memory now (``MemAvailable``): for placement guesses elsewhere, never a budget here."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def scratch_dir() -> str:
     """Where spilled features go: ``MWUMKL_SCRATCH``, a Dask worker's local directory, or the temp directory."""
     return os.environ.get("MWUMKL_SCRATCH") or getattr(dask_worker(), "local_directory", None) or tempfile.gettempdir()

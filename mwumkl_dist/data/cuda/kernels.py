@@ -1,6 +1,6 @@
-"""CUDA kernels of the GPU shards (:mod:`mwumkl_dist.data.cuda_shards`), written with ``numba.cuda``.
+"""CUDA kernels of the GPU shards (:mod:`mwumkl_dist.data.cuda`), written with ``numba.cuda``.
 
-Imported only by :mod:`mwumkl_dist.data.cuda_shards` after it checked that CUDA is usable
+Imported only by :mod:`mwumkl_dist.data.cuda` after it checked that CUDA is usable
 (or under numba's CUDA simulator, ``NUMBA_ENABLE_CUDASIM=1``, where the same
 kernel code runs on the CPU: that is how the tests run them without a GPU).
 
