@@ -240,7 +240,19 @@ class TwoStageSolver:
                 "memory_limit" if plan.rank_cap < rank_budget(n, np.dtype(self.precision).itemsize) else "budget"
             )
             attrs, C, ranks, residuals, spilled, reason, rank_path = self._grow_stage(
-                task, shards, maps, residuals, unit, order, cap, point_weights, C, check, clock, task.backend, cap_reason
+                task,
+                shards,
+                maps,
+                residuals,
+                unit,
+                order,
+                cap,
+                point_weights,
+                C,
+                check,
+                clock,
+                task.backend,
+                cap_reason,
             )
         else:
             attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
@@ -318,6 +330,8 @@ class TwoStageSolver:
                                        task.seed, how(levels[0], False))  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
             methods[k] = how(levels[-1], start is not None)
+            if hessian[0] is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
+                methods[k] = ("explicit", methods[k][1])
             with _newton_phase(levels[-1], n, which) as newton_step:
                 result = self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
                                      newton_step, task.seed, methods[k], hessian[0])  # fmt: skip
@@ -421,8 +435,8 @@ class TwoStageSolver:
             hessian = state["hessian"] if state["hessian_of"] == (k, level) else None  # sums on these features only
             entry = _entry_seconds(fmap, state["storage"], self.precision)
             methods[k] = self._method(n, fmap, start is not None, device, entry_seconds=entry, **cluster)
-            if hessian is not None:
-                methods[k] = ("explicit", None)
+            if hessian is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
+                methods[k] = ("explicit", methods[k][1])
             with _newton_phase(fmap, n, which(k)) as step:
                 result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
                                      task.seed, methods[k], hessian)  # fmt: skip
