@@ -270,6 +270,7 @@ def render(out: Path, report_path: Path) -> str:
     lines += _e7(out, rel)
     lines += _e8(out, rel)
     lines += _e10(out, rel)
+    lines += _e35(out, rel)
     return "\n".join(_with_notes(lines, out / NOTES)) + "\n"
 
 
@@ -394,6 +395,29 @@ def _e7(out: Path, rel: str) -> list[str]:
         _img(f"{rel}/e7", "e7_error.png", "E7: test error versus n"),
         "",
         _img(f"{rel}/e7", "e7_memory.png", "E7: peak RSS versus n"),
+        "",
+    ]
+
+
+def _e35(out: Path, rel: str) -> list[str]:
+    """E35, lean default fits (``benchmarks/bench_lean.py``, output folder ``lean/``)."""
+    path, table_path = out / "lean" / "lean.json", out / "lean" / "lean.md"
+    if not (path.exists() and table_path.exists()):
+        return []
+    doc = json.loads(path.read_text())
+    st = doc.get("settings", {})
+    return [
+        "## E35 — lean default fits: time and peak memory beside one tuned SVC fit and LightGBM",
+        "",
+        f"`{doc.get('command', 'python -m benchmarks.bench_lean')}` ({doc.get('started', '?')}, "
+        + ("**smoke run: tiny sizes, timings mean nothing**" if st.get("smoke") else "full run")
+        + f", {st.get('threads', 1)} thread(s) per fit; load average at the end "
+        f"{_loadavg(doc.get('machine', {}).get('load_average_end'))}). Each fit is its own process on generated "
+        "stand-ins (see the module's docstring); peak RSS is the child's high-water mark (interpreter, imports, "
+        "data and fit), the figure in brackets its RSS just before `fit`; load = the 1-minute load average before "
+        "and after the fit.",
+        "",
+        *table_path.read_text().rstrip("\n").splitlines(),
         "",
     ]
 

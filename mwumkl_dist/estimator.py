@@ -309,6 +309,16 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         More than two classes: one sigmoid per one-vs-rest problem,
         normalised.  The probabilities may disagree with :meth:`predict` near
         the decision boundary.
+    memory_limit : "auto", int or str, default="auto"
+        The memory the two-stage fit's large arrays may take (the kernel
+        columns of its linear stage, its Nystroem maps and Newton Hessian):
+        bytes, or a size such as ``"1GB"`` or ``"512MiB"``.  ``"auto"``: 1 GiB,
+        or a quarter of the process's cgroup memory limit or of a Dask worker's
+        ``memory_limit`` where smaller; never sized from the memory that happens
+        to be free.  Kernel columns beyond it are spilled to a temporary file or
+        computed again at each pass (the model is the same); the rank is capped
+        to what its maps and Hessian need within it (``rank_stop_reason_``).  A
+        fit that cannot run within it fails at the start, naming it.
 
     Attributes
     ----------
@@ -397,6 +407,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         combined kernel, ``sum_j (K(x_j, x_j) - |phi(x_j)|^2) / sum_j K(x_j, x_j)`` on up to 1000
         training rows that are not landmarks (0: the features reproduce the kernel there;
         see :func:`mwumkl_dist.solvers.two_stage.nystroem_residual`).
+    rank_stop_reason_ : str or None
+        Only after a two-stage fit: why the Nystroem rank stopped growing: ``"gain"`` (the held-out
+        error of the last doubling improved by less than its standard error), ``"residual"`` (the
+        features reproduce the kernel to the residual target), ``"budget"`` (the most landmarks the
+        rows afford), ``"memory_limit"`` (the most the memory limit affords), ``"given"``
+        (``n_components`` an int) or ``"exact"`` (the exact solve on all rows).
     features_spilled_ : bool
         Only after a two-stage fit: whether a shard kept its kernel columns on the landmarks in a
         temporary file (they exceeded its memory budget; see
@@ -468,6 +484,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         probability=False,
         solver="auto",
         n_components="auto",
+        memory_limit="auto",
     ):
         self.kernels = kernels
         self.epsilon = epsilon
@@ -496,6 +513,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.probability = probability
         self.solver = solver
         self.n_components = n_components
+        self.memory_limit = memory_limit
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

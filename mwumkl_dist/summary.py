@@ -69,7 +69,7 @@ def _solver(model) -> str:
             )
         return (
             f"two-stage{why}: kernel weights on {model.weight_points_} rows, then a linear SVM on Nystroem features "
-            f"of rank {rank} (residual {residual:.3g})"
+            f"of rank {rank} (residual {residual:.3g}{_rank_stop(model)})"
         )
     if model.polished_:
         how = "auto: small enough" if _auto(model, "polish") else "polish=True"
@@ -77,6 +77,25 @@ def _solver(model) -> str:
     how = getattr(model, "polish_skipped_", None)  # None: a model saved before it was recorded
     how = how or ("auto: too large for it" if _auto(model, "polish") else "polish=False")
     return f"mwu{why}, no exact polish ({how}; the MWU solution is the model)"
+
+
+#: Why the rank stopped (``rank_stop_reason_``), in words.
+_RANK_STOPS = {
+    "gain": "the held-out error of the last doubling improved by less than its standard error",
+    "residual": "the features reproduce the kernel to the residual target",
+    "budget": "the most landmarks the rows afford",
+    "memory_limit": "the most landmarks memory_limit affords",
+    "given": "n_components given",
+}
+
+
+def _rank_stop(model) -> str:
+    reason = getattr(model, "rank_stop_reason_", None)
+    if reason not in _RANK_STOPS:
+        return ""
+    path = getattr(model, "rank_path_", None)
+    tried = f"; held-out error {', '.join(f'{_percent(e)} at {r}' for r, e in path.items())}" if path else ""
+    return f"; the rank stopped: {_RANK_STOPS[reason]}{tried}"
 
 
 def _C(model) -> str:

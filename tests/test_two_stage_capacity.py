@@ -219,7 +219,9 @@ PARAMS = dict(C=10.0, solver="two-stage", kernels="gaussian:0.05,gaussian:0.2,po
 @pytest.fixture
 def always_grow(monkeypatch, small_ranks):
     """The adaptive rank at residual tolerance 0: it grows to the cap (16, 32, ... landmarks)."""
-    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
+    monkeypatch.setitem(
+        driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0, rank_by="residual")
+    )
 
 
 @pytest.mark.timeout(120)

@@ -145,7 +145,9 @@ def test_dask_engine_gives_the_local_model_of_an_adaptive_rank(small_blocks, cli
     for module in (nystroem, two_stage_solver):
         monkeypatch.setattr(module, "N_COMPONENTS", 16)
     monkeypatch.setattr(nystroem, "RANK_MAX", 53)
-    monkeypatch.setitem(driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0))
+    monkeypatch.setitem(
+        driver.SOLVERS, "two-stage", replace(driver.SOLVERS["two-stage"], residual_tol=0.0, rank_by="residual")
+    )
     X, y = _data()
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
     assert len(ref.support_) == two_stage.rank_budget(700) == 53
@@ -186,7 +188,7 @@ def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
 
 def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
     def probe():
-        shard = two_stage.LinearShard(np.zeros((10, 2)), 0, 10)
+        shard = two_stage.LinearShard(np.zeros((10, 2)), 0, 10, columns_budget=2**50)  # the worker's limit caps it
         return shard._budget, shard._scratch
 
     budget, scratch = client.submit(probe, pure=False).result(timeout=60)

@@ -181,6 +181,16 @@ def n_components_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be 'auto' or a positive integer, got {text!r}") from None
 
 
+def memory_size(text: str) -> int | str:
+    """``"auto"`` or a size (``"1GB"``, ``"512MiB"``, bytes): the fit's ``memory_limit``."""
+    from mwumkl_dist.core.memory import parse_memory_limit
+
+    try:
+        return "auto" if parse_memory_limit(text) is None else parse_memory_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("memory_limit ")) from None
+
+
 def selectivity_choice(text: str) -> float | str:
     """``"auto"``, ``"exact"`` (also ``inf``), ``"paper"`` or a number ``>= 0``."""
     word = text.strip().lower()

@@ -76,6 +76,7 @@ def _estimator(args, **extra) -> MWUMKLClassifier:
         n_jobs=args.n_jobs,
         solver=args.solver,
         n_components=args.n_components,
+        memory_limit=args.memory_limit,
         **extra,
     )
 

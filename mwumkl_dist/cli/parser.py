@@ -22,6 +22,7 @@ from mwumkl_dist.cli.args import (
     auto_or_positive_int,
     epsilon_or_auto,
     kernel_spec,
+    memory_size,
     n_components_or_auto,
     n_jobs,
     positive_float,
@@ -188,8 +189,16 @@ def _model_options() -> argparse.ArgumentParser:
         type=n_components_or_auto,
         default="auto",
         metavar="R",
-        help="the two-stage fit's Nystroem rank: R landmarks, or auto (default): grown until the features reproduce "
-        "the learned kernel (residual 0.02) within a memory budget, or the exact solve where its Gram fits",
+        help="the two-stage fit's Nystroem rank: R landmarks, or auto (default): doubled while the held-out error "
+        "improves by more than its standard error, within --memory-limit, or the exact solve where its Gram fits",
+    )
+    group.add_argument(
+        "--memory-limit",
+        type=memory_size,
+        default="auto",
+        metavar="SIZE",
+        help="the memory the two-stage fit's large arrays may take (1GB, 512MiB, bytes); beyond it the kernel "
+        "columns are spilled or computed again; auto (default): 1 GiB, less under a smaller cgroup limit",
     )
     group.add_argument(
         "--no-scale-C",

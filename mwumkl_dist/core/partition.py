@@ -208,15 +208,20 @@ def tree_total(nodes: dict, n_blocks: int, add=None):
     def plus(a, b):
         return b if a is None else a if b is None else add(a, b)
 
-    def value(lo, hi):
-        if (lo, hi) in nodes:
-            return nodes[(lo, hi)]
-        if hi - lo == 1:
-            raise ValueError(f"no sum for row block {lo}")
-        mid = lo + (hi - lo) // 2
-        return plus(value(lo, mid), value(mid, hi))
-
     total = None
     for lo, hi in dyadic_nodes(0, n_blocks):
-        total = plus(total, value(lo, hi))
+        total = plus(total, _node_total(nodes, lo, hi, plus))
     return total
+
+
+def _node_total(nodes: dict, lo: int, hi: int, plus):
+    """Node ``[lo, hi)``'s sum (:func:`tree_total`).  A module function, not a closure of ``tree_total``: a recursive
+    closure refers to itself, a reference cycle that kept ``nodes`` (a Newton step's ``(r + 2) x (r + 1)`` parts,
+    39 MB each at rank 2200) alive until the cyclic collector ran, which the arrays' bytes do not prompt (1.9 GB
+    held at 20,000 rows)."""
+    if (lo, hi) in nodes:
+        return nodes[(lo, hi)]
+    if hi - lo == 1:
+        raise ValueError(f"no sum for row block {lo}")
+    mid = lo + (hi - lo) // 2
+    return plus(_node_total(nodes, lo, mid, plus), _node_total(nodes, mid, hi, plus))

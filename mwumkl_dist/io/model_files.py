@@ -102,6 +102,10 @@ def _model_meta(estimator) -> dict:
         "nystroem_residual_": (
             np.asarray(estimator.nystroem_residual_).tolist() if hasattr(estimator, "nystroem_residual_") else None
         ),
+        "rank_stop_reason_": getattr(estimator, "rank_stop_reason_", None),
+        "rank_path_": (
+            [[int(r), float(e)] for r, e in estimator.rank_path_.items()] if hasattr(estimator, "rank_path_") else None
+        ),
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
         "group_selection_": getattr(estimator, "group_selection_", None),
         "width_band_": getattr(estimator, "width_band_", None),
@@ -479,6 +483,10 @@ def _estimator_from(cls, meta: dict, data):
         residual = meta.get("nystroem_residual_")  # None in files from before the adaptive rank
         if residual is not None:
             est.nystroem_residual_ = float(residual) if isinstance(residual, float) else np.asarray(residual)
+        if meta.get("rank_stop_reason_") is not None:  # None in files from before the validated rank
+            est.rank_stop_reason_ = str(meta["rank_stop_reason_"])
+        if meta.get("rank_path_") is not None:
+            est.rank_path_ = {int(r): float(e) for r, e in meta["rank_path_"]}
     if meta.get("kernel_scale_") is not None:
         est.kernel_scale_ = float(meta["kernel_scale_"])
     if meta.get("group_selection_") is not None:

@@ -194,6 +194,13 @@ def _class_weight(value):
     return value
 
 
+def _memory_limit(value):
+    from mwumkl_dist.core.memory import parse_memory_limit
+
+    parse_memory_limit(value)  # ValueError naming memory_limit; resolved in bytes when the fit starts
+    return value
+
+
 def _unchecked(value):
     return value
 
@@ -221,6 +228,7 @@ PARAMETER_CONSTRAINTS: dict[str, Callable] = {
     "n_components": _n_components,
     "probability": _probability,
     "class_weight": _class_weight,
+    "memory_limit": _memory_limit,
     "kernels": _unchecked,  # checked with the data (make_training_input)
     "scale_C": _scale_C,
     "client": _unchecked,
@@ -267,6 +275,7 @@ class FitSpec:
     probability: bool = False
     solver: str = "auto"
     n_components: int | None = None
+    memory_limit: object = "auto"
     #: Not a parameter: whether ``selectivity="auto"`` may score bands of Gaussian widths (the two-stage
     #: fit's weight stage turns them off where its sample is far smaller than the data; see its solver).
     width_bands: bool = True

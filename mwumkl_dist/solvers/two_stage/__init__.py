@@ -13,11 +13,12 @@ two-stage fit (``solver="two-stage"``) therefore
    ``K = sum_i mu_i K_i / (r_i / n)`` (unit mean diagonal) on landmark rows
    ``L``: ``phi(x) = K(x, L) M`` with ``M = U S^{-1/2}`` from ``K(L, L) = U S U'``
    (so ``phi(x)' phi(z)`` is the Nystroem approximation of ``K(x, z)``, exact
-   when ``L`` holds all rows).  The rank adapts (:meth:`TwoStageSolver.choose_maps`):
+   when ``L`` holds all rows).  The rank adapts (:meth:`TwoStageSolver._grow_stage`):
    :data:`N_COMPONENTS` landmarks from one fixed random order, doubled (the sets
-   nested) while the Nystroem residual on rows that are not landmarks
+   nested) while the held-out error of the final check of ``C`` falls by more than its
+   standard error, and the Nystroem residual on rows that are not landmarks
    (:func:`nystroem_residual`) is above :data:`RESIDUAL_TOL`, up to
-   :func:`rank_cap` (``8 sqrt(n)``, at most :data:`N_COMPONENTS_MAX`);
+   :func:`rank_budget` and what ``memory_limit`` affords (:mod:`.budget`);
 3. solves the same 2-norm soft-margin SVM the MWU approximates (squared hinge,
    ``C`` per point as the MWU's ridge ``1 / C``) on those features with a
    finite Newton method (:func:`newton_solve`) whose Hessian is updated by the
@@ -34,11 +35,12 @@ landmarks), ``O(n_A r^2)`` for the first Hessian (``n_A`` rows on the margin
 or inside it) and ``O(r^3)`` per Newton step: linear in ``n`` once the rank
 stops growing."""
 
-from mwumkl_dist.solvers.two_stage import newton, nystroem, shards, solver, spill
+from mwumkl_dist.solvers.two_stage import budget, newton, nystroem, shards, solver, spill
+from mwumkl_dist.solvers.two_stage.budget import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.newton import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.nystroem import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.shards import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.solver import *  # noqa: F403
 from mwumkl_dist.solvers.two_stage.spill import *  # noqa: F403
 
-__all__ = [*nystroem.__all__, *spill.__all__, *shards.__all__, *newton.__all__, *solver.__all__]
+__all__ = [*budget.__all__, *nystroem.__all__, *spill.__all__, *shards.__all__, *newton.__all__, *solver.__all__]

@@ -77,12 +77,17 @@ def _line_search(vd, dd, m, q, cw, C) -> float:
 
 @dataclass
 class NewtonResult:
-    """A solve's coefficients ``v = [w, b]``, the outputs ``o = F w + b`` on every row, and its Newton steps."""
+    """A solve's coefficients ``v = [w, b]``, the outputs ``o = F w + b`` on every row, and its Newton steps.
+
+    ``hessian``: the explicit solve's sums over its last active rows ``(gram, active)`` (see
+    :func:`newton_solve`), to start another solve on the same features from (None from the CG solve).
+    """
 
     coef: np.ndarray
     intercept: float
     outputs: np.ndarray
     n_iter: int
+    hessian: tuple | None = None
 
 
 def newton_solve(
@@ -98,13 +103,17 @@ def newton_solve(
     tol: float = 1e-10,
     max_iter: int = 100,
     step=None,
+    hessian=None,
 ) -> NewtonResult:
     """The 2-norm soft-margin SVM on the shards' features by a finite Newton method (:func:`solve_squared_hinge`).
 
     ``basis``: the shards' :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` at
     ``level`` (its index in their list), whose features are fitted; ``start``: starting coefficients
     ``[w, b]`` (default 0); ``train``: a boolean mask of the rows fitted (the
-    others get outputs and no loss; default all); ``step``: a progress phase advanced by each Newton step.
+    others get outputs and no loss; default all); ``step``: a progress phase advanced by each Newton step;
+    ``hessian``: the :attr:`NewtonResult.hessian` of an earlier solve on the same features (another ``C``, other
+    training rows): its sums over its active rows are kept and only the rows that changed sides since are added
+    or taken away (the sums do not depend on ``C``), so a warm solve does not form the Hessian again.
     Returns the solution and its outputs on every row.
 
     The Hessian is formed explicitly, ``I + C Z_A' D Z_A``, and updated by the
@@ -147,11 +156,12 @@ def newton_solve(
         h = np.maximum(0.0, 1.0 - yf * o[fitted])
         return 0.5 * v @ v + 0.5 * C * np.sum(cf * h * h)
 
-    gram = np.zeros((r + 2, r + 1))  # sum over the active rows of c [z z' ; y z'], z = [f, 1]
-    was_active = np.zeros(n, dtype=bool)
+    if hessian is not None:  # sum over the active rows of c [z z' ; y z'], z = [f, 1]: kept from an earlier solve
+        gram, was_active = hessian[0].copy(), np.asarray(hessian[1], dtype=bool).copy()
+    else:
+        gram, was_active = np.zeros((r + 2, r + 1)), np.zeros(n, dtype=bool)
     f_old = objective(v, o)
     previous = None
-    eye = np.eye(r + 1)
     steps = 0
     for steps in range(1, max_iter + 1):
         active = (y * o < 1.0) & fitted
@@ -170,7 +180,10 @@ def newton_solve(
             if change is not None:
                 gram += change
         was_active = active
-        factor = scipy.linalg.cho_factor(eye + C * gram[: r + 1], lower=True, check_finite=False)
+        H = C * gram[: r + 1]
+        H[np.diag_indices(r + 1)] += 1.0
+        factor = scipy.linalg.cho_factor(H, lower=True, overwrite_a=True, check_finite=False)
+        del H
         target = scipy.linalg.cho_solve(factor, C * gram[r + 1], check_finite=False)
         d = target - v
         delta = outputs(d)
@@ -188,7 +201,7 @@ def newton_solve(
         if (t == 1.0 and same) or f_old - f_new <= tol * max(f_old, 1e-300):
             break
         previous, f_old = A, f_new
-    return NewtonResult(v[:r].copy(), float(v[r]), o, steps)
+    return NewtonResult(v[:r].copy(), float(v[r]), o, steps, (gram, was_active))
 
 
 def cg_newton_solve(

@@ -15,7 +15,7 @@ from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordere
 from mwumkl_dist.engines.layout import linear_shard_count
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
-from mwumkl_dist.kernels.evaluation import evaluation_counts, kernel_traces
+from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
@@ -47,6 +47,10 @@ class GivenFeatures:
         return np.asarray(X, dtype=np.float64)
 
 
+#: Rows of a block a pass widens to double precision at a time (fixed, so the sums' order, hence their bits, do not
+#: depend on the sharding): one chunk of columns per thread, not the block's (8192 x 4096 doubles are 268 MB).
+SUB_ROWS = 1024
+
 #: How a shard keeps its kernel columns (see :class:`LinearShard`).
 STORAGES = ("auto", "memory", "spill", "recompute")
 
@@ -67,9 +71,9 @@ class LinearShard:
     :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` (one per rank level) as the
     solver asks.  ``storage`` says where they are between passes: in memory, spilled
     to a temporary file, or computed again block by block at every pass; ``"auto"``
-    keeps them in memory within :func:`feature_memory_budget` (where the shard is
-    built) and otherwise spills them or computes them again, whichever the cost model
-    (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
+    keeps them in memory within :func:`feature_memory_budget` (``columns_budget``: the shard's share of the
+    fit's ``memory_limit``, capped where the shard is built) and otherwise spills them or computes them again,
+    whichever the cost model (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
     ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
     GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
     ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
@@ -78,7 +82,7 @@ class LinearShard:
     """
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
-                 device="cpu"):  # fmt: skip
+                 device="cpu", columns_budget: int | None = None):  # fmt: skip
         row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
         if start % row_block:
             raise ValueError(f"a linear-stage shard starts on a row block ({row_block} rows), not at row {start}")
@@ -93,12 +97,13 @@ class LinearShard:
         self._device_columns = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
-        self._budget, self._scratch = feature_memory_budget(), scratch_dir()
+        self._budget, self._scratch = feature_memory_budget(columns_budget), scratch_dir()
         self.features_: FeatureBlocks | None = None
         self.feature_map = None
         self.width = 0
         self.dtype = np.dtype(np.float32)
         self.bases: list[Basis] = []
+        self._landmark_chunks = [0]
         self.y = self.cw = None
         #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
         self.rows_done = 0
@@ -116,16 +121,28 @@ class LinearShard:
         """Every kernel's trace on each block (summed by the driver in row order)."""
         return ordered_map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
 
-    def load_problem(self, feature_map, y, cw, bases=None, step=None, dtype="float32") -> str:
+    def load_problem(self, feature_map, y, cw, bases=None, step=None, dtype="float32", extend: bool = False) -> str:
         """Compute the rows' kernel columns under ``feature_map`` (``.columns(X)``, ``.basis``); labels +-1, ``c_j``.
 
         ``bases``: the :class:`Basis` of each rank level, the calls' ``level``
         indexes them (default: the map's own).  ``step``: a progress phase advanced by each block's
         rows (:class:`~mwumkl_dist.core.progress.Phase`; sent to a remote shard it is silent).
-        ``dtype``: the precision the columns are kept in.  Returns the storage used
+        ``dtype``: the precision the columns are kept in.  ``extend``: ``feature_map`` is the loaded one's
+        kernel on more landmarks (the first ones the same): stored columns are kept and only the new landmarks'
+        computed (a shard with none stored computes them all).  Returns the storage used
         (``"memory"``, ``"spill"`` or ``"recompute"``).
+
+        The columns are computed in chunks of landmarks, one per level (``bases``' widths), so that stored,
+        extended and recomputed columns have the same bits.
         """
-        self.close()
+        kept = self.features_ if extend and self.features_ is not None and self.dtype == np.dtype(dtype) else None
+        kept_width = self.width if kept is not None else 0
+        if kept is None:
+            self.close()
+        elif self._device_columns is not None:  # pragma: no cover - a GPU shard is never extended
+            self._device_columns.close()
+            self._device_columns = None
+        self.features_ = None
         self.bases = list(bases) if bases is not None else [feature_map.basis]
         self.width = max(b.width for b in self.bases)
         self.feature_map = feature_map
@@ -134,11 +151,16 @@ class LinearShard:
         self.cw = np.asarray(cw, dtype=np.float64)
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
+        self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
         columns = self.backend.column_store(feature_map, self.width, self.dtype)
         if columns is not None:
+            if kept is not None:
+                kept.close()
             return self._load_on_device(columns, step)
         storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         if storage == "recompute":  # every pass computes them: nothing to do now
+            if kept is not None:
+                kept.close()
             if step is not None:
                 step.advance(sum(sizes))
             return storage
@@ -146,13 +168,22 @@ class LinearShard:
 
         def build(i):
             lo, hi = self.blocks[i]
-            self.features_.put(i, self._computed(self._read(lo, hi)))
+            X = self._read(lo, hi)
+            if kept is None:
+                block = self._computed(X)
+            else:  # the kept columns, then the new landmarks' chunks
+                block = np.empty((hi - lo, self.width), dtype=self.dtype)
+                block[:, :kept_width] = kept.get(i)
+                block[:, kept_width:] = self._computed(X, kept_width)
+            self.features_.put(i, block)
             self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
             if step is not None:
                 step.advance(hi - lo)
 
         with one_blas_thread():
             ordered_map(build, range(len(self.blocks)))
+        if kept is not None:
+            kept.close()
         return storage
 
     def _load_on_device(self, columns, step) -> str:
@@ -172,9 +203,18 @@ class LinearShard:
         spill, recompute = pass_cost(self.feature_map.kernel_set, self.feature_map.weights, self.dtype.itemsize)
         return "recompute" if recompute < spill else "spill"
 
-    def _computed(self, X) -> np.ndarray:
-        """The kernel columns of rows ``X`` as the shard keeps them (the first ``width``, in ``dtype``)."""
-        return np.ascontiguousarray(self.feature_map.columns(X)[:, : self.width], dtype=self.dtype)
+    def _computed(self, X, first: int = 0) -> np.ndarray:
+        """The kernel columns of rows ``X`` as the shard keeps them (landmarks ``first`` to ``width``, in ``dtype``),
+        in the chunks of landmarks of the levels (the same bits however they were stored)."""
+        fmap = self.feature_map
+        if not hasattr(fmap, "landmarks"):  # given features: the rows themselves
+            return np.ascontiguousarray(fmap.columns(X)[:, first : self.width], dtype=self.dtype)
+        out = np.empty((X.shape[0], self.width - first), dtype=self.dtype)
+        for lo, hi in zip(self._landmark_chunks[:-1], self._landmark_chunks[1:]):
+            if hi > first:
+                part = combined_kernel(fmap.kernel_set, X, fmap.landmarks[lo:hi], fmap.weights)
+                out[:, max(lo, first) - first : hi - first] = part[:, max(0, first - lo) :]
+        return out
 
     def columns(self, i: int, rows=None) -> np.ndarray:
         """Block ``i``'s kernel columns (``rows``: only those of its rows, local indices), stored or computed again."""
@@ -186,6 +226,24 @@ class LinearShard:
         lo, hi = self.blocks[i]
         X = self._read(lo, hi)
         return self._computed(X if rows is None else X[rows])
+
+    def _chunks(self, i: int, rows):
+        """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
+        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
+        stored = X = None
+        if self._device_columns is None:
+            if self.features_ is not None:
+                stored = self.features_.get(i)
+            else:
+                X = self._read(*self.blocks[i])
+        for lo in range(0, len(rows), SUB_ROWS):
+            chunk = rows[lo : lo + SUB_ROWS]
+            if stored is not None:
+                yield chunk, stored[chunk]
+            elif X is not None:
+                yield chunk, self._computed(X[chunk])
+            else:
+                yield chunk, self._device_columns.host(i, chunk)
 
     def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
         """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
@@ -207,21 +265,21 @@ class LinearShard:
             rows_in, rows_out = np.flatnonzero(entering[local]), np.flatnonzero(leaving[local])
             if not len(rows_in) and not len(rows_out):
                 return None
-            changed = np.concatenate((rows_in, rows_out))
-            columns = self.columns(i, changed)
-            y, c = self.y[local][changed], self.cw[local][changed]
-            sign = np.concatenate((np.ones(len(rows_in)), -np.ones(len(rows_out))))
             out = np.zeros((k + 2, k + 1))
-            for mine in (sign > 0, sign < 0):
-                if mine.any():
-                    sw = np.sqrt(c[mine])
-                    Z = np.empty((int(np.count_nonzero(mine)), k + 1))
-                    Z[:, :k] = columns[mine, :k] if on_columns else basis.features(columns[mine])
+            for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
+                for chunk, columns in self._chunks(i, rows):  # a chunk's Z in memory, not the block's
+                    y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
+                    Z = np.empty((len(chunk), k + 1))
+                    Z[:, :k] = columns[:, :k] if on_columns else basis.features(columns)
                     Z[:, k] = 1.0
                     Z *= sw[:, None]
-                    s = sign[mine][0]
-                    out[: k + 1] += s * (Z.T @ Z)
-                    out[k + 1] += s * (Z.T @ (sw * y[mine]))
+                    gram = Z.T @ Z
+                    if s > 0:
+                        out[: k + 1] += gram
+                        out[k + 1] += Z.T @ (sw * y)
+                    else:
+                        out[: k + 1] -= gram
+                        out[k + 1] -= Z.T @ (sw * y)
             return out
 
         with one_blas_thread():
@@ -248,14 +306,15 @@ class LinearShard:
             if self._device_columns is not None:
                 return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
                                                         labels)  # fmt: skip
-            K = np.asarray(self.columns(i, rows)[:, :width], dtype=np.float64)
-            t = K @ beta + bias
-            if labels:
-                t -= self.y[local][rows]
-            t *= self.cw[local][rows]
-            out = np.empty(width + 1)
-            out[:width] = t @ K
-            out[width] = np.sum(t)
+            out = np.zeros(width + 1)
+            for chunk, columns in self._chunks(i, rows):  # one chunk's columns in double at a time
+                K = np.asarray(columns[:, :width], dtype=np.float64)
+                t = K @ beta + bias
+                if labels:
+                    t -= self.y[local][chunk]
+                t *= self.cw[local][chunk]
+                out[:width] += t @ K
+                out[width] += np.sum(t)
             return out
 
         with one_blas_thread():
@@ -281,11 +340,16 @@ class LinearShard:
         if self._device_columns is not None:
             parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
             return np.concatenate(parts) if parts else np.zeros(0)
+
+        def part(i):
+            lo, hi = self.blocks[i]
+            out = np.empty(hi - lo)
+            for chunk, columns in self._chunks(i, np.arange(hi - lo)):  # one chunk's columns in double at a time
+                out[chunk] = np.asarray(columns[:, : basis.width], dtype=np.float64) @ beta
+            return out + d[basis.rank]
+
         with one_blas_thread():
-            parts = ordered_map(
-                lambda i: np.asarray(self.columns(i)[:, : basis.width], dtype=np.float64) @ beta + d[basis.rank],
-                range(len(self.blocks)),
-            )
+            parts = ordered_map(part, range(len(self.blocks)))
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def _map(self, fn, items) -> list:
@@ -369,7 +433,7 @@ def sum_parts(parts, size: int) -> np.ndarray:
     return total
 
 
-def _linear_factory(source, kernel_set, row_block: int, storage, device="cpu"):
+def _linear_factory(source, kernel_set, row_block: int, storage, device="cpu", columns_budget=None):
     """``rows -> factory`` of the linear stage's shard of rows ``[start, stop)`` of ``source``.
 
     A store's shards read their rows where they are built; an array's shards are given their rows.
@@ -378,7 +442,7 @@ def _linear_factory(source, kernel_set, row_block: int, storage, device="cpu"):
     def factory_for(rows):
         start, stop = rows
         part = source if isinstance(source, DataStore) else source[start:stop]
-        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, storage, device)
+        return functools.partial(LinearShard, part, start, stop, kernel_set, row_block, storage, device, columns_budget)
 
     return factory_for
 
@@ -395,6 +459,7 @@ def linear_shards(
     row_block=None,
     storage="auto",
     device="cpu",
+    columns_budget=None,
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
@@ -406,6 +471,8 @@ def linear_shards(
     ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
     (``timeout``, ``call_timeout``: the estimator's ``worker_timeout`` and ``superstep_timeout``),
     each shard reading or being sent its own rows.  Both give the same bits for any shard count.
+    ``columns_budget``: the bytes of kernel columns all shards together may keep in memory (an equal share each,
+    :func:`feature_memory_budget`).
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
@@ -415,7 +482,8 @@ def linear_shards(
     else:
         reason = f"n_shards={n_shards}" + (" on the Dask workers" if engine == "dask" else " in this process")
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
-    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device)
+    share = None if columns_budget is None else int(columns_budget) // max(1, len(slots))
+    factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device, share)
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mwumkl_dist.core import progress
+from mwumkl_dist.core.memory import resolve_memory_limit
 from mwumkl_dist.data.weights import problem_weights, score_weights
-from mwumkl_dist.devices.threads import one_blas_thread
+from mwumkl_dist.devices.threads import current_threads, one_blas_thread
 from mwumkl_dist.engines.layout import pool_lanes
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import standard_error_of_sum, stratified_rows
@@ -21,6 +22,7 @@ from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, predicte
 from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
 from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_costs, linear_method, newton_solve
 from mwumkl_dist.solvers.two_stage.nystroem import (
@@ -46,6 +48,7 @@ __all__ = [
     "CHECK_FACTORS",
     "CHECK_FRACTION",
     "CHECK_POINTS",
+    "RANK_STOP_REASONS",
     "ResidualWarning",
     "TwoStageSolver",
     "exact_wanted",
@@ -107,8 +110,9 @@ class TwoStageSolver:
     :class:`~mwumkl_dist.solvers.two_stage.shards.LinearShard`) and in which
     precision, the linear solve's method (``"explicit"``, ``"cg"`` or ``"auto"``:
     :func:`~mwumkl_dist.solvers.two_stage.newton.linear_method`) and whether
-    ``C="auto"`` is checked again at the final size (:meth:`_check_C`); narrow
-    them with :func:`dataclasses.replace`.
+    ``C="auto"`` is checked again at the final size (:meth:`_check_C`) and how the adaptive rank stops
+    (``rank_by``: ``"gain"``, by the held-out error, :meth:`_grow_stage`; ``"residual"``, by the Nystroem
+    residual alone, :meth:`choose_maps`); narrow them with :func:`dataclasses.replace`.
     """
 
     name: str = "two-stage"
@@ -121,6 +125,7 @@ class TwoStageSolver:
     precision: str = "float32"
     method: str = "auto"
     check_C: bool = True
+    rank_by: str = "gain"
 
     def blocker(self, spec: FitSpec, data, *, resume=None) -> str | None:
         return two_stage_blocker(data, spec, resume=resume)
@@ -133,9 +138,22 @@ class TwoStageSolver:
         with one_blas_thread():
             return self._fit(spec, task)
 
+    def memory_plan(self, spec: FitSpec, n_samples: int) -> MemoryPlan:
+        """What the fit may take within ``spec.memory_limit`` (:mod:`~mwumkl_dist.solvers.two_stage.budget`); raises
+        :class:`~mwumkl_dist.solvers.two_stage.budget.MemoryLimitError` where it cannot run within it."""
+        limit, source = resolve_memory_limit(spec.memory_limit)
+        n_components = self.n_components if self.n_components is not None else spec.n_components
+        return memory_plan(limit, source, n_samples, rank_max=rank_budget(n_samples, np.dtype(self.precision).itemsize),
+                           rank_min=N_COMPONENTS, given_rank=n_components, threads=current_threads(),
+                           column_bytes=np.dtype(self.precision).itemsize)  # fmt: skip
+
     def _fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
         n = data.n_samples
+        plan = self.memory_plan(spec, n)  # before any work: a fit that cannot run within memory_limit says so now
+        if spec.polish is True and not plan.exact_fits and exact_wanted(True, data, None) is not None:
+            raise MemoryLimitError(f"memory_limit ({plan.source}) is too small for polish=True on {n} rows (the "
+                                   f"exact solve's {n} x {n} Gram matrix); pass a larger memory_limit")  # fmt: skip
         clock = [time.process_time()]
         rows = self.weight_rows(task)
         weight_spec = replace(spec, C=spec.C_per_point(n), scale_C=True, engine="local", n_shards=1,
@@ -161,13 +179,15 @@ class TwoStageSolver:
             row_block=self.row_block,
             storage=self.storage,
             device=task.backend,
+            columns_budget=plan.columns_budget,
         ) as shards:
-            attrs = self._full_stage(spec, task, shards, weights, clock)
+            attrs = self._full_stage(spec, task, shards, weights, clock, plan)
         if spec.verbose:
             stage_seconds = np.diff(clock)
             logger.info("two-stage: weights on %d rows %.1f s CPU; %s (Nystroem residual %s) %.1f s; per "
                         "problem, features and linear solve: %s", len(rows), stage_seconds[0],
-                        "the exact solve" if attrs["polished_"] else f"rank {attrs['n_components_']}",
+                        "the exact solve" if attrs["polished_"]
+                        else f"rank {attrs['n_components_']} ({attrs['rank_stop_reason_']})",
                         np.round(attrs["nystroem_residual_"], 4), stage_seconds[1],
                         " ".join(f"{t:.1f}" for t in stage_seconds[2:]))  # fmt: skip
         C_rel = float(attrs.pop("C_relative"))
@@ -187,7 +207,7 @@ class TwoStageSolver:
             rows = np.union1d(rows, [np.flatnonzero(y == c)[0] for c in missing])
         return rows
 
-    def _full_stage(self, spec: FitSpec, task: FitTask, shards, weights: dict, clock: list) -> dict:
+    def _full_stage(self, spec: FitSpec, task: FitTask, shards, weights: dict, clock: list, plan: MemoryPlan) -> dict:
         """Stages 2 and 3 on ``shards``: the fitted attributes (with the weight stage's ``epsilon_``, paths, ...)."""
         data, n = task.data, task.data.n_samples
         if data.traces is not None:
@@ -200,18 +220,49 @@ class TwoStageSolver:
         order = landmark_order(n, task.seed)
         n_components = self.n_components if self.n_components is not None else spec.n_components
         exact = exact_wanted(spec.polish, data, n_components)
-        maps, residuals = self.choose_maps(data, order, unit, n_components, first_only=exact == "auto")
+        if exact == "auto" and not plan.exact_fits:
+            exact = None
+        grow = n_components is None and self.rank_by == "gain"
+        cap = min(rank_budget(n, np.dtype(self.precision).itemsize), plan.rank_cap)
+        maps, residuals = self.choose_maps(data, order, unit, n_components, first_only=exact == "auto" or grow,
+                                           cap=cap)  # fmt: skip
         exact = exact == "always" or (exact == "auto" and max(residuals) > self.residual_tol)
         clock.append(time.process_time())
         C = float(weights["C_"])
         check = self.check_C and spec.C is None
         point_weights = [self._point_weights(task, target) for target in task.targets]
+        rank_path = None
         if exact:
             attrs, C = self._exact_stage(task, unit, point_weights, C, check, clock)
-            ranks, residuals, spilled = [n] * len(task.targets), [0.0] * len(task.targets), False
+            ranks, residuals, spilled, reason = [n] * len(task.targets), [0.0] * len(task.targets), False, "exact"
+        elif grow:
+            cap_reason = (
+                "memory_limit" if plan.rank_cap < rank_budget(n, np.dtype(self.precision).itemsize) else "budget"
+            )
+            attrs, C, ranks, residuals, spilled, reason, rank_path = self._grow_stage(
+                task,
+                shards,
+                maps,
+                residuals,
+                unit,
+                order,
+                cap,
+                point_weights,
+                C,
+                check,
+                clock,
+                task.backend,
+                cap_reason,
+            )
         else:
             attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
                                                             task.backend)  # fmt: skip
+            if n_components is not None:
+                reason = "given"
+            elif max(residuals) <= self.residual_tol:
+                reason = "residual"
+            else:
+                reason = "memory_limit" if max(ranks) >= plan.rank_cap and plan.rank_cap < rank_budget(n) else "budget"
         single = len(task.targets) == 1
         out = {key: weights[key] for key in _FROM_WEIGHT_STAGE if key in weights}
         out.update(attrs)
@@ -223,12 +274,17 @@ class TwoStageSolver:
             solver_="two-stage",
             n_components_=ranks[0] if single else np.array(ranks),
             nystroem_residual_=residuals[0] if single else np.array(residuals),
+            rank_stop_reason_=reason,
             features_spilled_=bool(spilled),
             C_relative=C,
         )
-        if not exact and max(residuals) > self.residual_tol:
-            out["fit_warnings_"].append(_residual_message(max(residuals), max(ranks), self.residual_tol, n,
-                                                          n_components))  # fmt: skip
+        if rank_path is not None:
+            out["rank_path_"] = rank_path
+        # the rank stopped by its cap with a residual above the target (stopped by the held-out error: its choice)
+        if not exact and reason != "gain" and max(residuals) > self.residual_tol:
+            message = _residual_message(max(residuals), max(ranks), self.residual_tol, n, n_components,
+                                        plan if reason == "memory_limit" else None)  # fmt: skip
+            out["fit_warnings_"].append(message)
             warnings.warn(out["fit_warnings_"][-1], ResidualWarning, stacklevel=6)
         return out
 
@@ -258,6 +314,9 @@ class TwoStageSolver:
                 spilled |= storage == "spill"
                 clock.append(time.process_time())
                 loaded = k
+                hessian[0] = None
+
+        hessian = [None]  # the last explicit solve's sums on the loaded problem's top level (they do not depend on C)
 
         def how(fmap, warm):
             entry = _entry_seconds(fmap, storage, self.precision)
@@ -271,9 +330,13 @@ class TwoStageSolver:
                                        task.seed, how(levels[0], False))  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
             methods[k] = how(levels[-1], start is not None)
+            if hessian[0] is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
+                methods[k] = ("explicit", methods[k][1])
             with _newton_phase(levels[-1], n, which) as newton_step:
-                return self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                   newton_step, task.seed, methods[k])  # fmt: skip
+                result = self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
+                                     newton_step, task.seed, methods[k], hessian[0])  # fmt: skip
+            hessian[0], result.hessian = result.hessian, None
+            return result
 
         if check:
             train = ~held
@@ -320,6 +383,151 @@ class TwoStageSolver:
         attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, spilled
 
+    def _grow_stage(self, task: FitTask, shards, first: list, residuals: list, unit: list, order: np.ndarray, cap: int,
+                    point_weights: list, C: float, check: bool, clock: list, device: str,
+                    cap_reason: str) -> tuple:  # fmt: skip
+        """The linear stage with the rank chosen by the held-out error: ``(attributes, C, ranks, residuals, spilled,
+        rank_stop_reason, rank_path)``.
+
+        From :data:`N_COMPONENTS` landmarks (``first``: each problem's map there, with its ``residuals``), the rank
+        doubles (nested landmarks, the stored columns extended by the new landmarks' only) while the error on the
+        held-out rows of the final-size check of ``C`` (:meth:`_held_out`), of the model fitted on the other rows at
+        the weight stage's ``C``, falls by more than the standard error of the paired difference; the Nystroem
+        residual is a guide, not a goal: the growth stops where it is within :attr:`residual_tol` (the features
+        reproduce the kernel) and at ``cap`` (``cap_reason``).  The chosen rank is the last one tried, or the one
+        before where that had the lower held-out error.  Each rank's solve starts from the last one's model;
+        ``C="auto"``'s candidates (``check``) are then solved at the chosen rank, each from its neighbour's
+        solution and the last solve's Hessian sums, and the final model on all rows from the chosen ``C``'s.
+        ``rank_path``: the held-out error at each rank tried.
+        """
+        data, n = task.data, task.data.n_samples
+        targets, K = task.targets, len(task.targets)
+        labels = [np.where(data.y == target, 1.0, -1.0) for target in targets]
+        held = self._held_out(task)
+        train = ~held
+        levels = rank_levels(N_COMPONENTS, cap)
+        L = data.support_vectors(order[: levels[-1]])
+        sample = order[max(levels[-1], n - RESIDUAL_POINTS) :]
+        S = data.support_vectors(sample) if len(sample) else None
+        maps = [[m[0]] for m in first]  # per problem, the map of each level tried
+        state = {"loaded": None, "spilled": False, "hessian": None, "hessian_of": None, "storage": "memory"}
+        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
+        methods: list = [None] * K  # each problem's last solve: (method, costs)
+
+        def which(k):
+            return f", class {k + 1} of {K}" if K > 1 else ""
+
+        def load(k, level):
+            """Problem ``k``'s columns up to ``level`` on the shards (extended where the last level's are there)."""
+            if state["loaded"] == (k, level):
+                return
+            extend = state["loaded"] is not None and state["loaded"][0] == k and state["loaded"][1] < level
+            fmap = maps[k][level]
+            state["storage"] = _load_problem(shards, fmap, labels[k], point_weights[k],
+                                             [m.basis for m in maps[k][: level + 1]], which(k), self.precision,
+                                             extend=extend)  # fmt: skip
+            state["spilled"] |= state["storage"] == "spill"
+            clock.append(time.process_time())
+            state["loaded"], state["hessian"] = (k, level), None
+
+        def solve(k, level, c, fitted, start):
+            fmap = maps[k][level]
+            hessian = state["hessian"] if state["hessian_of"] == (k, level) else None  # sums on these features only
+            entry = _entry_seconds(fmap, state["storage"], self.precision)
+            methods[k] = self._method(n, fmap, start is not None, device, entry_seconds=entry, **cluster)
+            if hessian is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
+                methods[k] = ("explicit", methods[k][1])
+            with _newton_phase(fmap, n, which(k)) as step:
+                result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
+                                     task.seed, methods[k], hessian)  # fmt: skip
+            state["hessian"], state["hessian_of"], result.hessian = result.hessian, (k, level), None  # one at a time
+            return result
+
+        fits, errors, losses, reason = [], [], [], None
+        for level, r in enumerate(levels):
+            if level > 0:
+                with progress.phase("nystroem", K, unit="maps", description=f"Nystroem rank: {r} landmarks") as step:
+                    for k in range(K):
+                        maps[k].append(nystroem_map(data.kernel_set, L[:r], unit[k]))
+                        residuals[k] = nystroem_residual(maps[k][-1], S) if S is not None else 0.0
+                        step.advance()
+            results = []
+            for k in range(K):
+                load(k, level)
+                start = None
+                if level > 0:  # the last rank's model, as nearly as this rank's features give it
+                    old, new = maps[k][level - 1], maps[k][level]
+                    start = np.append(new.coefficients(old.expansion(fits[-1][k].coef)), fits[-1][k].intercept)
+                    old.factor = None  # only the newest map's factor starts a solve
+                results.append(solve(k, level, C, train, start))
+            fits.append(results)
+            decisions = np.column_stack([res.outputs[held] for res in results])
+            losses.append(self._held_losses(task, held, decisions))
+            errors.append(float(np.sum(losses[-1])))
+            if level > 0 and errors[-2] - errors[-1] <= standard_error_of_sum(losses[-2] - losses[-1]):
+                reason = "gain"
+            elif max(residuals) <= self.residual_tol:
+                reason = "residual"
+            elif level == len(levels) - 1:
+                reason = cap_reason
+            if reason is not None:
+                break
+        chosen = len(fits) - 1
+        if chosen > 0 and errors[chosen - 1] < errors[chosen]:
+            chosen -= 1
+        rank_path = {int(maps[0][i].n_columns): errors[i] for i in range(len(errors))}
+        final_residuals = list(residuals)
+        if chosen < len(fits) - 1:  # the residual of the chosen level's maps
+            final_residuals = [nystroem_residual(maps[k][chosen], S) if S is not None else 0.0 for k in range(K)]
+        solutions: list = [{C: fits[chosen][k]} for k in range(K)]  # per problem: C -> result on the training rows
+        if check:
+            candidates = _C_candidates(C)
+            description = f"C at the final size: {len(candidates)} candidates on {n - held.sum()} rows, " \
+                          f"{held.sum()} held out, rank {maps[0][chosen].n_columns}"  # fmt: skip
+            with progress.phase("check-C", (len(candidates) - 1) * K, unit="solves", description=description) as step:
+                for k in range(K):
+                    if state["loaded"] is None or state["loaded"][0] != k or state["loaded"][1] < chosen:
+                        load(k, chosen)
+                    for c in candidates:  # each from the nearest solved one's solution
+                        if c in solutions[k]:
+                            continue
+                        near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)))
+                        solutions[k][c] = solve(k, chosen, c, train, _start_of(solutions[k][near]))
+                        step.advance()
+            decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(K)]) for c in candidates}
+            C, path = self._chosen_C(task, held, decisions, C)
+        landmarks = order[: maps[0][chosen].n_columns]
+        dual_coef = np.zeros((K, len(landmarks)))
+        intercept = np.zeros(K)
+        ranks = []
+        for k in range(K):
+            if state["loaded"] is None or state["loaded"][0] != k or state["loaded"][1] < chosen:
+                load(k, chosen)
+            result = solve(k, chosen, C, None, _start_of(solutions[k][C]))
+            intercept[k] = result.intercept
+            clock.append(time.process_time())
+            fmap = maps[k][chosen]
+            dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
+            ranks.append(fmap.rank)
+        state["hessian"] = None
+        sort = np.argsort(landmarks, kind="stable")  # the support in row order, as the MWU models keep it
+        attrs = {
+            "support_": landmarks[sort],
+            "support_vectors_": maps[0][chosen].landmarks[sort],
+            "dual_coef_": dual_coef[:, sort],
+            "intercept_": intercept,
+            "polished_": False,
+        }
+        if check:
+            attrs["final_C_path_"] = path
+        names = [m for m, _ in methods]
+        attrs["linear_method_"] = names[0] if len(names) == 1 else names
+        method, costs = methods[0]
+        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
+        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
+        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
+        return attrs, C, ranks, final_residuals, state["spilled"], reason, rank_path
+
     def _method(self, n_rows: int, fmap, warm: bool, device: str, **cluster) -> tuple:
         """``(method, costs)`` of one solve: :attr:`method`, or for ``"auto"`` the cheaper by
         :func:`~mwumkl_dist.solvers.two_stage.newton.linear_costs` (``costs`` None where :attr:`method` is set)."""
@@ -328,15 +536,19 @@ class TwoStageSolver:
         args = (n_rows, fmap.n_columns, fmap.rank)
         return linear_method(*args, warm=warm, device=device, **cluster), linear_costs(*args, warm, device, **cluster)
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method):
+    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method,
+               hessian=None):  # fmt: skip
         """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards) by ``method``
-        (:meth:`_method`'s ``(method, costs)``)."""
-        method = method[0]
+        (:meth:`_method`'s ``(method, costs)``); ``hessian``: an earlier explicit solve's sums on the same features
+        to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
+        method = "explicit" if hessian is not None else method[0]
         with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
             if method == "cg":
                 return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
                                        seed=seed, step=step)  # fmt: skip
-            return newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step)
+            return newton_solve(
+                shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step, hessian=hessian
+            )
 
     def _exact_stage(self, task: FitTask, unit: list, point_weights: list, C: float, check: bool,
                      clock: list) -> tuple[dict, float]:  # fmt: skip
@@ -405,21 +617,27 @@ class TwoStageSolver:
         held[stratified_rows(y, size, task.seed + 1)] = True
         return held
 
+    @staticmethod
+    def _held_losses(task: FitTask, held: np.ndarray, decisions: np.ndarray) -> np.ndarray:
+        """Each held-out row's share of the (weighted) held-out error of ``decisions`` (held-out rows x problems)."""
+        y = task.data.y[held]
+        weights = score_weights(task.data.y, task.class_weight, task.sample_weight)
+        w = np.ones(len(y)) if weights is None else np.asarray(weights)[held]
+        return (predicted_labels(task.classes, decisions) != y) * w / np.sum(w)
+
     def _chosen_C(self, task: FitTask, held: np.ndarray, decisions: dict, C: float) -> tuple[float, dict]:
         """The candidate with the lowest (weighted) error on the held-out rows, where it beats the weight stage's
         ``C`` by more than the standard error of their paired difference, else that ``C``; and every
         candidate's held-out error (``final_C_path_``)."""
-        y = task.data.y[held]
-        weights = score_weights(task.data.y, task.class_weight, task.sample_weight)
-        w = np.ones(len(y)) if weights is None else np.asarray(weights)[held]
-        losses = {c: (predicted_labels(task.classes, d) != y) * w / np.sum(w) for c, d in decisions.items()}
+        losses = {c: self._held_losses(task, held, d) for c, d in decisions.items()}
         errors = {c: float(np.sum(loss)) for c, loss in losses.items()}
         best = min(errors, key=lambda c: (errors[c], c != C))
         if errors[C] - errors[best] > standard_error_of_sum(losses[best] - losses[C]):
             return float(best), errors
         return float(C), errors
 
-    def choose_maps(self, data, order: np.ndarray, unit: list, n_components=None, first_only: bool = False):
+    def choose_maps(self, data, order: np.ndarray, unit: list, n_components=None, first_only: bool = False,
+                    cap: int | None = None):  # fmt: skip
         """Each problem's Nystroem maps on the first landmarks of ``order``: ``(maps, residuals)``.
 
         ``unit``: each problem's raw kernel weights (:func:`unit_weights`).
@@ -435,7 +653,8 @@ class TwoStageSolver:
         :func:`rank_budget` (every problem takes the same landmarks); ``first_only``:
         the first level only (the exact solve follows where its residual is above the target).
         Deterministic: the same ``order`` (seed) gives the same landmarks.  ``n_components`` None: the
-        solver's own (:attr:`n_components`).
+        solver's own (:attr:`n_components`).  ``cap``: the most landmarks of the adaptive rank (default
+        :func:`rank_budget`; the fit passes the smaller of that and its memory plan's).
         """
         n = len(order)
         n_components = self.n_components if n_components is None else n_components
@@ -443,7 +662,8 @@ class TwoStageSolver:
             top = min(int(n_components), n)
             levels = [N_COMPONENTS, top] if top >= 2 * N_COMPONENTS else [top]
         else:
-            levels = rank_levels(N_COMPONENTS, rank_budget(n, np.dtype(self.precision).itemsize))
+            cap = rank_budget(n, np.dtype(self.precision).itemsize) if cap is None else cap
+            levels = rank_levels(N_COMPONENTS, cap)
             if first_only:
                 levels = levels[:1]
             top = levels[-1]
@@ -510,10 +730,13 @@ class ResidualWarning(UserWarning):
     approximates the learned kernel (see ``n_components``)."""
 
 
-def _residual_message(residual: float, rank: int, tol: float, n: int, n_components) -> str:
+def _residual_message(residual: float, rank: int, tol: float, n: int, n_components, plan=None) -> str:
     if n_components is not None:
         why = f"the rank is n_components={n_components}"
         how = f"pass a larger n_components (e.g. {2 * int(n_components)})"
+    elif plan is not None:
+        why = f"the rank stopped at the most landmarks memory_limit ({plan.source}) affords"
+        how = "pass a larger memory_limit for more landmarks"
     else:
         budget = rank_budget(n)
         why = (f"the rank stopped at its budget ({budget} landmarks on {n} rows: at most {RANK_MAX}, and the rows' "
@@ -531,23 +754,30 @@ def _chosen_kernels(data, weights: dict) -> list | None:
     return KernelSet(list(weights["kernel_names_"]), data.n_features_in).specs
 
 
+#: Why the rank of a two-stage fit stopped growing (``rank_stop_reason_``): its held-out error stopped improving, the
+#: residual met its target, the rows' rank budget, the memory limit, a given ``n_components``, the exact solve.
+RANK_STOP_REASONS = ("gain", "residual", "budget", "memory_limit", "given", "exact")
+
+
 #: Attributes of the two-stage model that are the weight stage's.
 _FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
                       "group_selection_path_", "width_band_", "width_band_path_", "structure_", "structure_path_",
                       "cross_validation_", "n_iter_", "interrupted_")  # fmt: skip
 
 
-def _load_problem(shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: str = "", dtype="float32") -> str:
+def _load_problem(
+    shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: str = "", dtype="float32", extend: bool = False
+) -> str:
     """Every shard computes its rows' kernel columns of ``fmap`` (labels, ``c_j``, the levels' bases, their
-    precision); the storage they took (``"spill"`` when one shard spilled, else the first's).  The ``"columns"``
-    progress phase counts the rows done (a shard in this process advances it block by block; a remote shard's
-    rows count when its call returns)."""
+    precision; ``extend``: :meth:`LinearShard.load_problem`'s); the storage they took (``"spill"`` when one shard
+    spilled, else the first's).  The ``"columns"`` progress phase counts the rows done (a shard in this process
+    advances it block by block; a remote shard's rows count when its call returns)."""
     n = len(y_pm)
     description = f"kernel columns on {fmap.n_columns} landmarks for {n} rows{which}"
     with progress.phase("columns", n, unit="rows", description=description) as step:
 
         def load(rows):
-            return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases, step, dtype)
+            return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases, step, dtype, extend)
 
         # kept: a rebuilt Dask shard loads it again; remote shards' rows come with their heartbeats
         storages = shards.call("load_problem", load, keep=True, progress=lambda rows: step.update(min(rows, n)))

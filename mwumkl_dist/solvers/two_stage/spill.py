@@ -8,6 +8,7 @@ import tempfile
 
 import numpy as np
 
+from mwumkl_dist.core.memory import AUTO_MEMORY
 from mwumkl_dist.devices.threads import dask_worker
 
 __all__ = [
@@ -19,25 +20,29 @@ __all__ = [
 logger = logging.getLogger("mwumkl_dist")
 
 
-def feature_memory_budget() -> int:
-    """Bytes a shard may hold features in before it spills them to disk (see :class:`LinearShard`).
+def feature_memory_budget(columns_budget: int | None = None) -> int:
+    """Bytes a shard may hold its kernel columns in before it spills them to disk or computes them again (see
+    :class:`LinearShard`).
 
-    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else a quarter of a Dask
-    worker's ``memory_limit`` on a worker that has one (a warm worker holds
-    about 300 MB itself, and Dask pauses it at 80 % of the limit), or half of
-    the machine's available memory.  Call it on the worker's task thread
-    (:class:`LinearShard` does, when it is built).
+    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else ``columns_budget``, the shard's share of the fit's
+    ``memory_limit`` (:func:`~mwumkl_dist.solvers.two_stage.solver.memory_plan`), capped on a Dask worker by a
+    quarter of its ``memory_limit`` (a warm worker holds about 300 MB itself, and Dask pauses it at 80 % of the
+    limit).  Never the memory that happens to be free when the shard is built: two fits started together would
+    both count it as theirs.  Without a budget (a shard built outside a fit): :data:`AUTO_MEMORY`.  Call it on
+    the worker's task thread (:class:`LinearShard` does, when it is built).
     """
     env = os.environ.get("MWUMKL_FEATURE_MEMORY")
     if env:
         return int(float(env))
+    budget = AUTO_MEMORY if columns_budget is None else int(columns_budget)
     limit = getattr(getattr(dask_worker(), "memory_manager", None), "memory_limit", None)
     if limit:
-        return int(limit // 4)
-    return int(_available_memory() // 2)
+        budget = min(budget, int(limit // 4))
+    return budget
 
 
 def _available_memory() -> int:
+    """The machine's available memory now (``MemAvailable``): for placement guesses elsewhere, never a budget here."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
