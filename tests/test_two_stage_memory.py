@@ -10,8 +10,8 @@ import pytest
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.cli.args import memory_size
-from mwumkl_dist.core import memory, partition
-from mwumkl_dist.devices import threads
+from mwumkl_dist.core import partition
+from mwumkl_dist.devices import memory, threads
 from mwumkl_dist.solvers import driver, two_stage
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage import budget, nystroem

@@ -13,6 +13,8 @@ import contextlib
 import math
 import os
 
+from mwumkl_dist.devices.memory import parse_memory_limit
+
 __all__ = [
     "PROG",
     "EXIT_INTERRUPTED",
@@ -183,8 +185,6 @@ def n_components_or_auto(text: str) -> int | str:
 
 def memory_size(text: str) -> int | str:
     """``"auto"`` or a size (``"1GB"``, ``"512MiB"``, bytes): the fit's ``memory_limit``."""
-    from mwumkl_dist.core.memory import parse_memory_limit
-
     try:
         return "auto" if parse_memory_limit(text) is None else parse_memory_limit(text)
     except ValueError as exc:

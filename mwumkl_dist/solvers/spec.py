@@ -21,6 +21,7 @@ import numpy as np
 
 from mwumkl_dist.core.mwu_rules import eps_prime
 from mwumkl_dist.data.backends import BACKENDS
+from mwumkl_dist.devices.memory import parse_memory_limit
 from mwumkl_dist.devices.threads import resolve_n_jobs
 from mwumkl_dist.io.atomic import check_output_path
 from mwumkl_dist.io.checkpoint import is_checkpoint_file
@@ -195,8 +196,6 @@ def _class_weight(value):
 
 
 def _memory_limit(value):
-    from mwumkl_dist.core.memory import parse_memory_limit
-
     parse_memory_limit(value)  # ValueError naming memory_limit; resolved in bytes when the fit starts
     return value
 

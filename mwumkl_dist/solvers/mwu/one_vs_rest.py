@@ -17,6 +17,7 @@ from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import Candidate, FitInterrupted, MWUResult, SolverState
 from mwumkl_dist.data.backends import CPUBackend
 from mwumkl_dist.data.problems import Problem, TrainingInput, check_traces
+from mwumkl_dist.devices.memory import resolve_memory_limit
 from mwumkl_dist.devices.threads import current_threads
 from mwumkl_dist.engines.base import Engine
 from mwumkl_dist.engines.layout import Layout, cluster_threads, mwu_layout
@@ -26,7 +27,6 @@ from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint
 from mwumkl_dist.solvers.base import fit_backend, one_vs_rest_targets
 from mwumkl_dist.solvers.mwu.iterate import solve
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.two_stage.spill import _available_memory
 
 __all__ = [
     "MIN_ROWS_PER_SHARD",
@@ -128,7 +128,7 @@ def make_engine(spec: FitSpec, problem: Problem, client, backend: CPUBackend | N
         return engine
     engine, layout = mwu_layout(
         problem, client, current_threads(), lambda: LocalEngine(problem, backend=runs_on), on_dask,
-        memory_bytes=_available_memory(), on_host=runs_on.on_host, min_rows=MIN_ROWS_PER_SHARD,
+        memory_bytes=resolve_memory_limit(spec.memory_limit)[0], on_host=runs_on.on_host, min_rows=MIN_ROWS_PER_SHARD,
     )  # fmt: skip
     engine.layout = layout
     return engine

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mwumkl_dist.core import progress
-from mwumkl_dist.core.memory import resolve_memory_limit
 from mwumkl_dist.data.weights import problem_weights, score_weights
+from mwumkl_dist.devices.memory import resolve_memory_limit
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread
 from mwumkl_dist.engines.layout import pool_lanes
 from mwumkl_dist.kernels.specs import KernelSet

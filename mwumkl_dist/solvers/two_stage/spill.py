@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from mwumkl_dist.core.memory import AUTO_MEMORY
+from mwumkl_dist.devices.memory import AUTO_MEMORY
 from mwumkl_dist.devices.threads import dask_worker
 
 __all__ = [
@@ -39,18 +39,6 @@ def feature_memory_budget(columns_budget: int | None = None) -> int:
     if limit:
         budget = min(budget, int(limit // 4))
     return budget
-
-
-def _available_memory() -> int:
-    """The machine's available memory now (``MemAvailable``): for placement guesses elsewhere, never a budget here."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def scratch_dir() -> str:

@@ -14,6 +14,8 @@ import numbers
 import os
 import re
 
+from mwumkl_dist.devices import threads
+
 __all__ = ["AUTO_MEMORY", "MIN_MEMORY", "cgroup_memory_limit", "format_bytes", "parse_memory_limit",
            "resolve_memory_limit"]  # fmt: skip
 
@@ -70,8 +72,6 @@ def format_bytes(n: float) -> str:
 def cgroup_memory_limit() -> int | None:
     """The memory limit of this process's cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, the smallest of
     its own and its parents'), None where there is none or it cannot be read."""
-    from mwumkl_dist.devices import threads
-
     root, own, limits = threads._CGROUP_ROOT, threads._own_cgroups(), []
     for d in threads._ancestors(root, own.get("", "/")):
         limits.append(threads._read(os.path.join(d, "memory.max")))
@@ -93,13 +93,11 @@ def resolve_memory_limit(value) -> tuple[int, str]:
     given = parse_memory_limit(value)
     if given is not None:
         return given, f"memory_limit={value!r}"
-    from mwumkl_dist.devices.threads import dask_worker
-
     candidates = [(AUTO_MEMORY, f'memory_limit="auto" ({format_bytes(AUTO_MEMORY)})')]
     cgroup = cgroup_memory_limit()
     if cgroup:
         candidates.append((int(LIMIT_SHARE * cgroup), f"a quarter of the cgroup's memory limit {format_bytes(cgroup)}"))
-    worker = getattr(getattr(dask_worker(), "memory_manager", None), "memory_limit", None)
+    worker = getattr(getattr(threads.dask_worker(), "memory_manager", None), "memory_limit", None)
     if worker:
         candidates.append((int(LIMIT_SHARE * worker), f"a quarter of the Dask worker's limit {format_bytes(worker)}"))
     return min(candidates, key=lambda c: c[0])
