@@ -740,16 +740,7 @@ class _StoreBase:
                 f"the chunk identity records of array {name!r} have shape {table.shape}, its chunk grid is {grid}"
             )
         if self._format >= 3:
-            file = os.path.join(self.path, name, "zarr.json")
-            try:
-                sha = _sha256_file(file)
-            except OSError as exc:
-                raise self._fail(f"cannot read {file} ({exc.strerror or exc})") from None
-            if sha != self.meta["array_metadata"].get(name):
-                raise self._fail(
-                    f"the Zarr metadata of array {name!r} ({file}) is not the one written with this store "
-                    f"(edited after the store was written); {self._recreate_hint()}"
-                )
+            self._check_array_metadata(name)
 
     def array_names(self) -> list[str]:
         """The store's arrays (those its kind requires)."""
@@ -810,19 +801,23 @@ class _StoreBase:
                         problems.append(problem)
         return n_checked, n_bad, problems
 
+    def _check_array_metadata(self, name: str) -> None:
+        """Refuse array ``name`` whose ``zarr.json`` is not the one written with this store (format 3)."""
+        file = os.path.join(self.path, name, "zarr.json")
+        try:
+            sha = _sha256_file(file)
+        except OSError as exc:
+            raise self._fail(f"cannot read {file} ({exc.strerror or exc})") from None
+        if sha != self.meta["array_metadata"].get(name):
+            raise self._fail(
+                f"the Zarr metadata of array {name!r} ({file}) is not the one written with this store "
+                f"(edited after the store was written); {self._recreate_hint()}"
+            )
+
     def _check_grid(self, name: str, grid: tuple) -> None:
         """Refuse to scan a chunk grid that the chunk files present cannot justify (an edited shape: 10^8 rows)."""
         if self._format >= 3:
-            file = os.path.join(self.path, name, "zarr.json")
-            try:
-                sha = _sha256_file(file)
-            except OSError as exc:
-                raise self._fail(f"cannot read {file} ({exc.strerror or exc})") from None
-            if sha != self.meta["array_metadata"].get(name):
-                raise self._fail(
-                    f"the Zarr metadata of array {name!r} ({file}) is not the one written with this store "
-                    f"(edited after the store was written); {self._recreate_hint()}"
-                )
+            self._check_array_metadata(name)
         n_files = len(_chunk_files(os.path.join(self.path, name)))
         n_chunks = math.prod(grid)
         if n_chunks > 2 * n_files + 64:

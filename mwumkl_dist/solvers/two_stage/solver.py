@@ -365,22 +365,9 @@ class TwoStageSolver:
             fmap = maps[k][-1]
             dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
             ranks.append(fmap.rank)
-        sort = np.argsort(landmarks, kind="stable")  # the support in row order, as the MWU models keep it
-        attrs = {
-            "support_": landmarks[sort],
-            "support_vectors_": maps[0][-1].landmarks[sort],  # the landmarks' rows, read once
-            "dual_coef_": dual_coef[:, sort],
-            "intercept_": intercept,
-            "polished_": False,
-        }
+        attrs = _linear_attributes(landmarks, maps[0][-1].landmarks, dual_coef, intercept, methods, shards.layout)
         if check:
             attrs["final_C_path_"] = path
-        names = [m for m, _ in methods]
-        attrs["linear_method_"] = names[0] if len(names) == 1 else names
-        method, costs = methods[0]
-        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
-        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
-        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, spilled
 
     def _grow_stage(self, task: FitTask, shards, first: list, residuals: list, unit: list, order: np.ndarray, cap: int,
@@ -510,22 +497,9 @@ class TwoStageSolver:
             dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
             ranks.append(fmap.rank)
         state["hessian"] = None
-        sort = np.argsort(landmarks, kind="stable")  # the support in row order, as the MWU models keep it
-        attrs = {
-            "support_": landmarks[sort],
-            "support_vectors_": maps[0][chosen].landmarks[sort],
-            "dual_coef_": dual_coef[:, sort],
-            "intercept_": intercept,
-            "polished_": False,
-        }
+        attrs = _linear_attributes(landmarks, maps[0][chosen].landmarks, dual_coef, intercept, methods, shards.layout)
         if check:
             attrs["final_C_path_"] = path
-        names = [m for m, _ in methods]
-        attrs["linear_method_"] = names[0] if len(names) == 1 else names
-        method, costs = methods[0]
-        model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
-        solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
-        attrs["shard_layout_"] = f"linear stage: {shards.layout}; {solved}{model}"
         return attrs, C, ranks, final_residuals, state["spilled"], reason, rank_path
 
     def _method(self, n_rows: int, fmap, warm: bool, device: str, **cluster) -> tuple:
@@ -797,3 +771,23 @@ def _newton_phase(fmap, n: int, which: str) -> progress.Phase:
     """The ``"newton"`` progress phase of one linear solve (its passes over the columns are not known in advance)."""
     description = f"Newton steps at rank {fmap.rank} on {n} rows{which}"
     return progress.phase("newton", None, unit="passes", description=description)
+
+
+def _linear_attributes(landmarks, landmark_rows, dual_coef, intercept, methods: list, layout) -> dict:
+    """The linear stage's fitted attributes: the support (the landmarks, in row order, as the MWU models keep it),
+    and how the squared hinge was solved (``methods``: ``(method, costs)`` per binary problem) on which shards."""
+    sort = np.argsort(landmarks, kind="stable")
+    attrs = {
+        "support_": landmarks[sort],
+        "support_vectors_": landmark_rows[sort],  # the landmarks' rows, read once
+        "dual_coef_": dual_coef[:, sort],
+        "intercept_": intercept,
+        "polished_": False,
+    }
+    names = [m for m, _ in methods]
+    attrs["linear_method_"] = names[0] if len(names) == 1 else names
+    method, costs = methods[0]
+    model = "" if costs is None else f" (cost model: explicit {costs['explicit']:.3g} s, CG {costs['cg']:.3g} s)"
+    solved = "explicit Hessian" if method == "explicit" else "conjugate gradients"
+    attrs["shard_layout_"] = f"linear stage: {layout}; {solved}{model}"
+    return attrs
