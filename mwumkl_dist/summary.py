@@ -146,8 +146,8 @@ def _structure(model) -> str | None:
     (best, _), error = min(path.items(), key=lambda item: (item[1], item[0][0].top))
     tops = sorted({key[0].top for key in path})
     return (
-        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, the top "
-        f"{best.top} feature(s) at {_percent(error)} cross-validated error, was not better by more than the "
+        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, "
+        f"{best.label} at {_percent(error)} cross-validated error, was not better by more than the "
         "standard error of their difference)"
     )
 
