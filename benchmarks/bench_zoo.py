@@ -105,7 +105,8 @@ def summarise(rows: list[dict]) -> list[dict]:
     for r in rows:
         groups.setdefault((r["d"], r.get("rescale", False), r["family"], r["method"]), []).append(r)
     out = []
-    for (d, rescale, family, method), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], list(FAMILIES).index(kv[0][2]), kv[0][3])):  # fmt: skip
+    order = list(FAMILIES)
+    for (d, rescale, family, method), rs in sorted(groups.items(), key=lambda kv: (*kv[0][:2], order.index(kv[0][2]))):
         masses = [r["mass"] for r in rs if r.get("mass") is not None]
         out.append({"d": d, "rescale": rescale, "family": family, "method": method, "seeds": len(rs),
                     "error": float(np.mean([r["error"] for r in rs])),
@@ -131,10 +132,9 @@ def markdown(summary: list[dict], rows: list[dict]) -> str:
                 f"{100 * cell[f, m]['error']:.1f}" + (f" ({cell[f, m]['seeds']})" if f == families[0] else "")
                 if (f, m) in cell else "-" for f in families) + " |")  # fmt: skip
         if "MWUMKL" in methods:
-            lines.append("| MWUMKL mass | " + " | ".join(
-                f"{cell[f, 'MWUMKL']['mass']:.2f}" if (f, "MWUMKL") in cell else "-" for f in families) + " |")  # fmt: skip
-            lines.append("| MWUMKL fit s | " + " | ".join(
-                f"{cell[f, 'MWUMKL']['fit_s']:.0f}" if (f, "MWUMKL") in cell else "-" for f in families) + " |")  # fmt: skip
+            for label, key, fmt in (("mass", "mass", "{:.2f}"), ("fit s", "fit_s", "{:.0f}")):
+                values = [fmt.format(cell[f, "MWUMKL"][key]) if (f, "MWUMKL") in cell else "-" for f in families]
+                lines.append(f"| MWUMKL {label} | " + " | ".join(values) + " |")
         lines.append("")
     lines.append("`mass`: the share of `feature_weights_` on the relevant features; (k): seeds measured.")
     return "\n".join(lines) + "\n"
