@@ -15,11 +15,13 @@ from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.structure import (
     ARD_POINTS,
+    PAIR_STRENGTH,
     RELEVANT_SHARE,
     FeatureStructure,
     Screen,
     alignment,
     ard_relevance,
+    strongest_pair,
     structure_rungs,
     structured_kernels,
 )
@@ -84,6 +86,29 @@ def test_relevance_finds_the_features_of_an_interaction_of_any_order(rule):
     share = 1.0 if rule == "additive" else RELEVANT_SHARE
     assert noise.max() < share * relevance[relevant].min() and a > 0
     assert gamma == pytest.approx(relevance / X.std(axis=0) ** 2)
+
+
+def test_the_pair_table_finds_an_interaction_and_says_how_strong_it_is():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(size=(600, 12))
+    checker = np.cos(3 * np.pi * X[:, 3]) * np.cos(3 * np.pi * X[:, 9])
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    centred = lambda y: (y - y.mean())[:, None]  # noqa: E731
+    pair, strength = strongest_pair(Z, centred(np.where(checker > 0, 1.0, -1.0)))
+    assert pair == (3, 9) and strength > PAIR_STRENGTH
+    # Labels of no pair's interaction: one feature's effect, or noise, is at the null's strength (about 1).
+    for y in (np.where(X[:, 3] > 0.5, 1.0, -1.0), rng.choice([-1.0, 1.0], size=600)):
+        assert strongest_pair(Z, centred(y))[1] < PAIR_STRENGTH
+    assert strongest_pair(Z[:, :1], centred(y)) == (None, 0.0)
+
+
+def test_a_clear_interaction_stays_relevant_beside_a_strong_smooth_effect():
+    # The zoo's mixed: the alignment's optimum is a kernel on the smooth effect's feature (5) alone.
+    rng = np.random.default_rng(5)
+    X = rng.uniform(size=(600, 10))
+    score = 2 * (X[:, 1] - 0.5) * np.cos(2 * np.pi * X[:, 7]) + 6 * ((X[:, 5] - 0.5) ** 2 - 1 / 12)
+    screen = Screen.of_rows(X, np.where(score > 0, 1, -1))
+    assert sorted(screen.ranking()[: screen.relevant()]) == [1, 5, 7]
 
 
 def test_relevance_does_not_depend_on_the_features_units():
