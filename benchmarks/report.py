@@ -360,7 +360,7 @@ def _zoo(out: Path, rel: str) -> list[str]:
     loads = [r["load"] for r in doc.get("rows", []) if "load" in r]
     table = (out / "zoo" / "ZOO.md").read_text().rstrip("\n").splitlines()
     return [
-        "## Structure zoo — relevant features of any shape",
+        "## ZOO — structure zoo: relevant features of any shape",
         "",
         f"`python -m benchmarks.bench_zoo` (commit {commit}): the 11 families of `benchmarks/structure_zoo.py` "
         "(signal in a few features as a linear, additive, 2-way, 3-way, ball, checkerboard, rule-like or mixed "

@@ -39,6 +39,7 @@ from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.structure import (
     ARD_POINTS,
+    STRUCTURE_C_GRID,
     FeatureStructure,
     Screen,
     structure_rungs,
@@ -427,7 +428,7 @@ def choose_C(
             # checker, every rung 49-51 % at C 0.1), every other rung at that C, then the fewest features within a
             # paired standard error of the best rung (the simpler model) also at its neighbours in the grid.
             rungs = structure_rungs(scorer.n_features)
-            grid = AUTO_C_GRID if given_C is None else (base_C,)
+            grid = STRUCTURE_C_GRID if given_C is None else (base_C,)
             scored = scorer.errors([(c, rungs[0]) for c in grid], "feature structures")
             structure_path = {(rungs[0], c): e for c, e in zip(grid, scored)}
             rung_C = _first_best({c: structure_path[rungs[0], c] for c in grid})

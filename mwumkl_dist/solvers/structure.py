@@ -25,9 +25,9 @@ at what scale, and offers a model on them; cross-validation decides:
 Why the alignment leaves out the diagonal: with it, a kernel narrow enough to be the identity has the
 centred alignment ``1 / sqrt(n)``, more than a kernel on a 3-way parity's features before it has found
 them, and L-BFGS walks there (the zoo's parity3 and checker, 800 rows: a diagonal kernel, relevance on
-noise features).  Off the diagonal the identity has no alignment.  Why two starts (:data:`ARD_STARTS`):
-a fine checkerboard is seen only from a narrow start, a smooth effect from a wide one; the fit keeps the
-better alignment.
+noise features).  Off the diagonal the identity has no alignment.  Why a start narrow on one pair
+(:func:`strongest_pair`): a fine checkerboard on two of 30 features is not seen from an isotropic start
+(wide: too smooth; narrow: every pair of rows far apart in the 28 others); the fit keeps the better alignment.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "ARD_POINTS",
     "ARD_STARTS",
     "RELEVANT_SHARE",
+    "STRUCTURE_C_GRID",
     "STRUCTURE_RUNGS",
     "FeatureStructure",
     "Screen",
@@ -56,8 +57,8 @@ __all__ = [
 #: The relevance fit reads at most this many rows (its cost is quadratic in them; 800 rows find every zoo
 #: family's features at d = 30 and d = 200).
 ARD_POINTS = 800
-#: Its starts: every feature at relevance ``c / d`` (``c`` the start's total; in units of the features' spreads).
-ARD_STARTS = (1.0, 10.0)
+#: Its starts: every feature at relevance ``c / d`` (``c`` the start's total; in units of the features' spreads) ...
+ARD_STARTS = (1.0,)
 #: ... and one narrow on the pair of features with the strongest interaction (:func:`strongest_pair`) only: ``w`` of
 #: the pair, and the total of the others.
 PAIR_START = (3.0, 0.3)
@@ -77,7 +78,9 @@ RELEVANT_SHARE = 0.1
 #: The ladder of kept feature counts (those below the feature count; at most :data:`MAX_RUNGS` of them, the
 #: largest), after the relevant features' rung.
 STRUCTURE_RUNGS = (1, 2, 4, 8, 16, 32)
-MAX_RUNGS = 5
+MAX_RUNGS = 4
+#: The relevant features' rung chooses its ``C`` (size-relative) from these (the zoo's structures: 1 to 100).
+STRUCTURE_C_GRID = (1.0, 10.0, 100.0)
 
 
 def alignment(K: np.ndarray, Yc: np.ndarray) -> tuple[float, np.ndarray]:
