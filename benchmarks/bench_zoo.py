@@ -161,6 +161,9 @@ def run(args) -> dict:
         return write_outputs(out, settings)
     from threadpoolctl import threadpool_limits
 
+    from benchmarks.common import _git_commit
+
+    commit = _git_commit()  # each row says which code it measured (a journal outlives commits)
     with threadpool_limits(1), warnings.catch_warnings(), (out / "rows.jsonl").open("a") as journal:
         warnings.simplefilter("ignore")
         for d in args.d:
@@ -171,7 +174,7 @@ def run(args) -> dict:
                     data = problem(family, d, seed, args.n_train, args.n_test, args.rescale)
                     for method in args.methods:
                         row = {"family": family, "d": d, "seed": seed, "method": method, "n_train": args.n_train,
-                               "rescale": args.rescale, "load": os.getloadavg()[0]}  # fmt: skip
+                               "rescale": args.rescale, "load": os.getloadavg()[0], "commit": commit}  # fmt: skip
                         row.update(run_method(method, *data, seed, args.svc_grid_rows))
                         journal.write(json.dumps(row, default=float) + "\n")
                         journal.flush()
