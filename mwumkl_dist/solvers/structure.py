@@ -10,8 +10,12 @@ at what scale, and offers a model on them; cross-validation decides:
    most :data:`ARD_POINTS` rows by L-BFGS on its alignment with the labels (:func:`alignment`).  A joint
    kernel sees an interaction as well as an additive effect: pairs of rows close in the other relevant
    features and far apart in one of them disagree more often than the noise features' pairs, whatever
-   the interaction's order.  ``w_f`` is the feature's relevance (near 0: noise).  Cost: two or three
-   ``n x n x d`` matrix products per step, linear in ``d``.
+   the interaction's order.  ``w_f`` is the feature's relevance (near 0: noise).  Then the same fit on
+   the leave-one-out residuals of kernel ridge regression on that kernel adds the features of what it
+   leaves (a weaker additive term beside a strong interaction), and a pair whose quantile table shows a
+   clear interaction (:func:`strongest_pair`) stays relevant.  Cost: two or three ``n x n x d`` matrix
+   products per step, linear in ``d`` (and one ``(6 d)^2 n`` product for the pair table, up to
+   :data:`PAIR_MAX_FEATURES` features).
 2. *Candidates* (:func:`structure_rungs`): the *relevant* features (relevance at least
    :data:`RELEVANT_SHARE` of the largest), and for ``k`` in a ladder (1, 2, 4, ... fewer than the
    features) the ``k`` most relevant ones; each gets a joint band of Gaussians (three widths around the
