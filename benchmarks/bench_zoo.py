@@ -111,7 +111,8 @@ def summarise(rows: list[dict]) -> list[dict]:
         out.append({"d": d, "rescale": rescale, "family": family, "method": method, "seeds": len(rs),
                     "error": float(np.mean([r["error"] for r in rs])),
                     "mass": float(np.mean(masses)) if masses else None,
-                    "fit_s": float(np.mean([r["fit_s"] for r in rs]))})  # fmt: skip
+                    "fit_s": float(np.mean([r["fit_s"] for r in rs])),
+                    "fit_cpu_s": float(np.mean([r["fit_cpu_s"] for r in rs]))})  # fmt: skip
     return out
 
 
@@ -132,7 +133,11 @@ def markdown(summary: list[dict], rows: list[dict]) -> str:
                 f"{100 * cell[f, m]['error']:.1f}" + (f" ({cell[f, m]['seeds']})" if f == families[0] else "")
                 if (f, m) in cell else "-" for f in families) + " |")  # fmt: skip
         if "MWUMKL" in methods:
-            for label, key, fmt in (("mass", "mass", "{:.2f}"), ("fit s", "fit_s", "{:.0f}")):
+            for label, key, fmt in (
+                ("mass", "mass", "{:.2f}"),
+                ("fit s", "fit_s", "{:.0f}"),
+                ("fit CPU s", "fit_cpu_s", "{:.0f}"),
+            ):
                 values = [fmt.format(cell[f, "MWUMKL"][key]) if (f, "MWUMKL") in cell else "-" for f in families]
                 lines.append(f"| MWUMKL {label} | " + " | ".join(values) + " |")
         lines.append("")
