@@ -78,14 +78,15 @@ def test_relevance_finds_the_features_of_an_interaction_of_any_order(rule):
     score = {"xor": c[:, 0] * c[:, 1], "parity3": c[:, 0] * c[:, 1] * c[:, 2],
              "additive": np.sin(2 * np.pi * X[:, 2]) + np.sin(2 * np.pi * X[:, 5]) + c[:, 2]}[rule]  # fmt: skip
     y = np.where(score > 0, 1, -1)
-    relevance, gamma, a = ard_relevance(X, y)
+    relevance, gamma, a, residual = ard_relevance(X, y)
     relevant = [2, 5] if rule == "xor" else [2, 5, 7]
     assert sorted(np.argsort(-relevance)[: len(relevant)]) == relevant
     noise = np.delete(relevance, relevant)
     # Interactions stand far out; a weak linear term of the additive rule only above the noise.
     share = 1.0 if rule == "additive" else RELEVANT_SHARE
     assert noise.max() < share * relevance[relevant].min() and a > 0
-    assert gamma == pytest.approx(relevance / X.std(axis=0) ** 2)
+    own = ~residual  # the residual stage's features get a width of their own
+    assert gamma[own] == pytest.approx(relevance[own] / X.std(axis=0)[own] ** 2)
 
 
 def test_the_pair_table_finds_an_interaction_and_says_how_strong_it_is():
@@ -116,8 +117,8 @@ def test_relevance_does_not_depend_on_the_features_units():
     X = rng.uniform(size=(300, 5))
     y = np.where((X[:, 0] - 0.5) * (X[:, 3] - 0.5) > 0, 1, -1)
     factors = np.array([1e3, 1.0, 1e-3, 1e-2, 10.0])
-    relevance, gamma, _ = ard_relevance(X, y)
-    scaled, scaled_gamma, _ = ard_relevance(X * factors, y)
+    relevance, gamma, _, _ = ard_relevance(X, y)
+    scaled, scaled_gamma, _, _ = ard_relevance(X * factors, y)
     assert scaled == pytest.approx(relevance, rel=1e-6, abs=1e-9)
     assert scaled_gamma == pytest.approx(gamma / factors**2, rel=1e-6, abs=1e-9)
     # A constant feature is not relevant; one class: nothing to fit.
@@ -155,12 +156,17 @@ def test_structured_kernels_are_a_joint_band_at_the_learned_width():
 
 
 def test_the_ladder_keeps_the_relevant_features_then_1_2_4_and_more_below_the_feature_count():
-    assert [r.top for r in structure_rungs(8)] == [0, 1, 2, 4]
-    assert [r.top for r in structure_rungs(20)] == [0, 2, 4, 8, 16]
-    assert [r.top for r in structure_rungs(500)] == [0, 4, 8, 16, 32]
+    assert [r.top for r in structure_rungs(8)] == [0, -1, 1, 2, 4]
+    assert [r.top for r in structure_rungs(20)] == [0, -1, 2, 4, 8, 16]
+    assert [r.top for r in structure_rungs(500)] == [0, -1, 4, 8, 16, 32]
     assert structure_rungs(1) == []
     assert FeatureStructure(4, Screen(np.zeros(1), np.zeros(1))) == FeatureStructure(4)  # the screen is not compared
     assert str(FeatureStructure(0)) == "structure(relevant features)"
+    assert str(FeatureStructure(-1)) == "structure(relevant and residual features)"
+    # The residual stage's features (in most of the fits) join the relevant ones in rung -1 only.
+    screen = Screen(np.array([0.5, 0.4, 0.02, 0.02]), np.ones(4), 10, 0.1, np.array([0.0, 0.0, 1.0, 0.4]))
+    assert screen.with_residual() == (0, 1, 2)
+    assert structured_kernels(_scale(np.random.default_rng(0).random((30, 4))), screen, top=0)[1] == (0, 1)
 
 
 # ----------------------------------------------------------------------------- the search in a fit
@@ -190,7 +196,7 @@ def test_the_default_finds_the_interaction_that_carries_the_signal(structured):
     assert clf.selectivity_ == 0.0 and clf.kernel_weights_ == pytest.approx(np.full(len(clf.kernel_names_), 1 / 3))
     # Its path entries are the cross-validated errors of screen-then-refit, each fold screening its own rows.
     rungs = {r.top for r, _ in clf.structure_path_}
-    assert rungs == {0, 1, 2, 4}
+    assert rungs == {0, -1, 1, 2, 4}
     for (rung, C), error in clf.structure_path_.items():
         if rung.top == 2:
             assert error == pytest.approx(_cv_error_of_structure(X, y, 2, C, seed=0))

@@ -109,7 +109,7 @@ def alignment(K: np.ndarray, Yc: np.ndarray) -> tuple[float, np.ndarray]:
     return a, grad
 
 
-def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float]:
+def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Each feature's relevance: the widths of a Gaussian with one width per feature fitted to ``(X, y)``.
 
     Maximises :func:`alignment` over ``log w`` by L-BFGS from each of :data:`ARD_STARTS` (at most
@@ -123,6 +123,8 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float]:
         ``w_f / s_f^2``: the fitted kernel is ``exp(-sum_f gamma_f (x_f - z_f)^2)`` in the input's units.
     alignment : float
         The fitted kernel's alignment.
+    residual : ndarray of bool, shape (n_features,)
+        The features the residual stage adds (not relevant in the first fit; ``gamma`` gives them a width).
     """
     from scipy.optimize import minimize
 
@@ -134,7 +136,7 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float]:
     relevance, gamma = np.zeros(d), np.zeros(d)
     classes = np.unique(y)
     if len(live) == 0 or len(classes) < 2 or n < 3:
-        return relevance, gamma, 0.0
+        return relevance, gamma, 0.0, np.zeros(d, dtype=bool)
     Z = (X[:, live] - X[:, live].mean(axis=0)) / spread[live]
     Z2 = Z * Z
     Y = (y[:, None] == classes[None, :]).astype(np.float64)
@@ -177,12 +179,15 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float]:
     inverse = np.linalg.inv(kernel(w) + RESIDUAL_RIDGE * np.eye(n))
     residual = (inverse @ Yc) / np.diagonal(inverse)[:, None]
     w_rest, a_rest = fit(residual - residual.mean(axis=0), starts[:1])
+    residual_features = np.zeros(d, dtype=bool)
     if a_rest >= RESIDUAL_ALIGNMENT:
-        more = w_rest >= RELEVANT_SHARE * w_rest.max()
-        w[more] = np.maximum(w[more], 2.0 * RELEVANT_SHARE * w.max())
+        residual_features[live] = (w_rest >= RELEVANT_SHARE * w_rest.max()) & (w < RELEVANT_SHARE * w.max())
+        w_rest = np.where(residual_features[live], np.maximum(w, 2.0 * RELEVANT_SHARE * w.max()), w)
+    else:
+        w_rest = w
     relevance[live] = w
-    gamma[live] = relevance[live] / spread[live] ** 2
-    return relevance, gamma, a
+    gamma[live] = w_rest / spread[live] ** 2  # the residual's features at a width of their own order
+    return relevance, gamma, a, residual_features
 
 
 def strongest_pair(Z: np.ndarray, Yc: np.ndarray) -> tuple[tuple[int, int] | None, float]:
@@ -228,21 +233,31 @@ class Screen:
     gamma: np.ndarray
     rows: int = 0
     alignment: float = 0.0
+    #: The share of fits whose residual stage added each feature (None: none).
+    residual: np.ndarray | None = None
 
     @classmethod
     def of_rows(cls, X, y) -> Screen:
         """The screen of rows ``X`` (at most :data:`ARD_POINTS` of them, chosen by the caller) with labels ``y``."""
-        relevance, gamma, a = ard_relevance(X, y)
+        relevance, gamma, a, residual = ard_relevance(X, y)
         total = relevance.sum()
         weights = relevance / total if total > 0 else np.full(len(relevance), 1.0 / max(len(relevance), 1))
-        return cls(weights, gamma, len(y), a)
+        return cls(weights, gamma, len(y), a, residual.astype(np.float64))
 
     @classmethod
     def mean(cls, screens) -> Screen:
         """The average of several screens (e.g. the cross-validation folds')."""
         screens = list(screens)
+        residual = [s.residual if s.residual is not None else np.zeros(len(s.gamma)) for s in screens]
         return cls(np.mean([s.feature_weights for s in screens], axis=0), np.mean([s.gamma for s in screens], axis=0),
-                   int(np.mean([s.rows for s in screens])), float(np.mean([s.alignment for s in screens])))  # fmt: skip
+                   int(np.mean([s.rows for s in screens])), float(np.mean([s.alignment for s in screens])),
+                   np.mean(residual, axis=0))  # fmt: skip
+
+    def with_residual(self) -> tuple[int, ...]:
+        """The relevant features and those the residual stage added (in most of the fits), ascending."""
+        first = set(int(f) for f in self.ranking()[: self.relevant()])
+        more = set() if self.residual is None else set(int(f) for f in np.flatnonzero(self.residual > 0.5))
+        return tuple(sorted(first | more))
 
     def ranking(self) -> np.ndarray:
         """The features, most relevant first (ties: the lower index first)."""
@@ -271,12 +286,15 @@ class FeatureStructure:
     kept: tuple | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return "structure(relevant features)" if self.top == 0 else f"structure(top {self.top} features)"
+        return f"structure({self.label[4:]})"
 
     @property
     def label(self) -> str:
-        """In words: ``"the relevant features"`` or ``"the top k feature(s)"``."""
-        return "the relevant features" if self.top == 0 else f"the top {self.top} feature(s)"
+        """In words: ``"the relevant features"`` (top 0), ``"the relevant and residual features"`` (top -1: with
+        those the residual stage added) or ``"the top k feature(s)"``."""
+        if self.top <= 0:
+            return "the relevant features" if self.top == 0 else "the relevant and residual features"
+        return f"the top {self.top} feature(s)"
 
     @classmethod
     def of_model(cls, structure: dict) -> FeatureStructure:
@@ -293,7 +311,8 @@ def structure_rungs(n_features: int) -> list[FeatureStructure]:
     feature)."""
     if int(n_features) < 2:
         return []
-    return [FeatureStructure(0)] + [FeatureStructure(k) for k in STRUCTURE_RUNGS if k < int(n_features)][-MAX_RUNGS:]
+    ladder = [FeatureStructure(k) for k in STRUCTURE_RUNGS if k < int(n_features)][-MAX_RUNGS:]
+    return [FeatureStructure(0), FeatureStructure(-1)] + ladder
 
 
 def structured_kernels(scale: DataScale, screen: Screen, top: int) -> tuple[list, tuple, tuple]:
@@ -313,8 +332,11 @@ def structured_kernels(scale: DataScale, screen: Screen, top: int) -> tuple[list
     sigmas : tuple of float
         The kernels' widths.
     """
-    k = screen.relevant() if int(top) == 0 else int(top)
-    features = tuple(sorted(int(f) for f in screen.ranking()[:k]))
+    if int(top) == -1:
+        features = screen.with_residual()
+    else:
+        k = screen.relevant() if int(top) == 0 else int(top)
+        features = tuple(sorted(int(f) for f in screen.ranking()[:k]))
     var = np.array([_variance(scale, f) for f in features])
     spread = float(np.sum(screen.gamma[list(features)] * var))
     if spread > 0 and np.sum(var) > 0:
