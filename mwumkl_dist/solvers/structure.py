@@ -29,7 +29,8 @@ at what scale, and offers a model on them; cross-validation decides:
 Why the alignment leaves out the diagonal: with it, a kernel narrow enough to be the identity has the
 centred alignment ``1 / sqrt(n)``, more than a kernel on a 3-way parity's features before it has found
 them, and L-BFGS walks there (the zoo's parity3 and checker, 800 rows: a diagonal kernel, relevance on
-noise features).  Off the diagonal the identity has no alignment.  Why a start narrow on one pair
+noise features).  Off the diagonal the identity has no alignment.  Why two isotropic starts: from the wide one
+alone a fold of the zoo's parity3 (800 rows) ends on two noise features.  Why a start narrow on one pair
 (:func:`strongest_pair`): a fine checkerboard on two of 30 features is not seen from an isotropic start
 (wide: too smooth; narrow: every pair of rows far apart in the 28 others); the fit keeps the better alignment.
 """
@@ -62,7 +63,7 @@ __all__ = [
 #: family's features at d = 30 and d = 200).
 ARD_POINTS = 800
 #: Its starts: every feature at relevance ``c / d`` (``c`` the start's total; in units of the features' spreads) ...
-ARD_STARTS = (1.0,)
+ARD_STARTS = (1.0, 10.0)
 #: ... and one narrow on the pair of features with the strongest interaction (:func:`strongest_pair`) only: ``w`` of
 #: the pair, and the total of the others.
 PAIR_START = (3.0, 0.3)
