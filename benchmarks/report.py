@@ -271,6 +271,7 @@ def render(out: Path, report_path: Path) -> str:
     lines += _e8(out, rel)
     lines += _e10(out, rel)
     lines += _e35(out, rel)
+    lines += _zoo(out, rel)
     return "\n".join(_with_notes(lines, out / NOTES)) + "\n"
 
 
@@ -346,6 +347,31 @@ def _e10(out: Path, rel: str) -> list[str]:
         *table,
         "",
         _img(f"{rel}/e10", "e10_error.png", "E10: test error per problem and method"),
+        "",
+    ]
+
+
+def _zoo(out: Path, rel: str) -> list[str]:
+    """The structure zoo (``benchmarks/bench_zoo.py``, its own run and output folder ``zoo/``)."""
+    path = out / "zoo" / "ZOO.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    commit = doc.get("machine", {}).get("git_commit", "?")
+    loads = [r["load"] for r in doc.get("rows", []) if "load" in r]
+    table = (out / "zoo" / "ZOO.md").read_text().rstrip("\n").splitlines()
+    return [
+        "## ZOO — structure zoo: relevant features of any shape",
+        "",
+        f"`python -m benchmarks.bench_zoo` (commit {commit}): the 11 families of `benchmarks/structure_zoo.py` "
+        "(signal in a few features as a linear, additive, 2-way, 3-way, ball, checkerboard, rule-like or mixed "
+        "effect, 20 weak features, a dense all-features problem, redundant copies), the relevant features at "
+        "random positions per seed, 5 % of the labels flipped. `MWUMKLClassifier()` with no arguments against "
+        "LightGBM's defaults, a tuned RBF SVC on the relevant features only (oracle) and on all of them. Every "
+        "fit on one thread; 1-minute load average during the runs "
+        f"{f'{min(loads):.1f}-{max(loads):.1f}' if loads else '?'} (2 cores, shared).",
+        "",
+        *table,
         "",
     ]
 

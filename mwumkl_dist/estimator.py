@@ -88,16 +88,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     kernels : str, KernelSpec or list, default="auto"
         The base kernels.  ``"auto"`` offers the ``"scaled"`` family below and
         kernels on feature subsets, and lets cross-validation choose (see
-        :mod:`mwumkl_dist.solvers.structure`): a selective MWU fit screens
-        Gaussians on every feature and on feature pairs (all of them for up to
-        24 features, else a seeded draw of pairs and triples); the features
-        that carry its weight get a model of their own (a joint band of
-        Gaussians on them and the kernels of the heaviest screened subsets),
-        for 1, 2, 4, ... kept features, each cross-validated like the other
-        candidates.  Such a structured model replaces the all-features family
-        only when it is better by more than the standard error of their
-        paired difference; ``structure_`` then says which features and
-        subsets it kept, and ``kernel_names_`` holds its kernels (otherwise
+        :mod:`mwumkl_dist.solvers.structure`): a Gaussian with one width per
+        feature, fitted on a sample of the rows to its alignment with the
+        labels, says how relevant each feature is (interactions included);
+        the relevant features, and the 1, 2, 4, ... most relevant ones, get a
+        model of their own (a joint band of Gaussians at the learned width),
+        each cross-validated like the other candidates.  Such a structured
+        model replaces the all-features family only when it is better by more
+        than the standard error of their paired difference; ``structure_``
+        then says which features it kept, and ``kernel_names_`` holds its kernels (otherwise
         the scaled family's).  Where no feature subset stands out the model
         is the scaled family's.  A spec string such as ``"scaled"`` (on all
         features: polynomial degrees 1-3 and up to 11 Gaussians whose widths
@@ -385,16 +384,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         cross-validated error of each band, by ``(WidthBand, C)``.
     structure_ : dict
         Only when ``kernels="auto"`` chose a structured model (see ``kernels``): the kept
-        ``features`` (ascending) and ``subsets`` (screened feature subsets that keep their own
-        kernels, heaviest first), ``top`` (how many features were kept), ``screened_kernels``
-        (how many kernels the screen weighed) and the screen's ``feature_weights`` (one per
-        feature, summing to 1: the evidence the features were ranked by).  The model's kernels
-        (``kernel_names_``) are the kept features' joint band and the kept subsets' kernels, with
-        uniform weights at ``C_`` (``selectivity_`` is 0).
+        ``features`` (ascending), the ``sigmas`` of their joint band, ``top`` (how many features
+        were kept; 0: the relevant ones), ``screened_rows`` (how many rows the relevance fit read)
+        and its ``feature_weights`` (each feature's relevance, summing to 1: the evidence the
+        features were ranked by).  The model's kernels (``kernel_names_``) are the kept features'
+        joint band, with uniform weights at ``C_`` (``selectivity_`` is 0).
     structure_path_ : dict
         Only with ``kernels="auto"`` on two or more features, ``C="auto"`` and ``selectivity="auto"``:
         the cross-validated error of each structured candidate, by
-        ``(FeatureStructure(top), C)`` (each fold screening its own training rows).
+        ``(FeatureStructure(top), C)`` (each fold fitting the relevance on its own training rows).
     solver_ : str
         The solver used: "mwu" or "two-stage" (see ``solver``).
     weight_points_ : int

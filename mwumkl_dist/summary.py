@@ -167,16 +167,28 @@ def _structure(model) -> str | None:
     (best, _), error = min(path.items(), key=lambda item: (item[1], _top(item[0][0])))
     tops = sorted({_top(key[0]) for key in path})
     return (
-        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, the top "
-        f"{_top(best)} feature(s) at {_percent(error)} cross-validated error, was not better by more than the "
+        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, "
+        f"{_label(best)} at {_percent(error)} cross-validated error, was not better by more than the "
         "standard error of their difference)"
     )
 
 
 def _top(candidate) -> int:
-    """A structure candidate's ``top``: a ``FeatureStructure``, or its name in a loaded model's path."""
+    """A structure candidate's ``top``: a ``FeatureStructure``, or its name in a loaded model's path
+    (``str(FeatureStructure)``: "structure(relevant features)", "structure(top 4 feature(s))", ...)."""
     top = getattr(candidate, "top", None)
-    return int(top) if top is not None else int(re.search(r"top (\d+)", str(candidate)).group(1))
+    if top is not None:
+        return int(top)
+    text = str(candidate)
+    if "relevant" in text:
+        return -1 if "residual" in text else 0
+    return int(re.search(r"top (\d+)", text).group(1))
+
+
+def _label(candidate) -> str:
+    """A structure candidate in words (``FeatureStructure.label``), also from its name in a loaded model's path."""
+    label = getattr(candidate, "label", None)
+    return label if label is not None else "the " + str(candidate).removeprefix("structure(").removesuffix(")")
 
 
 def describe_structure(structure: dict, names=None, limit: int = 10) -> str:

@@ -1,9 +1,8 @@
-"""The structure search of ``kernels="auto"`` (mwumkl_dist.solvers.structure): kernels on feature subsets,
-screened by MWU, kept where cross-validation finds them better than the all-features family."""
+"""The structure search of ``kernels="auto"`` (mwumkl_dist.solvers.structure): a Gaussian with one width per
+feature says which features are relevant; a model on them is kept where cross-validation finds it better than
+the all-features family."""
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -11,27 +10,18 @@ from sklearn.model_selection import StratifiedKFold
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.kernels.evaluation import data_scale, scale_sample_rows
-from mwumkl_dist.kernels.specs import (
-    SCREEN_EXPONENTS,
-    SCREEN_KERNELS,
-    SCREEN_MAX_FEATURES,
-    SUBSET_EXPONENTS,
-    DataScale,
-    Gaussian,
-    KernelSet,
-    screening_kernels,
-    screening_subsets,
-    subset_kernels,
-)
+from mwumkl_dist.kernels.specs import SUBSET_EXPONENTS, DataScale, KernelSet, subset_kernels
+from mwumkl_dist.solvers.auto import stratified_rows
 from mwumkl_dist.solvers.groups import chosen_selectivity
 from mwumkl_dist.solvers.structure import (
-    MAX_SUBSETS,
-    SCREEN_C,
-    SCREEN_EPSILON,
-    SCREEN_SELECTIVITY,
-    SUBSET_KEEP,
+    ARD_POINTS,
+    PAIR_STRENGTH,
+    RELEVANT_SHARE,
     FeatureStructure,
     Screen,
+    alignment,
+    ard_relevance,
+    strongest_pair,
     structure_rungs,
     structured_kernels,
 )
@@ -61,99 +51,134 @@ def structured():
 # ----------------------------------------------------------------------------- the candidates
 
 
-def test_screening_offers_every_feature_and_pair_at_their_own_scale():
-    subsets = screening_subsets(20, seed=0)
-    assert subsets == [(f,) for f in range(20)] + list(itertools.combinations(range(20), 2))
-    X = np.random.default_rng(0).uniform(size=(50, 20)) * np.arange(1, 21)  # a scale per feature
-    scale = _scale(X)
-    kernels = screening_kernels(scale, seed=0)
-    assert len(kernels) == len(subsets) <= SCREEN_KERNELS and SCREEN_EXPONENTS == (0.0,)
-    # sigma_S = sqrt(|S| var / 2), var over the subset's values: scikit-learn's gamma="scale" on those features.
-    pair = kernels[subsets.index((3, 7))]
-    assert pair.features == (3, 7) and pair.sigma == pytest.approx(np.sqrt(2 * X[:, [3, 7]].var() / 2), rel=1e-9)
-    # A structured model's subset kernels: three widths half an octave apart, one squaring chain.
-    widths = subset_kernels(scale, (3, 7))
-    assert [k.sigma / pair.sigma for k in widths] == pytest.approx([2.0**e for e in SUBSET_EXPONENTS], rel=1e-12)
-    assert KernelSet(widths, 20).plan.square_of.tolist() == [1, 2, -1]  # the narrowest: the middle one squared
+def test_the_alignment_gradient_is_the_derivative_of_the_alignment():
+    rng = np.random.default_rng(0)
+    A = rng.random((12, 12))
+    K = A + A.T
+    np.fill_diagonal(K, 0.0)
+    Yc = rng.choice([-1.0, 1.0], size=(12, 1))
+    Yc -= Yc.mean()
+    a, G = alignment(K, Yc)
+    E = rng.random((12, 12))
+    E = E + E.T
+    np.fill_diagonal(E, 0.0)
+    h = 1e-6
+    numeric = (alignment(K + h * E, Yc)[0] - alignment(K - h * E, Yc)[0]) / (2 * h)
+    assert np.sum(G * E) == pytest.approx(numeric, rel=1e-5)
+    # The identity has no alignment off the diagonal (the trap of the centred alignment with it: 1 / sqrt(n)).
+    assert alignment(np.zeros((12, 12)), Yc)[0] == 0.0
 
 
-def test_screening_draws_pairs_and_triples_within_the_budget():
-    subsets = screening_subsets(40, seed=3)
-    assert subsets[:40] == [(f,) for f in range(40)]
-    drawn = subsets[40:]
-    assert len(drawn) == len(set(drawn)) and {len(s) for s in drawn} == {2, 3}
-    assert all(list(s) == sorted(s) and len(set(s)) == len(s) for s in drawn)
-    assert len(subsets) == SCREEN_KERNELS
-    assert screening_subsets(40, seed=3) == subsets  # seeded
-    assert screening_subsets(40, seed=4) != subsets
-    assert len(screening_subsets(24, seed=0)) == 24 + 276  # every pair while they fit
-    # Many features: the singles (and what room is left); beyond the limit no search at all.
-    wide = screening_subsets(500, seed=0)
-    assert wide == [(f,) for f in range(500)]
-    assert screening_subsets(SCREEN_MAX_FEATURES + 1, seed=0) == []
-    assert screening_subsets(1, seed=0) == []
+@pytest.mark.parametrize("rule", ["xor", "parity3", "additive"])
+def test_relevance_finds_the_features_of_an_interaction_of_any_order(rule):
+    # No relevant feature has a marginal effect in xor and parity3 (parity3: no pairwise one either).
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(500, 10))
+    c = X[:, [2, 5, 7]] - 0.5
+    score = {"xor": c[:, 0] * c[:, 1], "parity3": c[:, 0] * c[:, 1] * c[:, 2],
+             "additive": np.sin(2 * np.pi * X[:, 2]) + np.sin(2 * np.pi * X[:, 5]) + c[:, 2]}[rule]  # fmt: skip
+    y = np.where(score > 0, 1, -1)
+    relevance, gamma, a, residual = ard_relevance(X, y)
+    relevant = [2, 5] if rule == "xor" else [2, 5, 7]
+    assert sorted(np.argsort(-relevance)[: len(relevant)]) == relevant
+    noise = np.delete(relevance, relevant)
+    # Interactions stand far out; a weak linear term of the additive rule only above the noise.
+    share = 1.0 if rule == "additive" else RELEVANT_SHARE
+    assert noise.max() < share * relevance[relevant].min() and a > 0
+    own = ~residual  # the residual stage's features get a width of their own
+    assert gamma[own] == pytest.approx(relevance[own] / X.std(axis=0)[own] ** 2)
 
 
-def test_a_screen_ranks_features_by_the_weight_of_the_subsets_that_read_them():
-    specs = [Gaussian(1.0, features=(0,)), Gaussian(2.0, features=(0,)), Gaussian(1.0, features=(1, 2)),
-             Gaussian(1.0, features=(1, 3)), Gaussian(1.0, features=(3,))]  # fmt: skip
-    screen = Screen.of(specs, [0.1, 0.1, 0.4, 0.3, 0.1], n_features=5)
-    assert screen.subset_weights == pytest.approx({(0,): 0.2, (1, 2): 0.4, (1, 3): 0.3, (3,): 0.1})
-    assert screen.feature_weights == pytest.approx([0.2, 0.35, 0.2, 0.25, 0.0])
+def test_the_pair_table_finds_an_interaction_and_says_how_strong_it_is():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(size=(600, 12))
+    checker = np.cos(3 * np.pi * X[:, 3]) * np.cos(3 * np.pi * X[:, 9])
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    centred = lambda y: (y - y.mean())[:, None]  # noqa: E731
+    pair, strength = strongest_pair(Z, centred(np.where(checker > 0, 1.0, -1.0)))
+    assert pair == (3, 9) and strength > PAIR_STRENGTH
+    # Labels of no pair's interaction: one feature's effect, or noise, is at the null's strength (about 1).
+    for y in (np.where(X[:, 3] > 0.5, 1.0, -1.0), rng.choice([-1.0, 1.0], size=600)):
+        assert strongest_pair(Z, centred(y))[1] < PAIR_STRENGTH
+    assert strongest_pair(Z[:, :1], centred(y)) == (None, 0.0)
+
+
+def test_a_clear_interaction_stays_relevant_beside_a_strong_smooth_effect():
+    # The zoo's mixed: the alignment's optimum is a kernel on the smooth effect's feature (5) alone.
+    rng = np.random.default_rng(5)
+    X = rng.uniform(size=(600, 10))
+    score = 2 * (X[:, 1] - 0.5) * np.cos(2 * np.pi * X[:, 7]) + 6 * ((X[:, 5] - 0.5) ** 2 - 1 / 12)
+    screen = Screen.of_rows(X, np.where(score > 0, 1, -1))
+    assert sorted(screen.ranking()[: screen.relevant()]) == [1, 5, 7]
+
+
+def test_relevance_does_not_depend_on_the_features_units():
+    rng = np.random.default_rng(2)
+    X = rng.uniform(size=(300, 5))
+    y = np.where((X[:, 0] - 0.5) * (X[:, 3] - 0.5) > 0, 1, -1)
+    factors = np.array([1e3, 1.0, 1e-3, 1e-2, 10.0])
+    relevance, gamma, _, _ = ard_relevance(X, y)
+    scaled, scaled_gamma, _, _ = ard_relevance(X * factors, y)
+    assert scaled == pytest.approx(relevance, rel=1e-6, abs=1e-9)
+    assert scaled_gamma == pytest.approx(gamma / factors**2, rel=1e-6, abs=1e-9)
+    # A constant feature is not relevant; one class: nothing to fit.
+    X[:, 1] = 3.0
+    assert ard_relevance(X, y)[0][1] == 0.0
+    assert ard_relevance(X, np.ones(300))[0].tolist() == [0.0] * 5
+
+
+def test_a_screen_ranks_features_by_relevance_and_averages():
+    screen = Screen(np.array([0.2, 0.35, 0.2, 0.25, 0.0]), np.ones(5), 10)
     assert screen.ranking().tolist() == [1, 3, 0, 2, 4]  # ties: the lower index first
-    # One-vs-rest: the problems' weights averaged; averaged screens average their weights.
-    both = Screen.of(specs, [[0.2, 0.0, 0.8, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5, 0.5]], n_features=5)
-    assert both.subset_weights[(1, 2)] == pytest.approx(0.4)
-    mean = Screen.mean([screen, both])
-    assert mean.feature_weights == pytest.approx((screen.feature_weights + both.feature_weights) / 2)
+    assert screen.relevant() == 4  # relevance >= RELEVANT_SHARE of the largest
+    other = Screen(np.array([0.0, 0.5, 0.0, 0.5, 0.0]), np.full(5, 3.0), 20)
+    mean = Screen.mean([screen, other])
+    assert mean.feature_weights == pytest.approx((screen.feature_weights + other.feature_weights) / 2)
+    assert mean.gamma == pytest.approx(np.full(5, 2.0)) and mean.rows == 15
 
 
-def test_structured_kernels_are_a_joint_band_and_the_heaviest_subsets_inside():
-    scale = _scale(np.random.default_rng(1).uniform(size=(40, 6)))
-    weights = {(0, 1): 0.5, (2,): 0.3, (1, 2): 0.1, (0, 4): 0.06, (3,): 0.04}
-    features = np.zeros(6)
-    for s, w in weights.items():
-        features[list(s)] += w / len(s)
-    screen = Screen(features, weights, 20)
-    kernels, kept, subsets = structured_kernels(scale, screen, top=3)
-    assert kept == (0, 1, 2)  # feature weights 0.28, 0.3, 0.35: the three heaviest
-    # Inside them: (0, 1) 0.5, (2,) 0.3, (1, 2) 0.1; kept from SUBSET_KEEP of the heaviest (0.25) on.
-    assert SUBSET_KEEP == 0.5 and subsets == [(0, 1), (2,)]
-    assert [k.features for k in kernels] == [(0, 1, 2)] * 3 + [(0, 1)] * 3 + [(2,)] * 3
+def test_structured_kernels_are_a_joint_band_at_the_learned_width():
+    X = np.random.default_rng(1).uniform(size=(400, 6)) * np.array([1.0, 2.0, 1.0, 1.0, 1.0, 1.0])
+    scale = _scale(X)
+    screen = Screen(np.array([0.3, 0.28, 0.35, 0.02, 0.0, 0.03]), np.array([8.0, 2.0, 8.0, 0.1, 0.0, 0.2]), 400)
+    kernels, kept, sigmas = structured_kernels(scale, screen, top=3)
+    assert kept == (0, 1, 2)
+    # The one width that spreads pairs as far apart as the fitted Gaussian: sum var / (2 sum gamma var).
+    var = X[:, [0, 1, 2]].var(axis=0)
+    sigma = np.sqrt(var.sum() / (2 * np.sum(np.array([8.0, 2.0, 8.0]) * var)))
+    assert sigmas == pytest.approx([sigma * 2.0**e for e in SUBSET_EXPONENTS], rel=1e-3)
+    assert [k.features for k in kernels] == [(0, 1, 2)] * 3 and [k.sigma for k in kernels] == list(sigmas)
+    assert KernelSet(kernels, 6).plan.square_of.tolist() == [1, 2, -1]  # one exponential, two squarings
+    # top=0: the relevant features (three here); no learned width: the subset's own scale.
+    assert structured_kernels(scale, screen, top=0)[1] == (0, 1, 2)
+    flat = Screen(screen.feature_weights, np.zeros(6), 400)
+    assert structured_kernels(scale, flat, top=2)[0] == subset_kernels(scale, (0, 2))
 
 
-def test_structured_kernels_keep_subsets_above_the_threshold_and_no_repeated_band():
-    scale = _scale(np.random.default_rng(1).uniform(size=(40, 6)))
-    weights = {(0, 1): 0.4, (1,): 0.3, (0,): 0.25, (1, 5): 0.05}
-    features = np.array([0.45, 0.525, 0.0, 0.0, 0.0, 0.025])
-    kernels, kept, subsets = structured_kernels(scale, Screen(features, weights, 12), top=2)
-    assert kept == (0, 1)
-    assert subsets == [(0, 1), (1,), (0,)][:MAX_SUBSETS] and all(weights[s] >= SUBSET_KEEP * 0.4 for s in subsets)
-    # The joint band on (0, 1) would repeat the subset (0, 1): only the subsets' kernels.
-    assert [k.features for k in kernels] == [(0, 1)] * 3 + [(1,)] * 3 + [(0,)] * 3
-    assert kernels[:3] == subset_kernels(scale, (0, 1))
-
-
-def test_the_ladder_keeps_1_2_4_and_more_features_below_the_feature_count():
-    assert [r.top for r in structure_rungs(8)] == [1, 2, 4]
-    assert [r.top for r in structure_rungs(20)] == [1, 2, 4, 8, 16]
-    assert [r.top for r in structure_rungs(500)] == [2, 4, 8, 16, 32]
+def test_the_ladder_keeps_the_relevant_features_then_1_2_4_and_more_below_the_feature_count():
+    assert [r.top for r in structure_rungs(8)] == [0, -1, 1, 2, 4]
+    assert [r.top for r in structure_rungs(20)] == [0, -1, 2, 4, 8, 16]
+    assert [r.top for r in structure_rungs(500)] == [0, -1, 4, 8, 16, 32]
     assert structure_rungs(1) == []
-    assert FeatureStructure(4, Screen(np.zeros(1), {}, 1)) == FeatureStructure(4)  # the screen is not compared
+    assert FeatureStructure(4, Screen(np.zeros(1), np.zeros(1))) == FeatureStructure(4)  # the screen is not compared
+    assert str(FeatureStructure(0)) == "structure(relevant features)"
+    assert str(FeatureStructure(-1)) == "structure(relevant and residual features)"
+    # The residual stage's features (in most of the fits) join the relevant ones in rung -1 only.
+    screen = Screen(np.array([0.5, 0.4, 0.02, 0.02]), np.ones(4), 10, 0.1, np.array([0.0, 0.0, 1.0, 0.4]))
+    assert screen.with_residual() == (0, 1, 2)
+    assert structured_kernels(_scale(np.random.default_rng(0).random((30, 4))), screen, top=0)[1] == (0, 1)
 
 
 # ----------------------------------------------------------------------------- the search in a fit
 
 
 def _cv_error_of_structure(X, y, top, C, seed):
-    """Independently: per fold, the screen of its training rows, the structured kernels, the refit."""
-    kernels = screening_kernels(_scale(X), seed)
+    """Independently: per fold, the relevance fit on (a sample of) its training rows, the kernels, the refit."""
     error = 0.0
     folds = list(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
-    for a, b in folds:
-        screen_fit = MWUMKLClassifier(kernels, C=SCREEN_C, selectivity=SCREEN_SELECTIVITY, epsilon=SCREEN_EPSILON,
-                                      polish=False).fit(X[a], y[a])  # fmt: skip
-        screen = Screen.of(kernels, screen_fit.kernel_weights_, X.shape[1])
+    for k, (a, b) in enumerate(folds):
+        sample = a[stratified_rows(y[a], ARD_POINTS, seed + k)]
+        screen = Screen.of_rows(X[sample], y[sample])
         model = MWUMKLClassifier(structured_kernels(_scale(X), screen, top)[0], C=C, selectivity=0.0).fit(X[a], y[a])
         error += np.mean(model.predict(X[b]) != y[b]) / len(folds)
     return error
@@ -163,7 +188,7 @@ def test_the_default_finds_the_interaction_that_carries_the_signal(structured):
     X, y, clf = structured
     Xt, yt = _checkerboard(2000, seed=1)
     scaled = MWUMKLClassifier(kernels="scaled", random_state=0).fit(X, y)
-    assert clf.structure_["features"] == [0, 1] and clf.structure_["subsets"] == [[0, 1]]
+    assert clf.structure_["features"] == [0, 1] and len(clf.structure_["sigmas"]) == 3
     assert np.mean(clf.predict(Xt) != yt) < 0.5 * np.mean(scaled.predict(Xt) != yt)
     # The model's kernels are the structure's; the weight is on the two features.
     assert all(KernelSet([name], N_FEATURES).specs[0].features == (0, 1) for name in clf.kernel_names_)
@@ -171,7 +196,7 @@ def test_the_default_finds_the_interaction_that_carries_the_signal(structured):
     assert clf.selectivity_ == 0.0 and clf.kernel_weights_ == pytest.approx(np.full(len(clf.kernel_names_), 1 / 3))
     # Its path entries are the cross-validated errors of screen-then-refit, each fold screening its own rows.
     rungs = {r.top for r, _ in clf.structure_path_}
-    assert rungs == {1, 2, 4}
+    assert rungs == {0, -1, 1, 2, 4}
     for (rung, C), error in clf.structure_path_.items():
         if rung.top == 2:
             assert error == pytest.approx(_cv_error_of_structure(X, y, 2, C, seed=0))
@@ -205,7 +230,8 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     assert np.mean(clf.predict(Xt) != yt) < 0.1
     # Probabilities' folds refit the same structure (from the model's attributes, no screen).
     chosen = chosen_selectivity(vars(clf))
-    assert chosen == FeatureStructure(clf.structure_["top"]) and chosen.kept == ((0, 1), ((0, 1),))
+    assert chosen == FeatureStructure(clf.structure_["top"])
+    assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]))
 
 
 def test_a_structure_from_a_data_store_is_the_structure_from_memory(structured, tmp_path):
@@ -231,9 +257,7 @@ def test_the_summary_names_the_kept_features(structured):
     from mwumkl_dist.summary import describe_structure
 
     X, y, clf = structured
-    assert (
-        describe_structure(clf.structure_) == "a model on 2 of the features: x0, x1; kernels of their own on (x0, x1)"
-    )
+    assert describe_structure(clf.structure_) == "a model on 2 of the features: x0, x1"
     lines = clf.summary(X, y).splitlines()
     assert any(line.startswith("structure") and "x0, x1" in line for line in lines)
     assert any(line.startswith("selectivity") and "uniform weights on the kept kernels" in line for line in lines)

@@ -52,12 +52,8 @@ __all__ = [
     "AUTO_KERNELS",
     "searches_structure",
     "SUBSET_EXPONENTS",
-    "SCREEN_EXPONENTS",
-    "SCREEN_KERNELS",
     "SCREEN_MAX_FEATURES",
     "subset_kernels",
-    "screening_subsets",
-    "screening_kernels",
     "parse_kernels",
     "format_number",
     "parse_number",
@@ -435,10 +431,9 @@ def scaled_per_feature_family(scale: DataScale) -> list[KernelSpec]:
 
 # ----------------------------------------------------------------------------- the structure search's kernels
 #
-# ``kernels="auto"`` (the default) is the scaled family on all features plus a search for structure: kernels on
-# feature subsets (every feature, feature pairs, triples) are *screened* by a selective MWU fit, and the features
-# that carry their weight get a model of their own (see :mod:`mwumkl_dist.solvers.structure`).  The kernels here
-# are what that search offers; which of them a model keeps is the solver's choice.
+# ``kernels="auto"`` (the default) is the scaled family on all features plus a search for structure: a Gaussian
+# with one width per feature, fitted on a sample of the rows, says which features are relevant, and they get a
+# model of their own (see :mod:`mwumkl_dist.solvers.structure`); cross-validation decides whether it is kept.
 
 #: The default ``kernels``: the scaled family on all features, and the search for feature-subset structure.
 AUTO_KERNELS = "auto"
@@ -447,15 +442,7 @@ AUTO_KERNELS = "auto"
 #: scale ``sigma_S`` (:meth:`DataScale.sigma` of its features): half an octave either side, so one exponential and
 #: two squarings per subset and column (a squaring chain, see :class:`KernelSet`).
 SUBSET_EXPONENTS = (-0.5, 0.0, 0.5)
-#: The screening fit offers each subset at its own scale alone: the screen ranks subsets, and one width does
-#: that as well as three (E7's data: x0, x1, x3, x2 the four heaviest features either way) at a third of the cost.
-SCREEN_EXPONENTS = (0.0,)
-#: The screening fit's kernel budget: an MWU iteration costs ``O(m n)``; at this many kernels a screening fit on
-#: 2000 rows (epsilon 0.2, 401 iterations) takes about a second on one core (E7's synthetic data, 20 features:
-#: every feature and pair, 210 kernels).  All pairs fit in it up to 24 features.
-SCREEN_KERNELS = 320
-#: Above this many features the structure is not searched (the single features alone would exceed the budget
-#: several times over).
+#: Above this many features the structure is not searched (the relevance fit's cost grows with the features).
 SCREEN_MAX_FEATURES = 1000
 
 
@@ -469,48 +456,6 @@ def subset_kernels(scale: DataScale, features, exponents=SUBSET_EXPONENTS) -> li
     features = tuple(int(f) for f in features)
     sigma = scale.sigma(features)
     return [Gaussian(sigma=sigma * 2.0**e, features=features) for e in exponents]
-
-
-def screening_subsets(n_features: int, seed: int, budget: int = SCREEN_KERNELS) -> list[tuple[int, ...]]:
-    """The feature subsets the screening fit offers (one kernel each, :data:`SCREEN_EXPONENTS`).
-
-    Every single feature, and every pair when all of them fit in ``budget``; otherwise the singles
-    and a seeded random draw of pairs (two thirds) and triples (one third) that fills the budget
-    (nothing beyond the singles when they fill it).  Empty for one feature and beyond
-    :data:`SCREEN_MAX_FEATURES` (no search).
-    """
-    d = int(n_features)
-    if d < 2 or d > SCREEN_MAX_FEATURES:
-        return []
-    singles = [(f,) for f in range(d)]
-    n_pairs = d * (d - 1) // 2
-    if d + n_pairs <= budget:
-        return singles + [(a, b) for a in range(d) for b in range(a + 1, d)]
-    room = max(0, budget - d)
-    rng = np.random.default_rng([int(seed), 28])
-    pairs = _random_subsets(rng, d, 2, room - room // 3)
-    triples = _random_subsets(rng, d, 3, room // 3)
-    return singles + pairs + triples
-
-
-def _random_subsets(rng: np.random.Generator, d: int, size: int, count: int) -> list[tuple[int, ...]]:
-    """``count`` distinct random subsets of ``size`` of ``d`` features (sorted tuples, in the order drawn)."""
-    out: dict[tuple[int, ...], None] = {}
-    for _ in range(20):  # draws in batches; duplicates are rare unless count nears all subsets
-        if len(out) >= count:
-            break
-        draws = np.sort(np.argsort(rng.random((2 * (count - len(out)) + 8, d)), axis=1)[:, :size], axis=1)
-        for row in draws:
-            out.setdefault(tuple(int(f) for f in row))
-            if len(out) >= count:
-                break
-    return list(out)
-
-
-def screening_kernels(scale: DataScale, seed: int, budget: int = SCREEN_KERNELS) -> list[Gaussian]:
-    """The kernels of :func:`screening_subsets`, each subset at its own scale (empty: no search)."""
-    subsets = screening_subsets(len(scale.sums), seed, budget)
-    return [k for subset in subsets for k in subset_kernels(scale, subset, SCREEN_EXPONENTS)]
 
 
 # ----------------------------------------------------------------------------- parsing

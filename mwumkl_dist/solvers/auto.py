@@ -20,7 +20,7 @@ from mwumkl_dist.core import mwu_rules as mwu
 from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
-from mwumkl_dist.kernels.specs import screening_kernels, searches_structure
+from mwumkl_dist.kernels.specs import SCREEN_MAX_FEATURES, searches_structure
 from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_fit, fold_map, predicted_labels
 from mwumkl_dist.solvers.groups import (
     AUTO_BAND_C_FACTORS,
@@ -38,9 +38,8 @@ from mwumkl_dist.solvers.groups import (
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.structure import (
-    SCREEN_C,
-    SCREEN_EPSILON,
-    SCREEN_SELECTIVITY,
+    ARD_POINTS,
+    STRUCTURE_C_GRID,
     FeatureStructure,
     Screen,
     structure_rungs,
@@ -69,7 +68,7 @@ __all__ = [
     "AUTO_SELECTIVITY_SEARCH_START",
     "AUTO_SELECTIVITY_STORE",
     "solver_selectivity",
-    "screen_spec",
+    "screen_rows",
     "no_iterations_needed",
     "standard_error_of_sum",
 ]
@@ -259,11 +258,11 @@ def fold_spec(
     )
 
 
-def screen_spec(spec: FitSpec, kernels) -> FitSpec:
-    """The specification of a structure screen on ``kernels`` (see :mod:`mwumkl_dist.solvers.structure`):
-    local, quiet, unpolished, at the screen's ``C``, selectivity and epsilon."""
-    return fold_spec(spec, polished=False, C=SCREEN_C, selectivity=SCREEN_SELECTIVITY, epsilon=SCREEN_EPSILON,
-                     max_iter=None, kernels=list(kernels))  # fmt: skip
+def screen_rows(cv, rows: np.ndarray, seed: int):
+    """The feature rows and labels a structure screen reads (see :mod:`mwumkl_dist.solvers.structure`): a
+    stratified sample of at most :data:`~mwumkl_dist.solvers.structure.ARD_POINTS` of ``rows`` of ``cv``."""
+    rows = np.asarray(rows)[stratified_rows(cv.y[rows], ARD_POINTS, seed)]
+    return cv.X[rows], cv.y[rows]
 
 
 def no_iterations_needed(polished: bool, iterations_per_point, selectivity, n_train: int, n_kernels: int) -> bool:
@@ -424,16 +423,26 @@ def choose_C(
             others.update({(c, g): e for (g, c), e in group_path.items()})
             others.update({(c, b): e for (b, c), e in band_path.items()})
             rival = _first_best(others)
-            # Every rung at the chosen C, then the fewest features within a paired standard error of the best
-            # rung (the simpler model) also at 10 C.
+            # The relevant features' rung chooses its own C (the all-features family's C is the smallest of the grid
+            # where that family is at chance, a ridge that leaves a fine checkerboard at chance too: the zoo's
+            # checker, every rung 49-51 % at C 0.1), every other rung at that C, then the fewest features within a
+            # paired standard error of the best rung (the simpler model) also at its neighbours in the grid.
             rungs = structure_rungs(scorer.n_features)
-            scored = scorer.errors([(base_C, r) for r in rungs], "feature structures")
-            structure_path = {(r, base_C): e for r, e in zip(rungs, scored)}
-            best = _first_best(structure_path)
-            rung = next(r for r in rungs if structure_path[r, base_C] - structure_path[best]
-                        <= scorer.paired_standard_error((base_C, r), best[::-1]))  # fmt: skip
-            for f in AUTO_BAND_C_FACTORS[1:]:
-                structure_path[rung, base_C * f] = scorer.errors([(base_C * f, rung)], "feature structures")[0]
+            grid = STRUCTURE_C_GRID if given_C is None else (base_C,)
+            scored = scorer.errors([(c, rungs[0]) for c in grid], "feature structures")
+            structure_path = {(rungs[0], c): e for c, e in zip(grid, scored)}
+            rung_C = _first_best({c: structure_path[rungs[0], c] for c in grid})
+            scored = scorer.errors([(rung_C, r) for r in rungs[1:]], "feature structures")
+            structure_path.update({(r, rung_C): e for r, e in zip(rungs[1:], scored)})
+            at_C = {(r, rung_C): structure_path[r, rung_C] for r in rungs}
+            best = _first_best(at_C)
+            rung = next(r for r in rungs if at_C[r, rung_C] - at_C[best]
+                        <= scorer.paired_standard_error((rung_C, r), best[::-1]))  # fmt: skip
+            if given_C is None:
+                i = AUTO_C_GRID.index(rung_C)
+                near = [c for c in AUTO_C_GRID[max(i - 1, 0) : i + 2] if (rung, c) not in structure_path]
+                scored = scorer.errors([(c, rung) for c in near], "feature structures")
+                structure_path.update({(rung, c): e for c, e in zip(near, scored)})
             rung, rung_C = _first_best({key: e for key, e in structure_path.items() if key[0] == rung})
             margin = others[rival] - structure_path[rung, rung_C]
             if margin > scorer.paired_standard_error((rung_C, rung), rival):
@@ -477,17 +486,13 @@ class _FoldScorer:
         return int(self.cv.n_features_in)
 
     @functools.cached_property
-    def screening_kernels(self) -> list:
-        """The structure search's screening kernels on the cross-validated rows' scale (empty: no search)."""
+    def searches_structure(self) -> bool:
+        """Whether structured candidates are scored: ``kernels="auto"`` on feature rows with 2 to
+        :data:`~mwumkl_dist.kernels.specs.SCREEN_MAX_FEATURES` features."""
         kernel_set = self.cv.kernel_set
         if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
-            return []
-        return screening_kernels(self.cv.data_scale(), self.seed)
-
-    @property
-    def searches_structure(self) -> bool:
-        """Whether structured candidates are scored: ``kernels="auto"`` on feature rows with two or more features."""
-        return bool(self.screening_kernels)
+            return False
+        return 2 <= self.n_features <= SCREEN_MAX_FEATURES
 
     def mean_screen(self) -> Screen:
         """The folds' screens averaged: the structure the final model keeps its features from."""
@@ -618,12 +623,8 @@ class _FoldScorer:
         return attrs["kernel_weights_"]
 
     def _screen_fold(self, k: int) -> Screen:
-        """The structure screen of fold ``k``'s training rows."""
-        train = self.rows[self.folds[k][0]]
-        spec = screen_spec(self.spec, self.screening_kernels)
-        attrs = fold_fit(self.fit, spec, self.cv, self.screening_kernels, train, self.sample_weight,
-                         doing="screening feature subsets")  # fmt: skip
-        return Screen.of(self.screening_kernels, attrs["kernel_weights_"], self.n_features)
+        """The structure screen of fold ``k``'s training rows (the relevance fit, on at most ``ARD_POINTS``)."""
+        return Screen.of_rows(*screen_rows(self.cv, self.rows[self.folds[k][0]], self.seed + k))
 
     def _fold_error(self, C, selectivity, k: int) -> tuple[float, np.ndarray]:
         """Fold ``k``'s share of the cross-validated error, and each of its test rows' share of it."""

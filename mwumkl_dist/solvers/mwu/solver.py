@@ -19,9 +19,8 @@ from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.problems import TrainingInput
 from mwumkl_dist.data.store_problems import merge_cache_stats
 from mwumkl_dist.data.weights import point_ridge, problem_weights
-from mwumkl_dist.kernels.specs import screening_kernels
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, fold_fit, fold_map
+from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel
 from mwumkl_dist.solvers.groups import GroupSelection, WidthBand, n_groups, selected_mask
 from mwumkl_dist.solvers.mwu.model import guard_biases, model_attributes, polish_model, polishes, rows_to_score
 from mwumkl_dist.solvers.mwu.one_vs_rest import SolveSettings, base_ridge, check_shard_count, solve_one_vs_rest
@@ -146,45 +145,39 @@ class MWUSolver:
 
     def _fit_structure(self, spec: FitSpec, task: FitTask, structure: FeatureStructure, attrs: dict):
         """The structured candidate (see :mod:`mwumkl_dist.solvers.structure`): the model on the kernels of the
-        ``structure.top`` heaviest features of the screen (cross-validation's, or one of this fit's rows; or the
-        features and subsets ``structure.kept``), with selectivity 0 at the chosen ``C``.  Its kernels are the
-        model's (``kernel_names_``)."""
+        features the screen (cross-validation's, or one of this fit's rows) ranks first, or the features and
+        widths ``structure.kept``, with selectivity 0 at the chosen ``C``.  Its kernels are the model's
+        (``kernel_names_``)."""
         scale = task.data.data_scale()
         screen = None
         if structure.kept is not None:
-            features, subsets = structure.kept
-            kernels = kernels_of(scale, features, subsets)
+            features, sigmas = structure.kept
+            kernels = kernels_of(scale, features, sigmas)
+            sigmas = [k.sigma for k in kernels]
         else:
-            screen = structure.screen if structure.screen is not None else self._screen(spec, task)
-            kernels, features, subsets = structured_kernels(scale, screen, structure.top)
+            screen = structure.screen if structure.screen is not None else self._screen(task)
+            kernels, features, sigmas = structured_kernels(scale, screen, structure.top)
         described = {
             "structure_": {
                 "top": int(structure.top),
                 "features": [int(f) for f in features],
-                "subsets": [[int(f) for f in s] for s in subsets],
+                "sigmas": [float(s) for s in sigmas],
             }
         }
         if screen is not None:
-            described["structure_"].update(screened_kernels=int(screen.n_kernels),
+            described["structure_"].update(screened_rows=int(screen.rows),
                                            feature_weights=[float(w) for w in screen.feature_weights])  # fmt: skip
-        # Probabilities' folds refit the same features and subsets (as they refit the chosen C), each on its rows.
+        # Probabilities' folds refit the same features and widths (as they refit the chosen C), each on its rows.
         chosen = FeatureStructure.of_model(described["structure_"])
         return self._fit_own_kernels(spec, task, kernels, described, chosen, attrs)
 
     @staticmethod
-    def _screen(spec: FitSpec, task: FitTask) -> Screen:
-        """The structure screen of (a stratified sample of at most ``AUTO_C_POINTS`` of) the fit's rows."""
+    def _screen(task: FitTask) -> Screen:
+        """The structure screen of (a stratified sample of) the fit's rows."""
         cv = task.data.cross_validation_input(auto.AUTO_C_POINTS, task.seed)
         if cv is None:
             raise ValueError("a structured model needs feature rows to screen (not a kernel store)")
-        rows = auto.stratified_rows(cv.y, auto.AUTO_C_POINTS, task.seed)
-        kernels = screening_kernels(cv.data_scale(), task.seed)
-        attrs = fold_map(
-            lambda _: fold_fit(task.fit, auto.screen_spec(spec, kernels), cv, kernels, rows, task.sample_weight,
-                               doing="screening feature subsets"),
-            [0], doing="screening feature subsets",
-        )[0]  # fmt: skip
-        return Screen.of(kernels, attrs["kernel_weights_"], cv.n_features_in)
+        return Screen.of_rows(*auto.screen_rows(cv, np.arange(len(cv.y)), task.seed))
 
     @staticmethod
     def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
