@@ -249,7 +249,7 @@ def test_load_rejects_other_files(tmp_path):
         ({"rho": -0.5}, ValueError, "rho must be positive"),
         ({"max_iter": 0}, ValueError, "max_iter must be None or a positive integer"),
         ({"max_iter": 2.5}, ValueError, "max_iter must be"),
-        ({"n_shards": 0}, ValueError, "n_shards must be a positive integer"),
+        ({"n_shards": 0}, ValueError, 'n_shards must be "auto" or a positive integer'),
         ({"callback_every": 0}, ValueError, "callback_every must be a positive integer"),
         ({"kernels": "foo"}, ValueError, "unknown kernel 'foo'"),
         ({"kernels": "gaussian:x"}, ValueError, "bad number 'x'"),

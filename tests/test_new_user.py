@@ -310,10 +310,14 @@ def test_the_path_draws_the_structures_and_the_bands_in_order(searched, tmp_path
 
     tops = sorted({key[0].top for key in searched.structure_path_})
     ax = plot_cv_path(searched)
-    structures = [t for t in _ticks(ax) if t.startswith("top ")]
+    structures = [t for t in _ticks(ax) if t.startswith(("top ", "relevant"))]
     assert len(structures) == len(searched.structure_path_)
-    assert [int(t.split()[1]) for t in structures] == sorted(int(t.split()[1]) for t in structures)
-    assert {int(t.split()[1]) for t in structures} == set(tops)
+    ranked = [int(t.split()[1]) for t in structures if t.startswith("top ")]
+    assert ranked == sorted(ranked)  # the top-k rungs in order, after the relevance rungs
+    assert set(ranked) == {t for t in tops if t > 0}
+    assert {t.split()[0] for t in structures if not t.startswith("top ")} == {
+        {0: "relevant", -1: "relevant+residual"}[t] for t in tops if t <= 0
+    }
     searched.save(tmp_path / "m.npz")  # the same after a load (candidates are names then)
     assert _ticks(plot_cv_path(MWUMKLClassifier.load(tmp_path / "m.npz"))) == _ticks(ax)
     model = MWUMKLClassifier.load(tmp_path / "m.npz")

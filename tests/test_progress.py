@@ -170,7 +170,7 @@ def test_the_callback_and_verbose_see_every_phase_of_a_fit(caplog):
 def test_the_two_stage_fit_reports_its_stages(monkeypatch):
     from mwumkl_dist.solvers.two_stage import solver as two_stage
 
-    monkeypatch.setattr(two_stage, "WEIGHT_POINTS", 200)
+    monkeypatch.setattr(two_stage, "WEIGHT_POINTS", 300)
     X, y = _problem(900)
     seen: list[ProgressInfo] = []
     MWUMKLClassifier(kernels="paper", C=1.0, solver="two-stage", callback=seen.append).fit(X, y)
@@ -207,7 +207,7 @@ class _TimedStderr(io.TextIOBase):
 #: The full stage's phases: the Nystroem features (the data too large for the exact solve), or the exact solve.
 FULL_STAGE_PHASES = {
     "nystroem": ("Nystroem rank", "kernel columns", "Newton steps"),
-    "exact": ("exact solve: the combined kernel of 3000 rows", "C at the final size"),
+    "exact": ("exact solve: the combined kernel of 6000 rows", "C at the final size"),
 }
 
 
@@ -218,30 +218,32 @@ def test_a_cli_fit_is_never_silent_for_a_tenth_of_it(monkeypatch, tmp_path, caps
     exact solve, calibration) shows lines; no two consecutive lines of the fit are further apart than 10 % of its
     CPU time.
 
-    A smaller set stands in for 10^5 rows: the weight sample is 300 rows (of 3000) and the first Nystroem
+    A smaller set stands in for 10^5 rows: the weight sample is 300 rows (of 6000) and the first Nystroem
     rank 100, so that each stage has several units as on large data.
     """
     from mwumkl_dist.solvers import auto
     from mwumkl_dist.solvers.two_stage import exact
     from mwumkl_dist.solvers.two_stage import solver as two_stage
 
-    if full_stage == "nystroem":  # 3000 rows stand in for a set whose Gram matrix does not fit
+    if full_stage == "nystroem":  # 6000 rows stand in for a set whose Gram matrix does not fit
         monkeypatch.setattr(exact, "EXACT_POINTS", 1000)
     # A long call that reports nothing (LIBSVM, a Newton step's factorisation) is heard from every few seconds in
-    # a fit of minutes: here, a fit of seconds, every tenth of a second.
-    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.1)
-    monkeypatch.setattr("mwumkl_dist.cli.progress.LINE_SECONDS", 0.1)
+    # a fit of minutes: here, a fit of about a second of CPU, every fiftieth of a second (the bars' lines too).
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.02)
+    monkeypatch.setattr("mwumkl_dist.cli.progress.LINE_SECONDS", 0.02)
     monkeypatch.setattr(two_stage, "WEIGHT_POINTS", 300)
     monkeypatch.setattr(two_stage, "N_COMPONENTS", 100)
     # Platt's folds sample at most AUTO_C_POINTS rows: on large data each of its 5 exact solves is a small part
-    # of the fit, as here with 600 of the 3000 rows (4000 rows would make each a tenth of this small fit).
+    # of the fit, as here with 600 of the 6000 rows.
     monkeypatch.setattr(auto, "AUTO_C_POINTS", 600)
-    X, y = _problem(3000, seed=1)
+    X, y = _problem(6000, seed=1)
     data = tmp_path / "train.svm"
     dump_svmlight_file(X, y, str(data))
-    # numba's compiled code loads once per process (about 0.3 s CPU here, a tenth of this small fit but nothing
-    # next to a large one, and the CLI says when it compiles): loaded before the clock starts.
-    MWUMKLClassifier(C=1.0, n_jobs=1).fit(X[:60], y[:60])
+    # numba's compiled code and the modules of each phase load once per process (about 0.1 s CPU each for the
+    # selective fits, the structure search and Platt's folds here: a tenth of this fit of about a second, but
+    # nothing next to a large one, and the CLI says when it compiles): a default fit of every phase on a few rows
+    # loads them before the clock starts.
+    MWUMKLClassifier(n_jobs=1, probability=True).fit(X[:150], y[:150])
     stderr = _TimedStderr()
     monkeypatch.setattr("sys.stderr", stderr)
     start = time.process_time()
@@ -258,7 +260,8 @@ def test_a_cli_fit_is_never_silent_for_a_tenth_of_it(monkeypatch, tmp_path, caps
     stamps = np.array([start] + [t for t, _ in stderr.lines] + [end])
     gaps = np.diff(stamps)
     worst = int(np.argmax(gaps))
-    assert gaps.max() <= 0.1 * (end - start), (gaps.max(), end - start, stderr.lines[max(worst - 1, 0)])
+    around = stderr.lines[max(worst - 2, 0) : worst + 1]  # the lines before the silent stretch, and its end
+    assert gaps.max() <= 0.1 * (end - start), (gaps.max(), end - start, [(t - start, line) for t, line in around])
 
 
 def test_a_phase_waiting_on_a_long_call_is_heard_from(monkeypatch):
