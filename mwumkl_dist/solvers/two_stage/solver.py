@@ -451,12 +451,12 @@ class TwoStageSolver:
             decisions = np.column_stack([res.outputs[held] for res in results])
             losses.append(self._held_losses(task, held, decisions))
             errors.append(float(np.sum(losses[-1])))
-            if level > 0 and errors[-2] - errors[-1] <= standard_error_of_sum(losses[-2] - losses[-1]):
+            if level == len(levels) - 1 and max(residuals) > self.residual_tol:
+                reason = cap_reason  # the cap stopped it, whatever the last step's gain: more memory may help
+            elif level > 0 and errors[-2] - errors[-1] <= standard_error_of_sum(losses[-2] - losses[-1]):
                 reason = "gain"
             elif max(residuals) <= self.residual_tol:
                 reason = "residual"
-            elif level == len(levels) - 1:
-                reason = cap_reason
             if reason is not None:
                 break
         chosen = len(fits) - 1
