@@ -123,6 +123,14 @@ def _plain(v):
     return v
 
 
+def _peak_rss_gb() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
 def fit_mwumkl(Xtr, ytr, Xte, yte) -> tuple[dict, object]:
     from mwumkl_dist import MWUMKLClassifier
 
@@ -145,6 +153,10 @@ def fit_mwumkl(Xtr, ytr, Xte, yte) -> tuple[dict, object]:
         "nystroem_residual": _plain(getattr(est, "nystroem_residual_", None)),
         "features_spilled": _plain(getattr(est, "features_spilled_", None)),
         "final_C_path": _plain(getattr(est, "final_C_path_", None)),
+        "rank_stop_reason": _plain(getattr(est, "rank_stop_reason_", None)),
+        "rank_path": _plain(getattr(est, "rank_path_", None)),
+        # this process's peak so far (the data and earlier fits included): run one set per process to read it per set
+        "peak_rss_gb": _peak_rss_gb(),
         "linear_solves": dict(counts),
         "n_support": int(len(est.support_)),
         "warnings": sorted({f"{w.category.__name__}: {str(w.message)[:200]}" for w in caught}),
