@@ -90,6 +90,212 @@ class NewtonResult:
     hessian: tuple | None = None
 
 
+class _Problem:
+    """What both Newton solves share: the shards' rows, labels, weights, ``C``, the fitted rows and the progress."""
+
+    def __init__(self, shards, level: int, y_pm, C: float, sample_weight, train, step, count_outputs: bool):
+        self.shards, self.level, self.step, self.count_outputs = shards, level, step, count_outputs
+        self.y = np.asarray(y_pm, dtype=np.float64)
+        self.n = len(self.y)
+        self.cw = np.ones(self.n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.C = float(C)
+        self.fitted = np.ones(self.n, dtype=bool) if train is None else np.asarray(train, dtype=bool)
+        self.yf, self.cf = self.y[self.fitted], self.cw[self.fitted]
+
+    def advance(self):
+        if self.step is not None:
+            self.step.advance()
+
+    def outputs(self, d) -> np.ndarray:
+        """``F d`` on every row: one pass over the shards (a progress pass where the solve counts them)."""
+        level = self.level
+        out = np.concatenate(self.shards.call("direction", lambda rows, d=d: (d, level), shared=True, superstep=True))
+        if self.count_outputs:
+            self.advance()
+        return out
+
+    def objective(self, v, o) -> float:
+        h = np.maximum(0.0, 1.0 - self.yf * o[self.fitted])
+        return 0.5 * v @ v + 0.5 * self.C * np.sum(self.cf * h * h)
+
+
+def _newton_loop(problem: _Problem, direction, start, tol: float, max_iter: int):
+    """The Newton steps shared by both solves: ``(v, o, steps)``.
+
+    Each step asks ``direction`` for a step ``d`` on the active rows (None: converged by its own test), takes
+    the exact line search (:func:`_line_search`) along it, and ends when the direction's own rule says so
+    (:meth:`end_step`), when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.
+    """
+    y, fitted, yf, C = problem.y, problem.fitted, problem.yf, problem.C
+    if start is None:
+        v, o = np.zeros(direction.size), np.zeros(problem.n)
+    else:
+        v = np.asarray(start, dtype=np.float64).copy()
+        o = problem.outputs(v)
+    f_old = problem.objective(v, o)
+    steps = 0
+    for steps in range(1, max_iter + 1):
+        active = (y * o < 1.0) & fitted
+        d = direction(active, v)
+        if d is None:
+            break
+        delta = problem.outputs(d)
+        t = _line_search(v @ d, d @ d, 1.0 - yf * o[fitted], yf * delta[fitted], problem.cf, C)
+        t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
+        v = v + t * d
+        o = o + t * delta
+        f_new = problem.objective(v, o)
+        if direction.end_step(steps, active, t, f_new) or f_old - f_new <= tol * max(f_old, 1e-300):
+            break
+        f_old = f_new
+    return v, o, steps
+
+
+class _CholeskyDirection:
+    """The explicit Newton step: the Hessian's sums over the active rows, updated by the rows that changed sides,
+    and its Cholesky factor (see :func:`newton_solve`)."""
+
+    def __init__(self, problem: _Problem, basis, hessian):
+        self.problem, self.basis = problem, basis
+        r = self.size - 1
+        self.lift = np.zeros((basis.width + 1, r + 1))  # [P 0; 0 1]: column-space parts to the features' space
+        if basis.projection is not None:
+            self.lift[: basis.width, :r] = basis.projection
+            self.lift[basis.width, r] = 1.0
+        if hessian is not None:  # sum over the active rows of c [z z' ; y z'], z = [f, 1]: kept from an earlier solve
+            self.gram, self.was_active = hessian[0].copy(), np.asarray(hessian[1], dtype=bool).copy()
+        else:
+            self.gram, self.was_active = np.zeros((r + 2, r + 1)), np.zeros(problem.n, dtype=bool)
+        self.previous, self.changed = None, 0
+
+    @property
+    def size(self) -> int:
+        return self.basis.rank + 1
+
+    @property
+    def hessian(self) -> tuple:
+        return self.gram, self.was_active
+
+    def _update(self, entering, leaving):
+        """Add the Gram parts of the rows that entered the active set and take away those that left."""
+        r, level = self.basis.rank, self.problem.level
+        on_columns = self.basis.projection is not None and np.count_nonzero(entering | leaving) > r
+
+        def masks(rows, entering=entering, leaving=leaving, on_columns=on_columns):
+            lo, hi = rows
+            return level, np.packbits(entering[lo:hi]), np.packbits(leaving[lo:hi]), on_columns
+
+        nodes = dict(node for parts in self.problem.shards.call("gram_parts", masks, superstep=True) for node in parts)
+        change = tree_total(nodes, max(hi for _, hi in nodes))
+        if change is not None and on_columns:  # O(r^3): in fixed row blocks over the threads
+            lift = self.lift
+            change = np.vstack([blocked_product(blocked_product(lift.T, change[:-1]), lift), change[-1] @ lift])
+        if change is not None:
+            self.gram += change
+
+    def __call__(self, active, v):
+        r, C = self.basis.rank, self.problem.C
+        entering, leaving = active & ~self.was_active, self.was_active & ~active
+        if entering.any() or leaving.any():
+            self._update(entering, leaving)
+        self.changed = np.count_nonzero(entering | leaving)
+        self.was_active = active
+        H = C * self.gram[: r + 1]
+        H[np.diag_indices(r + 1)] += 1.0
+        factor = scipy.linalg.cho_factor(H, lower=True, overwrite_a=True, check_finite=False)
+        del H
+        target = scipy.linalg.cho_solve(factor, C * self.gram[r + 1], check_finite=False)
+        return target - v
+
+    def end_step(self, steps: int, active, t: float, f_new: float) -> bool:
+        """Log and count the step; True where the active set repeats with a full step (the exact optimum)."""
+        logger.debug("newton: step %d, %d active rows, %d changed, step length %.3g, objective %.10g",
+                     steps, np.count_nonzero(active), self.changed, t, f_new)  # fmt: skip
+        self.problem.advance()
+        A = np.flatnonzero(active)
+        same = self.previous is not None and np.array_equal(A, self.previous)
+        self.previous = A
+        return t == 1.0 and same
+
+
+class _ConjugateGradientDirection:
+    """The truncated Newton step: the Newton system by conjugate gradients, preconditioned by a sketch of the
+    Hessian on random active rows (see :func:`cg_newton_solve`)."""
+
+    hessian = None
+
+    def __init__(self, problem: _Problem, basis, seed: int, gtol: float, max_cg: int):
+        self.problem, self.basis, self.seed, self.gtol, self.max_cg = problem, basis, seed, gtol, max_cg
+        self.g0, self.built_at, self.factor = None, -1, None
+        self.n_active, self.g_norm = 0, 0.0
+
+    @property
+    def size(self) -> int:
+        return self.basis.rank + 1
+
+    def _loss_sums(self, active, u, labels):
+        """``C Z_A' D (Z_A u - [y_A])`` in the features' space (one pass)."""
+        r, M, level = self.basis.rank, self.basis.projection, self.problem.level
+        beta = M @ u[:r] if M is not None else u[:r]
+
+        def args(rows, beta=beta):
+            lo, hi = rows
+            return level, np.packbits(active[lo:hi]), beta, float(u[r]), labels
+
+        nodes = dict(node for parts in self.problem.shards.call("active_sums", args, superstep=True) for node in parts)
+        total = tree_total(nodes, max(hi for _, hi in nodes))
+        self.problem.advance()
+        if total is None:
+            return np.zeros(r + 1)
+        return self.problem.C * np.append(M.T @ total[:-1] if M is not None else total[:-1], total[-1])
+
+    def _sketch(self, active):
+        """The preconditioner's Cholesky factor from ``s`` random active rows (None: no active row)."""
+        r, M, level, problem = self.basis.rank, self.basis.projection, self.problem.level, self.problem
+        rows = np.flatnonzero(active)
+        if not len(rows):
+            return None
+        size = min(len(rows), 2 * (r + 1))
+        chosen = np.zeros(problem.n, dtype=bool)
+        chosen[np.random.default_rng(self.seed).choice(rows, size=size, replace=False)] = True
+
+        def args(rows, chosen=chosen):
+            lo, hi = rows
+            return level, np.packbits(chosen[lo:hi])
+
+        K = np.vstack(problem.shards.call("selected_columns", args))
+        Z = np.empty((size, r + 1))
+        Z[:, :r] = K @ M if M is not None else K
+        Z[:, r] = 1.0
+        Z *= np.sqrt(problem.cw[chosen])[:, None]
+        P = (problem.C * len(rows) / size) * (Z.T @ Z)
+        P[np.diag_indices(r + 1)] += 1.0
+        return scipy.linalg.cho_factor(P, lower=True, check_finite=False)
+
+    def __call__(self, active, v):
+        """The step solving ``H d = -g`` to the forcing tolerance (None: the gradient is below ``gtol``)."""
+        self.n_active = n_active = int(np.count_nonzero(active))
+        g = v + self._loss_sums(active, v, True)
+        self.g_norm = g_norm = float(np.linalg.norm(g))
+        self.g0 = g0 = g_norm if self.g0 is None else self.g0
+        if g_norm <= self.gtol * max(g0, 1e-300):
+            return None
+        if self.built_at < 0 or not self.built_at / 2 <= n_active <= 2 * self.built_at:
+            self.factor, self.built_at = self._sketch(active), n_active
+
+        def precondition(x, factor=self.factor):
+            return x if factor is None else scipy.linalg.cho_solve(factor, x, check_finite=False)
+
+        return _conjugate_gradients(lambda u, active=active: u + self._loss_sums(active, u, False), -g, precondition,
+                                    min(0.1, math.sqrt(g_norm / g0)), self.max_cg)  # fmt: skip
+
+    def end_step(self, steps: int, active, t: float, f_new: float) -> bool:
+        """Log the step; the conjugate gradients' solve has no stopping rule of its own here."""
+        logger.debug("newton-cg: step %d, %d active rows, step length %.3g, gradient %.3g, objective %.10g",
+                     steps, self.n_active, t, self.g_norm, f_new)  # fmt: skip
+        return False
+
+
 def newton_solve(
     shards,
     basis,
@@ -131,77 +337,9 @@ def newton_solve(
     product streams the ``n x r`` features from memory, the Hessian is one
     compute-bound ``syrk`` on the changed rows.
     """
-    y = np.asarray(y_pm, dtype=np.float64)
-    n = len(y)
-    cw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    C = float(C)
-    r = basis.rank
-    lift = np.zeros((basis.width + 1, r + 1))  # [P 0; 0 1]: column-space parts to the features' space
-    if basis.projection is not None:
-        lift[: basis.width, :r] = basis.projection
-        lift[basis.width, r] = 1.0
-    fitted = np.ones(n, dtype=bool) if train is None else np.asarray(train, dtype=bool)
-    yf, cf = y[fitted], cw[fitted]
-
-    def outputs(d):
-        return np.concatenate(shards.call("direction", lambda rows, d=d: (d, level), shared=True, superstep=True))
-
-    if start is None:
-        v, o = np.zeros(r + 1), np.zeros(n)
-    else:
-        v = np.asarray(start, dtype=np.float64).copy()
-        o = outputs(v)
-
-    def objective(v, o):
-        h = np.maximum(0.0, 1.0 - yf * o[fitted])
-        return 0.5 * v @ v + 0.5 * C * np.sum(cf * h * h)
-
-    if hessian is not None:  # sum over the active rows of c [z z' ; y z'], z = [f, 1]: kept from an earlier solve
-        gram, was_active = hessian[0].copy(), np.asarray(hessian[1], dtype=bool).copy()
-    else:
-        gram, was_active = np.zeros((r + 2, r + 1)), np.zeros(n, dtype=bool)
-    f_old = objective(v, o)
-    previous = None
-    steps = 0
-    for steps in range(1, max_iter + 1):
-        active = (y * o < 1.0) & fitted
-        entering, leaving = active & ~was_active, was_active & ~active
-        if entering.any() or leaving.any():
-            on_columns = basis.projection is not None and np.count_nonzero(entering | leaving) > r
-
-            def masks(rows, entering=entering, leaving=leaving, on_columns=on_columns):
-                lo, hi = rows
-                return level, np.packbits(entering[lo:hi]), np.packbits(leaving[lo:hi]), on_columns
-
-            nodes = dict(node for parts in shards.call("gram_parts", masks, superstep=True) for node in parts)
-            change = tree_total(nodes, max(hi for _, hi in nodes))
-            if change is not None and on_columns:  # O(r^3): in fixed row blocks over the threads
-                change = np.vstack([blocked_product(blocked_product(lift.T, change[:-1]), lift), change[-1] @ lift])
-            if change is not None:
-                gram += change
-        was_active = active
-        H = C * gram[: r + 1]
-        H[np.diag_indices(r + 1)] += 1.0
-        factor = scipy.linalg.cho_factor(H, lower=True, overwrite_a=True, check_finite=False)
-        del H
-        target = scipy.linalg.cho_solve(factor, C * gram[r + 1], check_finite=False)
-        d = target - v
-        delta = outputs(d)
-        t = _line_search(v @ d, d @ d, 1.0 - yf * o[fitted], yf * delta[fitted], cf, C)
-        t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
-        v = v + t * d
-        o = o + t * delta
-        f_new = objective(v, o)
-        logger.debug("newton: step %d, %d active rows, %d changed, step length %.3g, objective %.10g",
-                     steps, np.count_nonzero(active), np.count_nonzero(entering | leaving), t, f_new)  # fmt: skip
-        if step is not None:
-            step.advance()
-        A = np.flatnonzero(active)
-        same = previous is not None and np.array_equal(A, previous)
-        if (t == 1.0 and same) or f_old - f_new <= tol * max(f_old, 1e-300):
-            break
-        previous, f_old = A, f_new
-    return NewtonResult(v[:r].copy(), float(v[r]), o, steps, (gram, was_active))
+    problem = _Problem(shards, level, y_pm, C, sample_weight, train, step, count_outputs=False)
+    direction = _CholeskyDirection(problem, basis, hessian)
+    return _result(basis, *_newton_loop(problem, direction, start, tol, max_iter), direction.hessian)
 
 
 def cg_newton_solve(
@@ -241,103 +379,14 @@ def cg_newton_solve(
     when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.  ``step``: a progress
     phase advanced once per pass over the columns (each product, each step's outputs).
     """
-    y = np.asarray(y_pm, dtype=np.float64)
-    n = len(y)
-    cw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    C = float(C)
+    problem = _Problem(shards, level, y_pm, C, sample_weight, train, step, count_outputs=True)
+    direction = _ConjugateGradientDirection(problem, basis, seed, gtol, max_cg)
+    return _result(basis, *_newton_loop(problem, direction, start, tol, max_iter), direction.hessian)
+
+
+def _result(basis, v, o, steps: int, hessian) -> NewtonResult:
     r = basis.rank
-    M = basis.projection
-    fitted = np.ones(n, dtype=bool) if train is None else np.asarray(train, dtype=bool)
-    yf, cf = y[fitted], cw[fitted]
-
-    def advance():
-        if step is not None:
-            step.advance()
-
-    def outputs(d):
-        out = np.concatenate(shards.call("direction", lambda rows, d=d: (d, level), shared=True, superstep=True))
-        advance()
-        return out
-
-    def loss_sums(active, u, labels):
-        """``C Z_A' D (Z_A u - [y_A])`` in the features' space (one pass)."""
-        beta = M @ u[:r] if M is not None else u[:r]
-
-        def args(rows, beta=beta):
-            lo, hi = rows
-            return level, np.packbits(active[lo:hi]), beta, float(u[r]), labels
-
-        nodes = dict(node for parts in shards.call("active_sums", args, superstep=True) for node in parts)
-        total = tree_total(nodes, max(hi for _, hi in nodes))
-        advance()
-        if total is None:
-            return np.zeros(r + 1)
-        return C * np.append(M.T @ total[:-1] if M is not None else total[:-1], total[-1])
-
-    def sketch(active):
-        """The preconditioner's Cholesky factor from ``s`` random active rows (None: no active row)."""
-        rows = np.flatnonzero(active)
-        if not len(rows):
-            return None
-        size = min(len(rows), 2 * (r + 1))
-        chosen = np.zeros(n, dtype=bool)
-        chosen[np.random.default_rng(seed).choice(rows, size=size, replace=False)] = True
-
-        def args(rows, chosen=chosen):
-            lo, hi = rows
-            return level, np.packbits(chosen[lo:hi])
-
-        K = np.vstack(shards.call("selected_columns", args))
-        Z = np.empty((size, r + 1))
-        Z[:, :r] = K @ M if M is not None else K
-        Z[:, r] = 1.0
-        Z *= np.sqrt(cw[chosen])[:, None]
-        P = (C * len(rows) / size) * (Z.T @ Z)
-        P[np.diag_indices(r + 1)] += 1.0
-        return scipy.linalg.cho_factor(P, lower=True, check_finite=False)
-
-    if start is None:
-        v, o = np.zeros(r + 1), np.zeros(n)
-    else:
-        v = np.asarray(start, dtype=np.float64).copy()
-        o = outputs(v)
-
-    def objective(v, o):
-        h = np.maximum(0.0, 1.0 - yf * o[fitted])
-        return 0.5 * v @ v + 0.5 * C * np.sum(cf * h * h)
-
-    f_old = objective(v, o)
-    g0 = None
-    built_at, factor = -1, None
-    steps = 0
-    for steps in range(1, max_iter + 1):
-        active = (y * o < 1.0) & fitted
-        n_active = int(np.count_nonzero(active))
-        g = v + loss_sums(active, v, True)
-        g_norm = float(np.linalg.norm(g))
-        g0 = g_norm if g0 is None else g0
-        if g_norm <= gtol * max(g0, 1e-300):
-            break
-        if built_at < 0 or not built_at / 2 <= n_active <= 2 * built_at:
-            factor, built_at = sketch(active), n_active
-
-        def precondition(x, factor=factor):
-            return x if factor is None else scipy.linalg.cho_solve(factor, x, check_finite=False)
-
-        d = _conjugate_gradients(lambda u, active=active: u + loss_sums(active, u, False), -g, precondition,
-                                 min(0.1, math.sqrt(g_norm / g0)), max_cg)  # fmt: skip
-        delta = outputs(d)
-        t = _line_search(v @ d, d @ d, 1.0 - yf * o[fitted], yf * delta[fitted], cf, C)
-        t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
-        v = v + t * d
-        o = o + t * delta
-        f_new = objective(v, o)
-        logger.debug("newton-cg: step %d, %d active rows, step length %.3g, gradient %.3g, objective %.10g",
-                     steps, n_active, t, g_norm, f_new)  # fmt: skip
-        if f_old - f_new <= tol * max(f_old, 1e-300):
-            break
-        f_old = f_new
-    return NewtonResult(v[:r].copy(), float(v[r]), o, steps)
+    return NewtonResult(v[:r].copy(), float(v[r]), o, steps, hessian)
 
 
 def _conjugate_gradients(product, b, precondition, rtol: float, max_iter: int) -> np.ndarray:
