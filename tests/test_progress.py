@@ -170,7 +170,7 @@ def test_the_callback_and_verbose_see_every_phase_of_a_fit(caplog):
 def test_the_two_stage_fit_reports_its_stages(monkeypatch):
     from mwumkl_dist.solvers.two_stage import solver as two_stage
 
-    monkeypatch.setattr(two_stage, "WEIGHT_POINTS", 300)
+    monkeypatch.setattr(two_stage, "WEIGHT_POINTS", 200)
     X, y = _problem(900)
     seen: list[ProgressInfo] = []
     MWUMKLClassifier(kernels="paper", C=1.0, solver="two-stage", callback=seen.append).fit(X, y)
