@@ -26,6 +26,7 @@ from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_m
 from mwumkl_dist.plotting import plot_model, plot_panel
 from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
+from mwumkl_dist.solvers.candidates import search_from_json, search_to_json
 from mwumkl_dist.solvers.driver import fit_model
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.summary import fit_summary
@@ -452,6 +453,10 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     >>> clf.kernel_weights_.shape
     (12,)
     """
+
+    # How a model file keeps the search's choices and paths (mwumkl_dist.io.model_files cannot import the solvers).
+    _search_to_json = staticmethod(search_to_json)
+    _search_from_json = staticmethod(search_from_json)
 
     def __init__(
         self,

@@ -13,12 +13,12 @@ The error bars of the cross-validation path are one binomial standard error,
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights, short_kernel_name
 from mwumkl_dist.kernels.specs import Gaussian, KernelSet
+from mwumkl_dist.solvers.candidates import CANDIDATE_KINDS, path_attributes
 
 __all__ = [
     "MATPLOTLIB_MISSING",
@@ -153,34 +153,7 @@ def _standard_error(error: float, rows: int | None) -> float:
 
 
 def _has_path(model) -> bool:
-    return any(getattr(model, name, None) for name in _PATHS)
-
-
-#: The cross-validation paths a model may have, in the order they were searched.
-_PATHS = ("C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "structure_path_")
-#: The series of the candidates keyed by ``(candidate, C)``, by path.
-_CANDIDATE_SERIES = {
-    "group_selection_path_": "group selection",
-    "width_band_path_": "width band",
-    "structure_path_": "structure",
-}
-
-
-def _natural_key(label: str) -> tuple:
-    """The numbers in ``label``, in order: ``widths(2-4) C=10`` before ``widths(10-12) C=1``."""
-    return tuple(float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", label))
-
-
-def _candidate_label(what) -> str:
-    """A short label of a candidate (its name after a load): ``top 3`` for ``structure(top 3 feature(s))``,
-    ``relevant`` and ``relevant+residual`` for the relevance search's own rungs."""
-    text = str(what)
-    top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?\)", text)
-    if top:
-        return f"top {top.group(1)}"
-    if text.startswith("structure(relevant"):
-        return "relevant+residual" if "residual" in text else "relevant"
-    return text
+    return any(getattr(model, name, None) for name in path_attributes())
 
 
 def plot_cv_path(model, ax=None):
@@ -197,18 +170,13 @@ def plot_cv_path(model, ax=None):
     entries = []  # (label, error, series)
     for C, error in (getattr(model, "C_path_", None) or {}).items():
         entries.append((f"C={float(C):g}", error, "C"))
-    for s, error in (getattr(model, "selectivity_path_", None) or {}).items():
-        entries.append((f"sel={s if isinstance(s, str) else format(float(s), 'g')}", error, "selectivity"))
-    for name, series in _CANDIDATE_SERIES.items():  # each series in its natural order (not the search's)
-        candidates = [(f"{_candidate_label(what)} C={float(C):g}", error, series)
-                      for (what, C), error in (getattr(model, name, None) or {}).items()]  # fmt: skip
-        entries.extend(sorted(candidates, key=lambda e: _natural_key(e[0])))
+    for kind in CANDIDATE_KINDS.values():  # each kind's series in its natural order (not the search's)
+        entries.extend((label, error, kind.label) for label, error in kind.plot_entries(model))
     if not entries:
         ax.text(0.5, 0.5, "nothing was cross-validated\n(C and selectivity given)", ha="center", va="center")
         ax.set_axis_off()
         return ax
-    colours = {"C": "tab:blue", "selectivity": "tab:orange", "group selection": "tab:green", "width band": "tab:red",
-               "structure": "tab:purple"}  # fmt: skip
+    colours = {"C": "tab:blue", **{kind.label: kind.colour for kind in CANDIDATE_KINDS.values()}}
     seen = set()
     for x, (_, error, series) in enumerate(entries):
         ax.errorbar(x, 100 * error, yerr=100 * _standard_error(error, rows), fmt="o", color=colours[series],

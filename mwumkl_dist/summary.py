@@ -10,7 +10,6 @@ says what it is and why.  A new automatic choice is one more entry.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -20,6 +19,7 @@ from mwumkl_dist.inspection import feature_weights, kernel_family_weights, kerne
 from mwumkl_dist.io.files import format_label
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore
 from mwumkl_dist.solvers.auto import stratified_rows
+from mwumkl_dist.solvers.candidates import CANDIDATE_KINDS, describe_structure, refitted_kinds
 
 __all__ = [
     "CHOICES",
@@ -111,99 +111,15 @@ def _C(model) -> str:
     if final:
         errors = ", ".join(f"{float(c):g}: {100 * e:.2f} %" for c, e in sorted(final.items()))
         checked = f"; then checked on all rows (size-relative C: held-out error {errors})"
-    for attribute, what in (("width_band_", "band of widths"), ("group_selection_", "group selection"),
-                            ("structure_", "structure")):  # fmt: skip
-        if getattr(model, attribute, None) is not None:
-            return text + f": the C of the chosen {what} (below){checked}"
+    for kind in refitted_kinds():
+        if getattr(model, kind.choice_attribute, None) is not None:
+            return text + f": the C of the chosen {kind.chosen_words} (below){checked}"
     path = getattr(model, "C_path_", None)
     if not path:
         return text + ": auto without cross-validation (a kernel store, or a class too small for two folds)" + checked
     grid = sorted(float(c) for c in path)
     text += f": the lowest cross-validated error of {len(grid)} candidates ({grid[0]:g} to {grid[-1]:g})"
     return text + checked
-
-
-def _selectivity(model) -> str:
-    value = model.selectivity_
-    text = value if isinstance(value, str) else f"{value:g}"
-    if any(getattr(model, name, None) is not None for name in ("width_band_", "group_selection_", "structure_")):
-        return f"{text}: uniform weights on the kept kernels"
-    if not _auto(model, "selectivity"):
-        return f"{text}: given"
-    path = getattr(model, "selectivity_path_", None)
-    if not path:
-        return f"{text}: auto with a given C (nothing cross-validated)"
-    return f"{text}: the least selective of {len(path)} candidates within one standard error of the best"
-
-
-def _group_selection(model) -> str:
-    g = model.group_selection_
-    return (
-        f"kept {g['groups_kept']} of {g['groups']} feature groups (a fit at C {g['C']:g}, selectivity "
-        f"{g['selectivity']:g}): within one standard error of the best candidate, with fewer inputs"
-    )
-
-
-def _width_band(model) -> str:
-    band = model.width_band_
-    sigmas = ", ".join(f"{s:.3g}" for s in band["sigmas"])
-    return (
-        f"Gaussians of widths {sigmas} (ranks {band['first']}-{band['last']} of {band['widths']}): better than "
-        "the best other candidate by more than the standard error of their difference"
-    )
-
-
-def _structure(model) -> str | None:
-    """The structure search's outcome (kernels="auto"): the structured model's features and the subsets with kernels
-    of their own, or that no structure beat the kernels on all the features."""
-    structure = getattr(model, "structure_", None)
-    if structure is not None:
-        return describe_structure(structure, getattr(model, "feature_names_in_", None)) + (
-            ": better than the all-features candidates by more than the standard error of their difference"
-        )
-    path = getattr(model, "structure_path_", None)
-    if not path:
-        return None
-    (best, _), error = min(path.items(), key=lambda item: (item[1], _top(item[0][0])))
-    tops = sorted({_top(key[0]) for key in path})
-    return (
-        f"none: all {model.n_features_in_} features (the best of {len(tops)} feature structures, "
-        f"{_label(best)} at {_percent(error)} cross-validated error, was not better by more than the "
-        "standard error of their difference)"
-    )
-
-
-def _top(candidate) -> int:
-    """A structure candidate's ``top``: a ``FeatureStructure``, or its name in a loaded model's path
-    (``str(FeatureStructure)``: "structure(relevant features)", "structure(top 4 feature(s))", ...)."""
-    top = getattr(candidate, "top", None)
-    if top is not None:
-        return int(top)
-    text = str(candidate)
-    if "relevant" in text:
-        return -1 if "residual" in text else 0
-    return int(re.search(r"top (\d+)", text).group(1))
-
-
-def _label(candidate) -> str:
-    """A structure candidate in words (``FeatureStructure.label``), also from its name in a loaded model's path."""
-    label = getattr(candidate, "label", None)
-    return label if label is not None else "the " + str(candidate).removeprefix("structure(").removesuffix(")")
-
-
-def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
-    """The kept features of ``structure_`` and the subsets that keep kernels of their own, in a few words."""
-
-    def label(f):
-        return str(names[f]) if names is not None else f"x{f}"
-
-    features = structure["features"]
-    more = f" (first {limit} of {len(features)})" if len(features) > limit else ""
-    text = f"a model on {len(features)} of the features: {', '.join(label(f) for f in features[:limit])}{more}"
-    subsets = structure.get("subsets") or []
-    if subsets:
-        text += "; kernels of their own on " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
-    return text
 
 
 def _epsilon(model) -> str:
@@ -215,15 +131,13 @@ def _epsilon(model) -> str:
     return f"{eps} (auto: at most 0.1 and T >= n / 5 iterations, which an unpolished fit needs)"
 
 
-#: The summary's choices: ``(label, fitted attribute, line)``; an entry shows when the model has the attribute and
-#: its line is not None.
-CHOICES: list[tuple[str, str, Callable]] = [
+#: The summary's choices: ``(label, fitted attribute, line)``; an entry shows when the model has the attribute
+#: (None: always) and its line is not None.  Each kind of search candidate says its own
+#: (:mod:`mwumkl_dist.solvers.candidates`).
+CHOICES: list[tuple[str, str | None, Callable]] = [
     ("solver", "solver_", _solver),
     ("C", "C_", _C),
-    ("selectivity", "selectivity_", _selectivity),
-    ("group selection", "group_selection_", _group_selection),
-    ("width band", "width_band_", _width_band),
-    ("structure", "structure_path_", _structure),
+    *((kind.label, None, kind.summary_line) for kind in CANDIDATE_KINDS.values()),
     ("epsilon", "epsilon_", _epsilon),
     ("shards", "shard_layout_", lambda model: str(model.shard_layout_)),
 ]
@@ -231,7 +145,9 @@ CHOICES: list[tuple[str, str, Callable]] = [
 
 def chosen_lines(model) -> list[str]:
     """What the fit used, one line each, with why (:data:`CHOICES`)."""
-    said = [(label, say(model)) for label, name, say in CHOICES if getattr(model, name, None) is not None]
+    said = [
+        (label, say(model)) for label, name, say in CHOICES if name is None or getattr(model, name, None) is not None
+    ]
     return [_line(label, text) for label, text in said if text is not None]
 
 

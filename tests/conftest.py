@@ -82,15 +82,15 @@ def record_nested_fits(monkeypatch) -> list:
 
 @pytest.fixture
 def fold_selectivities(monkeypatch) -> list:
-    """The selectivity of every fold fit the automatic choices and Platt's folds run, in order (a spy on
-    ``auto.fold_spec``)."""
+    """The selectivity (or the search candidate) of every fold fit the automatic choices and Platt's folds run, in
+    order (a spy on ``auto.fold_spec``)."""
     from mwumkl_dist.solvers import auto
 
     seen = []
     fold_spec = auto.fold_spec
 
     def spy(spec, **kwargs):
-        seen.append(kwargs.get("selectivity"))
+        seen.append(kwargs["candidate"] if kwargs.get("candidate") is not None else kwargs.get("selectivity"))
         return fold_spec(spec, **kwargs)
 
     monkeypatch.setattr(auto, "fold_spec", spy)

@@ -12,7 +12,7 @@ from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.kernels.evaluation import data_scale, scale_sample_rows
 from mwumkl_dist.kernels.specs import SUBSET_EXPONENTS, DataScale, KernelSet, subset_kernels
 from mwumkl_dist.solvers.auto import stratified_rows
-from mwumkl_dist.solvers.groups import chosen_selectivity
+from mwumkl_dist.solvers.candidates import chosen_candidate
 from mwumkl_dist.solvers.structure import (
     ARD_POINTS,
     PAIR_STRENGTH,
@@ -229,7 +229,7 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     Xt, yt = _checkerboard(1000, seed=1)
     assert np.mean(clf.predict(Xt) != yt) < 0.1
     # Probabilities' folds refit the same structure (from the model's attributes, no screen).
-    chosen = chosen_selectivity(vars(clf))
+    chosen = chosen_candidate(vars(clf))[1]
     assert chosen == FeatureStructure(clf.structure_["top"])
     assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]))
 

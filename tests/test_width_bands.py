@@ -11,7 +11,8 @@ import pytest
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.kernels import Gaussian, Polynomial
 from mwumkl_dist.solvers import auto
-from mwumkl_dist.solvers.groups import AUTO_BAND_C_FACTORS, WidthBand, chosen_selectivity, width_bands
+from mwumkl_dist.solvers.candidates import chosen_candidate
+from mwumkl_dist.solvers.groups import AUTO_BAND_C_FACTORS, WidthBand, width_bands
 
 SIGMAS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 
@@ -81,7 +82,7 @@ def test_a_measurably_better_band_is_the_model(monkeypatch, tmp_path):
     alone = MWUMKLClassifier([k for k, keep in zip(_specs(), band) if keep], C=C, selectivity=0.0,
                              random_state=0).fit(X, y)  # fmt: skip
     np.testing.assert_allclose(clf.decision_function(X), alone.decision_function(X), rtol=1e-10, atol=1e-12)
-    assert chosen_selectivity(vars(clf)) == WidthBand(0, 2)
+    assert chosen_candidate(vars(clf))[1] == WidthBand(0, 2)
     clf.save(tmp_path / "m.npz")
     back = MWUMKLClassifier.load(tmp_path / "m.npz")
     assert back.width_band_ == clf.width_band_
@@ -200,7 +201,7 @@ def test_auto_bands_go_beyond_the_family_where_the_optimum_is_at_its_edge(monkey
     assert [spec.sigma for spec in _gaussians(clf.kernel_names_)] == pytest.approx(ladder[2:5])
     assert ladder[2:5] == pytest.approx([sigma0 * 2.0**e for e in (-3.5, -3.0, -2.5)])
     assert clf.kernel_weights_ == pytest.approx(np.full(3, 1.0 / 3.0))
-    assert chosen_selectivity(vars(clf)) == WidthBand(2, 4, tuple(ladder[2:5]))
+    assert chosen_candidate(vars(clf))[1] == WidthBand(2, 4, tuple(ladder[2:5]))
 
 
 def _gaussians(names):

@@ -92,7 +92,6 @@ def _model_meta(estimator) -> dict:
         "polish_skipped_": getattr(estimator, "polish_skipped_", None),
         "C_": None if np.isinf(estimator.C_) else float(estimator.C_),
         "epsilon_": float(estimator.epsilon_),
-        "selectivity_": getattr(estimator, "selectivity_", "paper"),
         "feature_names_in": list(map(str, getattr(estimator, "feature_names_in_", []))) or None,
         "fit_warnings": list(getattr(estimator, "fit_warnings_", [])),
         "solver_": getattr(estimator, "solver_", "mwu"),
@@ -107,35 +106,15 @@ def _model_meta(estimator) -> dict:
             [[int(r), float(e)] for r, e in estimator.rank_path_.items()] if hasattr(estimator, "rank_path_") else None
         ),
         "kernel_scale_": getattr(estimator, "kernel_scale_", None),
-        "group_selection_": getattr(estimator, "group_selection_", None),
-        "width_band_": getattr(estimator, "width_band_", None),
-        "structure_": getattr(estimator, "structure_", None),
-        "cross_validation_": getattr(estimator, "cross_validation_", None),
-        "cv_paths": {name: _path_items(getattr(estimator, name)) for name in CV_PATHS if hasattr(estimator, name)},
+        # The search's choices and paths (its candidates are the solvers' business, a layer above: the estimator's
+        # class says how they are written, see mwumkl_dist.solvers.candidates.search_to_json).
+        **_search_hook(estimator, "_search_to_json", estimator),
     }
 
 
-#: The cross-validation paths saved with a model (for its summary and pictures), by attribute.
-CV_PATHS = (
-    "C_path_", "selectivity_path_", "group_selection_path_", "width_band_path_", "final_C_path_", "structure_path_",
-)  # fmt: skip
-
-
-def _path_items(path: dict) -> list:
-    """A path as JSON: ``[[key, error], ...]``; a ``(candidate, C)`` key becomes ``[str(candidate), C]``."""
-    out = []
-    for key, error in path.items():
-        if isinstance(key, tuple):
-            key = [str(key[0]), float(key[1])]
-        elif not isinstance(key, str):
-            key = float(key)
-        out.append([key, float(error)])
-    return out
-
-
-def _path_from_items(items) -> dict:
-    """The path of :func:`_path_items` (group selections and bands keyed by their names)."""
-    return {(tuple(key) if isinstance(key, list) else key): float(error) for key, error in items}
+def _search_hook(estimator, name: str, argument) -> dict:
+    hook = getattr(estimator, name, None)
+    return {} if hook is None else hook(argument)
 
 
 def _model_arrays(estimator, meta: dict) -> dict:
@@ -469,8 +448,6 @@ def _estimator_from(cls, meta: dict, data):
     if "epsilon_" in meta:
         est.C_ = np.inf if meta["C_"] is None else float(meta["C_"])
         est.epsilon_ = float(meta["epsilon_"])
-    # Models saved before the selectivity existed were fitted with the paper's rule.
-    est.selectivity_ = meta.get("selectivity_", "paper")
     if meta.get("feature_names_in"):
         est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
     est.fit_warnings_ = list(meta.get("fit_warnings", []))
@@ -489,17 +466,8 @@ def _estimator_from(cls, meta: dict, data):
             est.rank_path_ = {int(r): float(e) for r, e in meta["rank_path_"]}
     if meta.get("kernel_scale_") is not None:
         est.kernel_scale_ = float(meta["kernel_scale_"])
-    if meta.get("group_selection_") is not None:
-        est.group_selection_ = dict(meta["group_selection_"])
-    if meta.get("width_band_") is not None:
-        est.width_band_ = dict(meta["width_band_"])
-    if meta.get("structure_") is not None:
-        est.structure_ = dict(meta["structure_"])
-    if meta.get("cross_validation_"):
-        est.cross_validation_ = dict(meta["cross_validation_"])
-    for name, items in (meta.get("cv_paths") or {}).items():  # files from before them: none
-        if name in CV_PATHS:
-            setattr(est, name, _path_from_items(items))
+    for name, value in _search_hook(est, "_search_from_json", meta).items():  # choices, paths (older files: fewer)
+        setattr(est, name, value)
     est.support_vectors_ = _support_vectors(meta, data, est.n_features_in_)
     return est
 

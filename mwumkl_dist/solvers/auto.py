@@ -21,30 +21,18 @@ from mwumkl_dist.core import progress
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning
 from mwumkl_dist.data.weights import score_weights, weighted_error
 from mwumkl_dist.kernels.specs import SCREEN_MAX_FEATURES, searches_structure
-from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_fit, fold_map, predicted_labels
-from mwumkl_dist.solvers.groups import (
-    AUTO_BAND_C_FACTORS,
-    AUTO_GROUP_C_GRID,
-    AUTO_GROUP_SELECTIONS,
-    GroupSelection,
-    WidthBand,
-    auto_width_bands,
-    group_ladder,
-    more_bands,
-    n_groups,
-    selected_kernels,
-    width_bands,
+from mwumkl_dist.solvers.base import Fitter, fold_decisions, fold_fit, fold_map, predicted_labels, stratified_rows
+from mwumkl_dist.solvers.candidates import (
+    AUTO_C_POINTS,
+    AUTO_SELECTIVITY_GRID,
+    CANDIDATE_KINDS,
+    Selectivity,
+    kind_of,
+    screen_rows,
 )
+from mwumkl_dist.solvers.groups import auto_width_bands, more_bands, n_groups, width_bands
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.structure import (
-    ARD_POINTS,
-    STRUCTURE_C_GRID,
-    FeatureStructure,
-    Screen,
-    structure_rungs,
-    structured_kernels,
-)
 
 __all__ = [
     "AUTO_EPS_POLISHED",
@@ -56,6 +44,8 @@ __all__ = [
     "AUTO_C_STORE",
     "FewIterationsWarning",
     "IterationPlan",
+    "Search",
+    "SearchResult",
     "random_seed",
     "will_polish",
     "auto_epsilon",
@@ -87,16 +77,14 @@ AUTO_T_FRACTION = 0.2
 FEW_T_FRACTION = 0.1
 #: ``C="auto"`` chooses the size-relative ``C`` from these ...
 AUTO_C_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
-#: ... by cross-validation on a stratified subsample of at most this many training rows.
-AUTO_C_POINTS = 4000
+#: ... by cross-validation on a stratified subsample of at most :data:`AUTO_C_POINTS` training rows
+#: (:mod:`mwumkl_dist.solvers.candidates`, re-exported here).
 #: ``C="auto"`` for a fit from a kernel store (its rows are not sampled): suits large noisy data (a9a, cod-rna).
 AUTO_C_STORE = 1.0
-#: ``selectivity="auto"`` tries these (0: uniform weights; 300: about the sparsity of the exact MKL optimum
-#: for hundreds of kernels at epsilon 0.2) at the C that cross-validation chose ...
-AUTO_SELECTIVITY_GRID = (0.0, 30.0, 100.0, 300.0)
-#: ... and chooses C with uniform weights (0) first: a C chosen at 100 suits the selective combinations and
-#: leaves uniform weights, the usual pick of the one-standard-error rule, under-regularised (sonar, 5 splits:
-#: 10.8 % test error against 8.9 % with C chosen at 0).
+#: ``selectivity="auto"`` tries :data:`AUTO_SELECTIVITY_GRID` (:mod:`mwumkl_dist.solvers.candidates`) at the C
+#: that cross-validation chose, and chooses C with uniform weights (0) first: a C chosen at 100 suits the
+#: selective combinations and leaves uniform weights, the usual pick of the one-standard-error rule,
+#: under-regularised (sonar, 5 splits: 10.8 % test error against 8.9 % with C chosen at 0).
 AUTO_SELECTIVITY_SEARCH_START = 0.0
 #: The selectivity of ``selectivity="auto"`` where nothing is cross-validated (a given C): on E6's synthetic
 #: problems (4 relevant of 30 features, 360 kernels) 100 puts 0.5-0.95 of the weight on the relevant kernels
@@ -211,19 +199,6 @@ def _few_iterations_message(n_iter, n_samples, eps, rho, max_iter, automatic) ->
     )
 
 
-def stratified_rows(y, size: int, seed: int) -> np.ndarray:
-    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
-    if len(y) <= size:
-        return np.arange(len(y))
-    from sklearn.model_selection import train_test_split
-
-    try:
-        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
-    except ValueError:  # a class with a single member cannot be stratified
-        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
-    return np.sort(rows)
-
-
 def fold_spec(
     spec: FitSpec, *, polished: bool, iterations_per_point: float | None = None, n_train: int = 0, **changes
 ) -> FitSpec:
@@ -258,24 +233,20 @@ def fold_spec(
     )
 
 
-def screen_rows(cv, rows: np.ndarray, seed: int):
-    """The feature rows and labels a structure screen reads (see :mod:`mwumkl_dist.solvers.structure`): a
-    stratified sample of at most :data:`~mwumkl_dist.solvers.structure.ARD_POINTS` of ``rows`` of ``cv``."""
-    rows = np.asarray(rows)[stratified_rows(cv.y[rows], ARD_POINTS, seed)]
-    return cv.X[rows], cv.y[rows]
-
-
-def no_iterations_needed(polished: bool, iterations_per_point, selectivity, n_train: int, n_kernels: int) -> bool:
+def no_iterations_needed(
+    polished: bool, iterations_per_point, selectivity, n_train: int, n_kernels: int, candidate=None
+) -> bool:
     """Whether a nested fit (a fold) may run no MWU iteration (``max_iter=0``) and give the same model.
 
-    So when it is polished and its weights are uniform whatever the iterations do: selectivity 0, or a band
-    of widths or a structure (refitted at selectivity 0; a group selection is not: its selection fit iterates),
-    within the polish budget (``n_kernels`` at most the fit's).  The polish then solves the SVM exactly on the
-    uniform combination.
+    So when it is polished and its weights are uniform whatever the iterations do: selectivity 0, or a
+    ``candidate`` of a kind with uniform weights (a band of widths, a structure, refitted at selectivity 0; a
+    group selection is not: its selection fit iterates), within the polish budget (``n_kernels`` at most the
+    fit's).  The polish then solves the SVM exactly on the uniform combination.
     """
-    uniform = isinstance(selectivity, (WidthBand, FeatureStructure)) or (
-        isinstance(selectivity, float) and selectivity == 0.0
-    )
+    if candidate is not None:
+        uniform = kind_of(candidate).uniform_weights
+    else:
+        uniform = isinstance(selectivity, float) and selectivity == 0.0
     return polished and iterations_per_point is None and uniform and polish_budget_ok(n_train, n_kernels)
 
 
@@ -292,6 +263,25 @@ def solver_selectivity(selectivity, epsilon: float, n_kernels: int) -> float | N
     return float(selectivity)
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    """What :func:`choose_C` chose.
+
+    ``C`` is size-relative; ``selectivity`` the plain selectivity; ``candidate`` the refitted candidate that won (a
+    group selection, a band of widths, a feature structure; then ``C`` is its fit's), or None.  ``paths`` are the
+    fitted attributes to record, by name (``C_path_``, ``selectivity_path_`` when the selectivity was searched,
+    each other kind's path when it scored candidates): the cross-validated error of each candidate, keyed by
+    ``C``, by selectivity, or by ``(candidate, C)``.  ``chosen`` is the chosen candidate's cross-validation
+    (:meth:`_FoldScorer.record`; empty when none was cross-validated): the fitted attribute ``cross_validation_``.
+    """
+
+    C: float
+    selectivity: object
+    candidate: object = None
+    paths: dict = field(default_factory=dict)
+    chosen: dict = field(default_factory=dict)
+
+
 def choose_C(
     spec: FitSpec,
     data,
@@ -302,7 +292,7 @@ def choose_C(
     sample_weight=None,
     iterations_per_point=None,
     choose_selectivity: bool = False,
-) -> tuple[float, object, dict, dict, dict, dict, dict]:
+) -> SearchResult:
     """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
     selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
@@ -344,111 +334,83 @@ def choose_C(
     choose_selectivity : bool
         Also choose the selectivity (else it is ``spec``'s).
 
+    Each kind of candidate is one class of :data:`~mwumkl_dist.solvers.candidates.CANDIDATE_KINDS`, whose
+    :meth:`~mwumkl_dist.solvers.candidates.CandidateKind.search` scores it on the :class:`Search` in turn.
+
     Returns
     -------
-    C : float
-    selectivity : float, str, GroupSelection or WidthBand
-        A :class:`~mwumkl_dist.solvers.groups.GroupSelection` when a group selection won, a
-        :class:`~mwumkl_dist.solvers.groups.WidthBand` when a band of widths won (then ``C`` is its fit's).
-    C_path, selectivity_path, group_path, band_path, structure_path : dict
-        The cross-validated error of each candidate (empty when none was cross-validated);
-        ``group_path`` is keyed by ``(GroupSelection, C)``, ``band_path`` by ``(WidthBand, C)``,
-        ``structure_path`` by ``(FeatureStructure, C)``.
-    chosen : dict
-        The chosen candidate's cross-validation (:meth:`_FoldScorer.record`; empty when none was
-        cross-validated): what the fitted attribute ``cross_validation_`` records.
+    SearchResult
     """
     given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
     start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
+    searched = {Selectivity.path_attribute: {}} if choose_selectivity else {}
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
-        return C, (AUTO_SELECTIVITY_STORE if choose_selectivity else start), {}, {}, {}, {}, {}, {}
+        selectivity = AUTO_SELECTIVITY_STORE if choose_selectivity else start
+        return SearchResult(C, selectivity, paths={"C_path_": {}, **searched})
     scorer = _FoldScorer.make(fit, spec, cv, seed, sample_weight, polished, iterations_per_point)
     if scorer is None:  # a class too small for two folds
-        return (AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C), start, {}, {}, {}, {}, {}, {}
+        C = AUTO_C_GRID[len(AUTO_C_GRID) // 2] if given_C is None else given_C
+        return SearchResult(C, start, paths={"C_path_": {}, **searched})
     if choose_selectivity:
         start = AUTO_SELECTIVITY_SEARCH_START
     C, C_path = given_C, {}
     if C is None:  # each grid's candidates in one batch: their folds side by side
         C_path = dict(zip(AUTO_C_GRID, scorer.errors([(c, start) for c in AUTO_C_GRID], "choosing C")))
         C = _first_best(C_path)
-    base_C = C
-    selectivity, selectivity_path, group_path, band_path, structure_path = start, {}, {}, {}, {}
+    state = Search(scorer, given_C, start, C_path, C, C, start, paths=searched)
     if choose_selectivity and len(cv.kernel_names) > 1:
-        todo = [s for s in AUTO_SELECTIVITY_GRID if not (s == start and C in C_path)]
-        found = dict(zip(todo, scorer.errors([(C, s) for s in todo], "choosing the selectivity")))
-        selectivity_path = {s: found[s] if s in found else C_path[C] for s in AUTO_SELECTIVITY_GRID}
-        selectivity = _least_selective_within_one_standard_error(selectivity_path, len(scorer.rows))
-        if scorer.selects_groups:
-            candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
-            ladder = group_ladder(n_groups(cv.kernel_set.specs))
-            candidates += [(C * f, g) for g in ladder for f in AUTO_BAND_C_FACTORS]
-            group_path = {(g, c): e for (c, g), e in zip(candidates, scorer.errors(candidates, "group selections"))}
-            # The fewest groups within one paired standard error of the best selection (the one-standard-error
-            # rule on the model's size: a selection that keeps more groups must be measurably better).  Paired:
-            # the binomial standard error of ~400 rows (2 points) let selections of too few groups through.
-            best = _first_best(group_path)
-            close = [key for key, e in group_path.items()
-                     if e - group_path[best] <= scorer.paired_standard_error(key[::-1], best[::-1])]  # fmt: skip
-            pick = min(close, key=lambda key: (scorer.groups_kept(key[0]), group_path[key]))
-            if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
-                                          len(scorer.rows)):  # fmt: skip
-                selectivity, C = pick
-        bands = scorer.width_bands if spec.width_bands else []
-        if bands:
-            # The best other candidate (groups and bands never both apply: one feature group against several).
-            others = {(c, start): e for c, e in C_path.items()}
-            others.update({(C, s): e for s, e in selectivity_path.items()})
-            rival = _first_best(others)
-            candidates = [(C * f, b) for b in bands for f in AUTO_BAND_C_FACTORS]
-            band_path = {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates, "bands of widths"))}
-            band, band_C = _first_best(band_path)
-            for _ in range(2):  # kernels="auto": the neighbours of the best band, then one beyond an edge
-                more = scorer.more_bands(band, {b for b, _ in band_path})
-                if not more:
-                    break
-                candidates = [(C * f, b) for b in more for f in AUTO_BAND_C_FACTORS]
-                band_path.update(
-                    {(b, c): e for (c, b), e in zip(candidates, scorer.errors(candidates, "bands of widths"))}
-                )
-                band, band_C = _first_best(band_path)
-            margin = others[rival] - band_path[band, band_C]
-            if margin > scorer.paired_standard_error((band_C, band), rival):
-                selectivity, C = band, band_C
-        if scorer.searches_structure:
-            # Against the best of every candidate scored so far, by the paired rule as for bands.
-            others = {(c, start): e for c, e in C_path.items()}
-            others.update({(base_C, s): e for s, e in selectivity_path.items()})
-            others.update({(c, g): e for (g, c), e in group_path.items()})
-            others.update({(c, b): e for (b, c), e in band_path.items()})
-            rival = _first_best(others)
-            # The relevant features' rung chooses its own C (the all-features family's C is the smallest of the grid
-            # where that family is at chance, a ridge that leaves a fine checkerboard at chance too: the zoo's
-            # checker, every rung 49-51 % at C 0.1), every other rung at that C, then the fewest features within a
-            # paired standard error of the best rung (the simpler model) also at its neighbours in the grid.
-            rungs = structure_rungs(scorer.n_features)
-            grid = STRUCTURE_C_GRID if given_C is None else (base_C,)
-            scored = scorer.errors([(c, rungs[0]) for c in grid], "feature structures")
-            structure_path = {(rungs[0], c): e for c, e in zip(grid, scored)}
-            rung_C = _first_best({c: structure_path[rungs[0], c] for c in grid})
-            scored = scorer.errors([(rung_C, r) for r in rungs[1:]], "feature structures")
-            structure_path.update({(r, rung_C): e for r, e in zip(rungs[1:], scored)})
-            at_C = {(r, rung_C): structure_path[r, rung_C] for r in rungs}
-            best = _first_best(at_C)
-            rung = next(r for r in rungs if at_C[r, rung_C] - at_C[best]
-                        <= scorer.paired_standard_error((rung_C, r), best[::-1]))  # fmt: skip
-            if given_C is None:
-                i = AUTO_C_GRID.index(rung_C)
-                near = [c for c in AUTO_C_GRID[max(i - 1, 0) : i + 2] if (rung, c) not in structure_path]
-                scored = scorer.errors([(c, rung) for c in near], "feature structures")
-                structure_path.update({(rung, c): e for c, e in zip(near, scored)})
-            rung, rung_C = _first_best({key: e for key, e in structure_path.items() if key[0] == rung})
-            margin = others[rival] - structure_path[rung, rung_C]
-            if margin > scorer.paired_standard_error((rung_C, rung), rival):
-                selectivity, C = FeatureStructure(rung.top, scorer.mean_screen()), rung_C
-    chosen = scorer.record((C, selectivity))  # a structure's screen takes no part in comparisons: the same key
-    return float(C), selectivity, C_path, selectivity_path, group_path, band_path, structure_path, chosen
+        for kind in CANDIDATE_KINDS.values():
+            kind.search(state)
+    candidate = state.candidate
+    # a structure's screen takes no part in comparisons: the same key
+    chosen = scorer.record((state.C, state.selectivity if candidate is None else candidate))
+    return SearchResult(float(state.C), state.selectivity, candidate, {"C_path_": C_path, **state.paths}, chosen)
+
+
+@dataclass
+class Search:
+    """The state of :func:`choose_C`'s search, which each kind of candidate's ``search`` reads and extends.
+
+    ``scorer`` cross-validates candidates; ``given_C`` is the given size-relative ``C`` (None: ``"auto"``);
+    ``start`` the selectivity ``C`` was chosen at; ``C_path`` the errors of the ``C`` grid; ``base_C`` the ``C``
+    chosen there; ``C``, ``selectivity`` and ``candidate`` the choice so far; ``paths`` every kind's path so far,
+    by fitted attribute.  Its methods are the rules the kinds share.
+    """
+
+    scorer: _FoldScorer
+    given_C: float | None
+    start: object
+    C_path: dict
+    base_C: float
+    C: float
+    selectivity: object
+    candidate: object = None
+    paths: dict = field(default_factory=dict)
+    C_grid: tuple = AUTO_C_GRID
+
+    def choose(self, C: float, candidate) -> None:
+        """``candidate`` at ``C`` won."""
+        self.C, self.candidate = C, candidate
+
+    def scored(self) -> dict:
+        """Every candidate scored so far, by ``(C, candidate)``, in the order scored: the ``C`` grid at ``start``,
+        the selectivities at ``base_C``, then each kind's."""
+        out = {(c, self.start): e for c, e in self.C_path.items()}
+        for kind in CANDIDATE_KINDS.values():
+            out.update(kind.scored(self.paths.get(kind.path_attribute, {}), self))
+        return out
+
+    @staticmethod
+    def first_best(path: dict):
+        return _first_best(path)
+
+    def within_one_standard_error(self, error: float, errors) -> bool:
+        return _within_one_standard_error(error, errors, len(self.scorer.rows))
+
+    def least_selective_within_one_standard_error(self, path: dict):
+        return _least_selective_within_one_standard_error(path, len(self.scorer.rows))
 
 
 @dataclass(frozen=True)
@@ -471,15 +433,11 @@ class _FoldScorer:
     polished: bool
     iterations_per_point: float | None
     seed: int = 0
-    #: Each fold's kernels kept by a group selection, by (selection, fold): one selection fit per fold.
-    _selected: dict = field(default_factory=dict, compare=False, repr=False)
+    #: What each kind's candidates share (a group selection's selection fits, a structure's screens), by kind name.
+    shared: dict = field(default_factory=dict, compare=False, repr=False)
     #: Each scored candidate's loss on every cross-validated row (in fold order), by ``(C, selectivity)``:
     #: what :meth:`paired_standard_error` compares.
     _losses: dict = field(default_factory=dict, compare=False, repr=False)
-    #: Each group selection fit's kernel weights, by (C, selectivity, fold).
-    _selection_weights: dict = field(default_factory=dict, compare=False, repr=False)
-    #: Each fold's structure screen (see :mod:`mwumkl_dist.solvers.structure`), by fold.
-    _screens: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_features(self) -> int:
@@ -493,10 +451,6 @@ class _FoldScorer:
         if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
             return False
         return 2 <= self.n_features <= SCREEN_MAX_FEATURES
-
-    def mean_screen(self) -> Screen:
-        """The folds' screens averaged: the structure the final model keeps its features from."""
-        return Screen.mean(self._screens[k] for k in range(len(self.folds)))
 
     @property
     def selects_groups(self) -> bool:
@@ -543,51 +497,43 @@ class _FoldScorer:
                    seed)  # fmt: skip
 
     def errors(self, candidates, what: str = "cross-validation") -> list[float]:
-        """The cross-validated (weighted) error of each ``(C, selectivity)`` candidate (``C`` size-relative).
+        """The cross-validated (weighted) error of each ``(C, candidate)`` (``C`` size-relative).
 
         All the candidates' folds run side by side (:func:`~mwumkl_dist.solvers.base.fold_map`); a
-        candidate's error adds its folds' shares in fold order: the same for any thread count.  A
-        :class:`~mwumkl_dist.solvers.groups.GroupSelection` as the selectivity is that selection refitted
-        at ``C`` with selectivity 0, each fold selecting its groups on its own training rows (one
-        selection fit per fold, shared by every refit ``C``, first, side by side); a
-        :class:`~mwumkl_dist.solvers.groups.WidthBand` is the band's kernels alone with selectivity 0.
-        ``what`` names the search in the ``"cross-validation"`` progress phase.
+        candidate's error adds its folds' shares in fold order: the same for any thread count.  A candidate's
+        kind (:mod:`mwumkl_dist.solvers.candidates`) says what its fold fits share (a group selection's
+        selection fits, run once per fold and shared by every refit ``C``; a structure's screens), run first
+        side by side, and each fold fit's selectivity and kernels.  ``what`` names the search in the
+        ``"cross-validation"`` progress phase.
         """
         k = len(self.folds)
-        selections = dict.fromkeys(s for _, s in candidates if isinstance(s, GroupSelection))
-        # One selection fit per (C, selectivity) and fold, shared by the selections that keep groups differently.
-        todo = list(dict.fromkeys((s.C, s.selectivity, f) for s in selections for f in range(k)
-                                  if (s.C, s.selectivity, f) not in self._selection_weights))  # fmt: skip
-        screens = [] if not any(isinstance(s, FeatureStructure) for _, s in candidates) else [
-            f for f in range(k) if f not in self._screens
-        ]  # fmt: skip
-        jobs = [(C, selectivity, fold) for C, selectivity in candidates for fold in range(k)]
+        by_kind = {}
+        for _, candidate in candidates:
+            by_kind.setdefault(kind_of(candidate), {})[candidate] = None
+        shared = {kind: kind.shared_jobs(self, list(values)) for kind, values in by_kind.items()}
+        jobs = [(C, candidate, fold) for C, candidate in candidates for fold in range(k)]
         plural = "s" if len(candidates) != 1 else ""
         description = f"{what}: {len(candidates)} candidate{plural} x {k} folds on {len(self.rows)} rows"
-        if todo or screens:  # the fits the candidates share come first, in the same count
-            description += f" (+ {len(todo) + len(screens)} shared {'screens' if screens else 'selection fits'})"
-        total = len(todo) + len(screens) + len(jobs)
-        with progress.phase("cross-validation", total, unit="fits", description=description) as step:
-            chosen = fold_map(lambda job: self._selection_fit(*job), todo, doing="choosing C by cross-validation",
-                              step=step)  # fmt: skip
-            self._selection_weights.update(zip(todo, chosen))
-            for selection in selections:
-                for f in range(k):
-                    weights = self._selection_weights[selection.C, selection.selectivity, f]
-                    self._selected[selection, f] = selected_kernels(self.fold_kernels[f], weights, selection.keep,
-                                                                    selection.top)  # fmt: skip
-            self._screens.update(zip(screens, fold_map(self._screen_fold, screens, doing="screening feature subsets",
-                                                       step=step)))  # fmt: skip
+        n_shared = sum(map(len, shared.values()))
+        if n_shared:  # the fits the candidates share come first, in the same count
+            noun = [kind.shared_noun for kind in CANDIDATE_KINDS.values() if shared.get(kind)][-1]
+            description += f" (+ {n_shared} shared {noun})"
+        with progress.phase("cross-validation", len(jobs) + n_shared, unit="fits", description=description) as step:
+            for kind in CANDIDATE_KINDS.values():  # in the registry's order
+                if kind in by_kind:
+                    todo = shared[kind]
+                    done = fold_map(functools.partial(kind.run_shared, self), todo, doing=kind.shared_doing, step=step)
+                    kind.keep_shared(self, todo, done, list(by_kind[kind]))
             parts = fold_map(lambda job: self._fold_error(*job), jobs, doing="choosing C by cross-validation",
                              step=step)  # fmt: skip
         out = []
-        for i, (C, selectivity) in enumerate(candidates):
+        for i, (C, candidate) in enumerate(candidates):
             error = 0.0
             for part, _ in parts[i * k : (i + 1) * k]:
                 error += part
-            self._losses[C, selectivity] = np.concatenate([losses for _, losses in parts[i * k : (i + 1) * k]])
+            self._losses[C, candidate] = np.concatenate([losses for _, losses in parts[i * k : (i + 1) * k]])
             if self.spec.verbose:
-                logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
+                logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, candidate, error)
             out.append(error)
         return out
 
@@ -609,11 +555,7 @@ class _FoldScorer:
         return {"error": float(np.sum(losses)), "standard_error": standard_error_of_sum(losses),
                 "rows": len(self.rows), "folds": len(self.folds)}  # fmt: skip
 
-    def groups_kept(self, selection: GroupSelection) -> float:
-        """How many feature groups ``selection`` kept, on average over the folds (after :meth:`errors` scored it)."""
-        return float(np.mean([n_groups(self._selected[selection, f]) for f in range(len(self.folds))]))
-
-    def _selection_fit(self, C, selectivity, k: int) -> np.ndarray:
+    def selection_fit(self, C, selectivity, k: int) -> np.ndarray:
         """The kernel weights of a group selection fit on fold ``k``'s training rows (nothing scored)."""
         train = self.rows[self.folds[k][0]]
         spec = fold_spec(self.spec, polished=self.polished, iterations_per_point=self.iterations_per_point,
@@ -622,21 +564,9 @@ class _FoldScorer:
                          doing="choosing C by cross-validation")  # fmt: skip
         return attrs["kernel_weights_"]
 
-    def _screen_fold(self, k: int) -> Screen:
-        """The structure screen of fold ``k``'s training rows (the relevance fit, on at most ``ARD_POINTS``)."""
-        return Screen.of_rows(*screen_rows(self.cv, self.rows[self.folds[k][0]], self.seed + k))
-
-    def _fold_error(self, C, selectivity, k: int) -> tuple[float, np.ndarray]:
+    def _fold_error(self, C, candidate, k: int) -> tuple[float, np.ndarray]:
         """Fold ``k``'s share of the cross-validated error, and each of its test rows' share of it."""
-        if isinstance(selectivity, FeatureStructure):
-            kernels = structured_kernels(self.cv.data_scale(), self._screens[k], selectivity.top)[0]
-            attrs, decisions = self._fit_fold(k, C, 0.0, kernels)
-        elif isinstance(selectivity, GroupSelection):
-            attrs, decisions = self._fit_fold(k, C, 0.0, self._selected[selectivity, k])
-        elif isinstance(selectivity, WidthBand):
-            attrs, decisions = self._fit_fold(k, C, 0.0, selectivity.kernels(self.fold_kernels[k]))
-        else:
-            attrs, decisions = self._fit_fold(k, C, selectivity)
+        attrs, decisions = self._fit_fold(k, C, *kind_of(candidate).fold_fit(self, candidate, k))
         test = self.rows[self.folds[k][1]]
         predicted = predicted_labels(attrs["classes_"], decisions)
         test_weights = None if self.scoring is None else self.scoring[test]

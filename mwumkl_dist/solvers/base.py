@@ -45,6 +45,7 @@ __all__ = [
     "predicted_labels",
     "model_decisions",
     "score_rows",
+    "stratified_rows",
     "one_vs_rest_targets",
     "training_classes",
     "continuous_target",
@@ -52,6 +53,19 @@ __all__ = [
 
 #: A whole fit: ``fit(spec, data, *, sample_weight=None, seed=None) -> attributes``.
 Fitter = Callable[..., dict]
+
+
+def stratified_rows(y, size: int, seed: int) -> np.ndarray:
+    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
+    if len(y) <= size:
+        return np.arange(len(y))
+    from sklearn.model_selection import train_test_split
+
+    try:
+        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
+    except ValueError:  # a class with a single member cannot be stratified
+        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
+    return np.sort(rows)
 
 
 def training_classes(y) -> np.ndarray:
@@ -145,12 +159,14 @@ class FitTask:
 class Calibration:
     """How ``probability=True``'s folds reproduce a model's regime: size-relative ``C``, polished or not,
     the iterations per point of an unpolished fit (None: each fold resolves its own) and the selectivity
-    (a number, a string or a group selection; None: the specification's)."""
+    (a number or a string; None: the specification's) and the candidate it refitted (see
+    :mod:`mwumkl_dist.solvers.candidates`; None: a plain fit)."""
 
     C: float
     polished: bool
     iterations_per_point: float | None = None
     selectivity: object = None
+    candidate: object = None
 
 
 @dataclass

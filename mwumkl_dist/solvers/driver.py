@@ -39,6 +39,7 @@ from mwumkl_dist.solvers.base import (
     predicted_labels,
 )
 from mwumkl_dist.solvers.calibration import fit_platt
+from mwumkl_dist.solvers.candidates import path_attributes
 from mwumkl_dist.solvers.mwu.solver import MWUSolver
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.solver import AUTO_TWO_STAGE_POINTS, TwoStageSolver
@@ -245,13 +246,16 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
     folds = list(StratifiedKFold(int(min(5, counts.min())), shuffle=True, random_state=seed).split(rows, ys))
     decisions = np.zeros((len(rows), 1 if len(classes) == 2 else len(classes)))
     chosen = {} if calibration.selectivity is None else {"selectivity": calibration.selectivity}
+    if calibration.candidate is not None:  # the folds refit the model's candidate
+        chosen["candidate"] = calibration.candidate
 
     def held_out(split):
         train, test = rows[split[0]], rows[split[1]]
         kernels = cv.kernels_with_trace(train)
         skip = auto.no_iterations_needed(calibration.polished, calibration.iterations_per_point,
                                          chosen.get("selectivity", spec.selectivity), len(train),
-                                         getattr(kernels, "n_kernels", None) or len(kernels))  # fmt: skip
+                                         getattr(kernels, "n_kernels", None) or len(kernels),
+                                         candidate=calibration.candidate)  # fmt: skip
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
                               iterations_per_point=calibration.iterations_per_point, **chosen,
                               **({"max_iter": 0} if skip else {}))  # fmt: skip
@@ -287,9 +291,7 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
     y = task.data.y
     weights = score_weights(y, spec.class_weight, task.sample_weight)
     majority = min(weighted_error(np.full(len(y), c), y, weights) for c in task.classes)
-    paths = [*attrs.get("C_path_", {}).values(), *attrs.get("selectivity_path_", {}).values(),
-             *attrs.get("group_selection_path_", {}).values(), *attrs.get("width_band_path_", {}).values(),
-             *attrs.get("structure_path_", {}).values()]  # fmt: skip
+    paths = [error for name in path_attributes() for error in attrs.get(name, {}).values()]
     if paths:
         error, what = min(paths), "cross-validated"
     else:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from mwumkl_dist.kernels.specs import GAUSSIAN, Gaussian
-from mwumkl_dist.solvers.structure import FeatureStructure
 
 __all__ = [
     "AUTO_BAND_C_FACTORS",
@@ -44,7 +43,6 @@ __all__ = [
     "auto_band_ladder",
     "auto_width_bands",
     "more_bands",
-    "chosen_selectivity",
     "feature_groups",
     "kept_groups",
     "n_groups",
@@ -151,22 +149,6 @@ def selected_kernels(specs, weights, keep: float = GROUP_KEEP, top: int | None =
 def n_groups(specs) -> int:
     """How many feature groups ``specs`` fall into."""
     return len(set(feature_groups(specs)))
-
-
-def chosen_selectivity(attributes: dict):
-    """The selectivity a fitted model's ``attributes`` used: its :class:`GroupSelection` when it selected groups,
-    its :class:`WidthBand` when it kept a band of widths, its
-    :class:`~mwumkl_dist.solvers.structure.FeatureStructure` when it is a structured model."""
-    structure = attributes.get("structure_")
-    if structure is not None:
-        return FeatureStructure.of_model(structure)
-    band = attributes.get("width_band_")
-    if band is not None:
-        return WidthBand(band["first"], band["last"], tuple(band["sigmas"]) if band.get("own_kernels") else ())
-    chosen = attributes.get("group_selection_")
-    if chosen is None:
-        return attributes.get("selectivity_")
-    return GroupSelection(chosen["C"], chosen["selectivity"], chosen["keep"], chosen.get("top"))
 
 
 # ----------------------------------------------------------------------------- bands of widths

@@ -19,7 +19,7 @@ from mwumkl_dist.engines.layout import pool_lanes
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import standard_error_of_sum, stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, predicted_labels
-from mwumkl_dist.solvers.groups import chosen_selectivity
+from mwumkl_dist.solvers.candidates import chosen_candidate, search_attributes
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
@@ -195,7 +195,8 @@ class TwoStageSolver:
         if chosen is not None:
             attrs["kernel_names_"] = data.kernel_names
         # the folds are polished MWU fits: the polish solves the same SVM exactly
-        return FittedModel(attrs, Calibration(C_rel, polished=True, selectivity=chosen_selectivity(weights)))
+        selectivity, candidate = chosen_candidate(weights)
+        return FittedModel(attrs, Calibration(C_rel, polished=True, selectivity=selectivity, candidate=candidate))
 
     def weight_rows(self, task: FitTask) -> np.ndarray:
         """The stratified subsample the kernel weights are learnt on (a class too small to stratify: its first row)."""
@@ -734,9 +735,7 @@ RANK_STOP_REASONS = ("gain", "residual", "budget", "memory_limit", "given", "exa
 
 
 #: Attributes of the two-stage model that are the weight stage's.
-_FROM_WEIGHT_STAGE = ("epsilon_", "selectivity_", "C_path_", "selectivity_path_", "group_selection_",
-                      "group_selection_path_", "width_band_", "width_band_path_", "structure_", "structure_path_",
-                      "cross_validation_", "n_iter_", "interrupted_")  # fmt: skip
+_FROM_WEIGHT_STAGE = ("epsilon_", *search_attributes(), "n_iter_", "interrupted_")
 
 
 def _load_problem(
