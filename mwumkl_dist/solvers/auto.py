@@ -30,7 +30,6 @@ from mwumkl_dist.solvers.candidates import (
     kind_of,
     screen_rows,
 )
-from mwumkl_dist.solvers.groups import auto_width_bands, more_bands, n_groups, width_bands
 from mwumkl_dist.solvers.mwu.polish import polish_budget_ok
 from mwumkl_dist.solvers.spec import FitSpec
 
@@ -293,27 +292,20 @@ def choose_C(
     iterations_per_point=None,
     choose_selectivity: bool = False,
 ) -> SearchResult:
-    """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the
-    selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
+    """``C="auto"`` and ``selectivity="auto"``: the size-relative ``C`` of :data:`AUTO_C_GRID` and the search
+    candidate (a selectivity of :data:`AUTO_SELECTIVITY_GRID`, a group selection, a band of widths, a feature
+    structure) with the best cross-validated error.
 
-    A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
-    (when ``spec.C`` is "auto"), with ``spec``'s selectivity or, with
-    ``choose_selectivity``, :data:`AUTO_SELECTIVITY_SEARCH_START`; then, with
-    ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
-    small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
-    training points from winning the margin, so each is judged with the other
-    near its final value.  Ties go to the smaller ``C``; the selectivity is the least selective
-    within one standard error of the best (a selective combination must be measurably better).
-    Kernels in two or more feature groups (see :mod:`mwumkl_dist.solvers.groups`; not a random bank)
-    also score the group selections of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_SELECTIONS`,
-    each refitted at the ``C`` of :data:`~mwumkl_dist.solvers.groups.AUTO_GROUP_C_GRID`; the best of
-    them wins when it is within one standard error of the best candidate of all (fewer inputs).
-    Gaussians of five or more widths on one feature group also score bands of three neighbouring
-    widths (:func:`~mwumkl_dist.solvers.groups.width_bands`) with uniform weights at ``C`` and
-    :data:`~mwumkl_dist.solvers.groups.AUTO_BAND_C_FACTORS` times it; the best band wins only when it
-    is better than the best other candidate by more than the standard error of their paired difference
-    on the cross-validated rows (:meth:`_FoldScorer.paired_standard_error`; the whole family stays the rule).
-    Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
+    A coordinate search: ``C`` first (when ``spec.C`` is "auto"), with ``spec``'s selectivity or, with
+    ``choose_selectivity``, :data:`AUTO_SELECTIVITY_SEARCH_START`; then, with ``choose_selectivity``, each kind
+    of :data:`~mwumkl_dist.solvers.candidates.CANDIDATE_KINDS` in turn scores its candidates near that ``C``
+    and says by its own rule whether one wins (:meth:`~mwumkl_dist.solvers.candidates.CandidateKind.search`;
+    the selectivity: the least selective within one standard error of the best; a group selection: within one
+    standard error of the best, fewer inputs; a band, a structure: better than the best other candidate by more
+    than the standard error of their paired difference, :meth:`_FoldScorer.paired_standard_error`).  The two
+    interact: a small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the training points
+    from winning the margin, so each is judged with the other near its final value; ties go to the smaller
+    ``C``.  Each candidate is scored by stratified 3-fold cross-validation (:class:`_FoldScorer`; a grid's
     folds run side by side) on at most :data:`AUTO_C_POINTS` rows; a kernel store is not sampled
     (:data:`AUTO_C_STORE`, :data:`AUTO_SELECTIVITY_STORE`).
 
@@ -332,10 +324,7 @@ def choose_C(
     iterations_per_point : float, optional
         Run the folds at the final fit's ``T / n`` (see :func:`fold_spec`); None: each fold its own.
     choose_selectivity : bool
-        Also choose the selectivity (else it is ``spec``'s).
-
-    Each kind of candidate is one class of :data:`~mwumkl_dist.solvers.candidates.CANDIDATE_KINDS`, whose
-    :meth:`~mwumkl_dist.solvers.candidates.CandidateKind.search` scores it on the :class:`Search` in turn.
+        Also choose the selectivity and the candidates (else the selectivity is ``spec``'s).
 
     Returns
     -------
@@ -445,37 +434,13 @@ class _FoldScorer:
 
     @functools.cached_property
     def searches_structure(self) -> bool:
-        """Whether structured candidates are scored: ``kernels="auto"`` on feature rows with 2 to
-        :data:`~mwumkl_dist.kernels.specs.SCREEN_MAX_FEATURES` features."""
+        """Whether the search is ``kernels="auto"``'s on feature rows with 2 to
+        :data:`~mwumkl_dist.kernels.specs.SCREEN_MAX_FEATURES` features: structured candidates are scored, and
+        bands of widths beyond the kernel set's."""
         kernel_set = self.cv.kernel_set
         if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
             return False
         return 2 <= self.n_features <= SCREEN_MAX_FEATURES
-
-    @property
-    def selects_groups(self) -> bool:
-        """Whether group selections are candidates: kernels in two or more feature groups (no random bank)."""
-        kernel_set = self.cv.kernel_set
-        return kernel_set is not None and kernel_set.bank is None and n_groups(kernel_set.specs) > 1
-
-    @property
-    def width_bands(self) -> list:
-        """The bands of Gaussian widths scored as candidates (:func:`~mwumkl_dist.solvers.groups.width_bands`;
-        with ``kernels="auto"`` :func:`~mwumkl_dist.solvers.groups.auto_width_bands`, on the ladder that goes
-        beyond the scaled family's widths, memorising ones included: the cross-validation decides)."""
-        kernel_set = self.cv.kernel_set
-        if kernel_set is None or kernel_set.bank is not None:
-            return []
-        if self.searches_structure:
-            return auto_width_bands(self.cv.data_scale().sigma())
-        return width_bands(kernel_set.specs)
-
-    def more_bands(self, band, scored) -> list:
-        """The bands to score next after ``scored`` (``kernels="auto"`` only, see
-        :func:`~mwumkl_dist.solvers.groups.more_bands`)."""
-        if not (self.searches_structure and band.sigmas):
-            return []
-        return more_bands(band, self.cv.data_scale().sigma(), scored)
 
     @classmethod
     def make(cls, fit, spec, cv, seed, sample_weight, polished, iterations_per_point):

@@ -32,10 +32,13 @@ from mwumkl_dist.solvers.groups import (
     AUTO_GROUP_SELECTIONS,
     GroupSelection,
     WidthBand,
+    auto_width_bands,
     group_ladder,
+    more_bands,
     n_groups,
     selected_kernels,
     selected_mask,
+    width_bands,
 )
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.structure import (
@@ -267,7 +270,8 @@ class GroupSelectionKind(CandidateKind):
         the fewest groups within one paired standard error of the best, when within one standard error of the
         best plain selectivity."""
         scorer = state.scorer
-        if not scorer.selects_groups:
+        kernel_set = scorer.cv.kernel_set  # kernels in two or more feature groups (no random bank)
+        if kernel_set is None or kernel_set.bank is not None or n_groups(kernel_set.specs) < 2:
             return
         candidates = [(c, g) for g in AUTO_GROUP_SELECTIONS for c in AUTO_GROUP_C_GRID]
         ladder = group_ladder(n_groups(scorer.cv.kernel_set.specs))
@@ -366,7 +370,7 @@ class WidthBandKind(CandidateKind):
         """Bands at ``C`` and :data:`AUTO_BAND_C_FACTORS` times it (``kernels="auto"``: then their neighbours); the
         best wins when better than the best other candidate by more than their paired standard error."""
         scorer = state.scorer
-        bands = scorer.width_bands if scorer.spec.width_bands else []
+        bands = cls._bands(scorer) if scorer.spec.width_bands else []
         if not bands:
             return
         others = state.scored()  # groups and bands never both apply: one feature group against several
@@ -379,7 +383,7 @@ class WidthBandKind(CandidateKind):
         path = score(bands)
         band, band_C = state.first_best(path)
         for _ in range(2):  # kernels="auto": the neighbours of the best band, then one beyond an edge
-            more = scorer.more_bands(band, {b for b, _ in path})
+            more = cls._more_bands(scorer, band, {b for b, _ in path})
             if not more:
                 break
             path.update(score(more))
@@ -387,6 +391,26 @@ class WidthBandKind(CandidateKind):
         state.paths[cls.path_attribute] = path
         if others[rival] - path[band, band_C] > scorer.paired_standard_error((band_C, band), rival):
             state.choose(band_C, band)
+
+    @staticmethod
+    def _bands(scorer) -> list:
+        """The bands of Gaussian widths scored as candidates (:func:`~mwumkl_dist.solvers.groups.width_bands`;
+        with ``kernels="auto"`` :func:`~mwumkl_dist.solvers.groups.auto_width_bands`, on the ladder that goes
+        beyond the scaled family's widths, memorising ones included: the cross-validation decides)."""
+        kernel_set = scorer.cv.kernel_set
+        if kernel_set is None or kernel_set.bank is not None:
+            return []
+        if scorer.searches_structure:
+            return auto_width_bands(scorer.cv.data_scale().sigma())
+        return width_bands(kernel_set.specs)
+
+    @staticmethod
+    def _more_bands(scorer, band, scored) -> list:
+        """The bands to score next after ``scored`` (``kernels="auto"`` only, see
+        :func:`~mwumkl_dist.solvers.groups.more_bands`)."""
+        if not (scorer.searches_structure and band.sigmas):
+            return []
+        return more_bands(band, scorer.cv.data_scale().sigma(), scored)
 
     @classmethod
     def fold_fit(cls, scorer, candidate, k: int) -> tuple:
