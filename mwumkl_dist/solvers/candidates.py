@@ -65,6 +65,7 @@ __all__ = [
     "describe_structure",
     "kind_of",
     "path_attributes",
+    "refitted_kinds",
     "screen_of",
     "screen_rows",
     "search_attributes",
