@@ -142,3 +142,14 @@ def test_no_isinstance_on_candidate_classes_outside_the_registry():
                 if len(node.args) == 2 and _named(node.args[1]) & CANDIDATE_CLASSES:
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert not found, f"isinstance on a search candidate's class outside solvers/candidates.py: {found}"
+
+
+def test_the_architecture_doc_shows_the_band_kind_as_the_code_has_it():
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = doc[doc.index("The band of\n  widths is exactly that diff") :]
+    block = block[block.index("```diff") : block.index("  ```\n", block.index("```diff") + 7)]
+    added = [line[3:] for line in block.splitlines() if line.startswith("  +") and not line.startswith("  +++")]
+    code = (PACKAGE / "solvers" / "candidates.py").read_text()
+    assert "class WidthBandKind(CandidateKind):" in added[0] and "WidthBandKind.name: WidthBandKind," in added[-1]
+    body = "\n".join(added[:-1])
+    assert body in code, "docs/architecture.md's 'A search candidate' diff is not the code: regenerate it"
