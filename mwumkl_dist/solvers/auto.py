@@ -12,7 +12,7 @@ import functools
 import logging
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -242,20 +242,7 @@ def fold_spec(
     """
     if iterations_per_point is not None:
         changes.setdefault("max_iter", max(1, math.ceil(iterations_per_point * n_train)))
-    return replace(
-        spec,
-        polish=polished,
-        scale_C=True,
-        engine="local",
-        n_shards=1,
-        n_kernel_shards=1,
-        checkpoint=None,
-        callback=None,
-        verbose=0,
-        probability=False,
-        solver="mwu",
-        **changes,
-    )
+    return spec.nested(polish=polished, scale_C=True, probability=False, solver="mwu", **changes)
 
 
 def screen_rows(cv, rows: np.ndarray, seed: int):
@@ -307,7 +294,7 @@ def choose_C(
     selectivity of :data:`AUTO_SELECTIVITY_GRID` (or a group selection) with the best cross-validated error.
 
     A coordinate search, 9 candidates instead of the grid's 24: ``C`` first
-    (when ``spec.C`` is "auto"), with ``spec``'s selectivity or, with
+    (when ``spec.model.C`` is "auto"), with ``spec``'s selectivity or, with
     ``choose_selectivity``, :data:`AUTO_SELECTIVITY_SEARCH_START`; then, with
     ``choose_selectivity``, the selectivity at that ``C``.  The two interact: a
     small ``C`` is a large ridge ``I / C``, which keeps kernels that memorise the
@@ -358,8 +345,8 @@ def choose_C(
         The chosen candidate's cross-validation (:meth:`_FoldScorer.record`; empty when none was
         cross-validated): what the fitted attribute ``cross_validation_`` records.
     """
-    given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
-    start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
+    given_C = spec.model.C_per_point(data.n_samples)  # the folds take C relative to their size
+    start = AUTO_SELECTIVITY_START if spec.model.selectivity == "auto" else spec.model.selectivity
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
         C = AUTO_C_STORE if given_C is None else given_C
@@ -395,7 +382,7 @@ def choose_C(
             if _within_one_standard_error(group_path[pick], [*selectivity_path.values(), group_path[pick]],
                                           len(scorer.rows)):  # fmt: skip
                 selectivity, C = pick
-        bands = scorer.width_bands if spec.width_bands else []
+        bands = scorer.width_bands if spec.model.width_bands else []
         if bands:
             # The best other candidate (groups and bands never both apply: one feature group against several).
             others = {(c, start): e for c, e in C_path.items()}
@@ -490,7 +477,7 @@ class _FoldScorer:
         """Whether structured candidates are scored: ``kernels="auto"`` on feature rows with 2 to
         :data:`~mwumkl_dist.kernels.specs.SCREEN_MAX_FEATURES` features."""
         kernel_set = self.cv.kernel_set
-        if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
+        if not searches_structure(self.spec.model.kernels) or kernel_set is None or kernel_set.bank is not None:
             return False
         return 2 <= self.n_features <= SCREEN_MAX_FEATURES
 
@@ -534,7 +521,7 @@ class _FoldScorer:
         from sklearn.model_selection import StratifiedKFold
 
         folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
-        scoring = score_weights(cv.y, spec.class_weight, sample_weight)  # class_weight: checked by the fit
+        scoring = score_weights(cv.y, spec.model.class_weight, sample_weight)  # class_weight: checked by the fit
         # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
         # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
         cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
@@ -586,7 +573,7 @@ class _FoldScorer:
             for part, _ in parts[i * k : (i + 1) * k]:
                 error += part
             self._losses[C, selectivity] = np.concatenate([losses for _, losses in parts[i * k : (i + 1) * k]])
-            if self.spec.verbose:
+            if self.spec.execution.verbose:
                 logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, selectivity, error)
             out.append(error)
         return out

@@ -40,16 +40,17 @@ class MWUSolver:
 
     def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
-        if spec.n_shards != "auto":
-            check_shard_count(spec.n_shards, data.n_samples)
+        if spec.execution.n_shards != "auto":
+            check_shard_count(spec.execution.n_shards, data.n_samples)
         n, m = data.n_samples, len(data.kernel_names)
-        if spec.polish is True and data.polish_blocker is not None:
+        if spec.model.polish is True and data.polish_blocker is not None:
             raise ValueError(f"polish=True is not available for {data.polish_blocker}")
         plan = auto.plan_iterations(
-            epsilon="auto" if spec.epsilon is None else spec.epsilon, max_iter=spec.max_iter, rho=spec.rho,
-            polish=spec.polish, C=spec.C, n_samples=n, n_kernels=m, in_memory=data.polish_blocker is None,
+            epsilon="auto" if spec.model.epsilon is None else spec.model.epsilon, max_iter=spec.model.max_iter,
+            rho=spec.model.rho, polish=spec.model.polish, C=spec.model.C, n_samples=n, n_kernels=m,
+            in_memory=data.polish_blocker is None,
         )  # fmt: skip
-        if plan.n_iter == 0 and not (plan.polished and polishes(spec.polish, data, 1.0, m)):
+        if plan.n_iter == 0 and not (plan.polished and polishes(spec.model.polish, data, 1.0, m)):
             raise ValueError("max_iter=0 leaves the model to the exact polish, which this fit does not run")
         attrs = {"classes_": task.classes, "solver_": "mwu", "epsilon_": plan.epsilon, "fit_warnings_": []}
         if plan.warning is not None:  # before any fitting, C="auto"'s included
@@ -66,12 +67,11 @@ class MWUSolver:
         attrs["selectivity_"] = selectivity
         ridges = [point_ridge(ridge, w) for w in point_weights]
         settings = SolveSettings(
-            plan.epsilon, spec.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
+            plan.epsilon, spec.model.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
         )
         # An unpolished model's bias check scores training rows: the solves read them off V (see guard_biases).
-        to_score = (
-            None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
-        )
+        polished = polishes(spec.model.polish, data, attrs["C_"], m)
+        to_score = None if polished else rows_to_score(data.y, len(task.targets), task.seed)
         results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
                                                    rows_to_score=to_score, backend=task.backend)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
@@ -81,14 +81,14 @@ class MWUSolver:
         cache_info = merge_cache_stats(stats)
         if cache_info is not None:
             attrs["cache_info_"] = cache_info
-        attrs.update(polish_model(attrs, data, task.targets, ridges, spec.polish))
+        attrs.update(polish_model(attrs, data, task.targets, ridges, spec.model.polish))
         train_scores = None
         if not attrs["polished_"]:
             train_scores = guard_biases(
                 spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
                 few_iterations=plan.warning is not None, results=results,
             )  # fmt: skip
-        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n  # the folds scale C to their size
+        relative_C = attrs["C_"] if spec.model.scale_C else attrs["C_"] / n  # the folds scale C to their size
         per_point = None if plan.polished else plan.n_iter / n
         return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), train_scores)
 
@@ -98,7 +98,7 @@ class MWUSolver:
         selection first runs its selection fit, which says which groups stay.  A band of ``kernels="auto"``
         (its own Gaussians, not a part of the kernel set) is a model on its own kernels."""
         data, n = task.data, task.data.n_samples
-        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
+        relative_C = attrs["C_"] if spec.model.scale_C else attrs["C_"] / n
         kernels = list(data.kernels)
         if isinstance(selection, WidthBand) and selection.sigmas:
             described = {"width_band_": selection.describe(kernels)}
@@ -108,8 +108,8 @@ class MWUSolver:
             traces = data.kernel_traces()
             described = {"width_band_": selection.describe(kernels)}
         else:
-            chooser = replace(spec, C=selection.C, scale_C=True, selectivity=selection.selectivity, solver="mwu",
-                              probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
+            chooser = FitSpec(replace(spec.model, C=selection.C, scale_C=True, selectivity=selection.selectivity,
+                                      solver="mwu", probability=False), spec.execution.quiet())  # fmt: skip
             with progress.stage("group selection fit"):
                 chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
             mask = selected_mask(kernels, chosen["kernel_weights_"], selection.keep, selection.top)
@@ -118,7 +118,7 @@ class MWUSolver:
         if isinstance(selection, GroupSelection):
             described = {"group_selection_": selection.describe(n_groups(kept), n_groups(kernels))}
         model = self.fit(
-            replace(spec, C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=data.with_kernels(kept))
+            spec.with_model(C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=data.with_kernels(kept))
         )
         out = model.attributes
         for name in ("kernel_weights_", "raw_kernel_weights_"):
@@ -135,9 +135,9 @@ class MWUSolver:
         a band of ``kernels="auto"``.  Its kernels are the model's (``kernel_names_``); ``described`` records the
         choice, and ``selection`` is what probabilities' folds refit."""
         data, n = task.data, task.data.n_samples
-        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
+        relative_C = attrs["C_"] if spec.model.scale_C else attrs["C_"] / n
         own = data.with_kernels(kernels)
-        model = self.fit(replace(spec, C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=own))
+        model = self.fit(spec.with_model(C=relative_C, scale_C=True, selectivity=0.0), replace(task, data=own))
         out = model.attributes
         out.update(kernel_names_=own.kernel_names, C_=attrs["C_"], selectivity_=0.0, **described,
                    **_kept_from_search(attrs, out))  # fmt: skip
@@ -183,12 +183,12 @@ class MWUSolver:
     def _choose_ridge(spec: FitSpec, task: FitTask, plan, point_weights, attrs: dict):
         """``(1 / C_eff, selectivity)``, cross-validated when ``"auto"``; records ``C_`` and the paths in ``attrs``."""
         n = task.data.n_samples
-        selectivity = spec.selectivity
-        if spec.C is not None:
+        selectivity = spec.model.selectivity
+        if spec.model.C is not None:
             if selectivity == "auto":  # a given C: no cross-validation behind the user's back
                 selectivity = auto.AUTO_SELECTIVITY_START
-            attrs["C_"] = spec.C
-            return base_ridge(spec.C, n, spec.scale_C), selectivity
+            attrs["C_"] = spec.model.C
+            return base_ridge(spec.model.C, n, spec.model.scale_C), selectivity
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
@@ -197,7 +197,7 @@ class MWUSolver:
                           sample_weight=task.sample_weight, iterations_per_point=per_point,
                           choose_selectivity=selectivity == "auto")
         )  # fmt: skip
-        if spec.selectivity == "auto":
+        if spec.model.selectivity == "auto":
             attrs["selectivity_path_"] = selectivity_path
         if group_path:
             attrs["group_selection_path_"] = group_path
@@ -207,7 +207,7 @@ class MWUSolver:
             attrs["structure_path_"] = structure_path
         if chosen:
             attrs["cross_validation_"] = chosen
-        attrs["C_"] = C if spec.scale_C else C * n
+        attrs["C_"] = C if spec.model.scale_C else C * n
         return base_ridge(C, n, scale_C=True), selectivity
 
 
