@@ -17,8 +17,9 @@ from conftest import literal
 zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
+from mwumkl_dist.cli import commands  # noqa: E402
 from mwumkl_dist.cli.args import CommandError  # noqa: E402
-from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
+from mwumkl_dist.cli.parser import add_store_commands  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
 from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
@@ -552,7 +553,7 @@ def _run(argv):
     parser = argparse.ArgumentParser(prog="mwumkl-dist")
     add_store_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return commands.run(args)
 
 
 def test_store_commands(tmp_path, capsys):

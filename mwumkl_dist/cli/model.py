@@ -21,7 +21,7 @@ from mwumkl_dist.cli.args import (
     interrupted_code,
     signal_name,
 )
-from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH, PREDICT_OUTPUTS, add_model_commands
+from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
@@ -41,14 +41,11 @@ from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_f
 from mwumkl_dist.summary import fit_summary, weights_table
 
 __all__ = [
-    "add_model_commands",
     "cmd_demo",
     "cmd_fit",
     "cmd_predict",
     "cmd_evaluate",
     "load_model_or_fail",
-    "DEFAULT_KERNELS",
-    "PREDICT_OUTPUTS",
 ]
 
 #: Largest number of kernel weights printed after ``fit`` (largest first).

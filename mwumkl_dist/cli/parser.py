@@ -2,17 +2,14 @@
 
 It imports the standard library and :mod:`.args` only, so that ``--version``, ``--help`` and a usage error
 answer at once (about 0.1 s of CPU time, against 1.5-2 s to import scikit-learn, numba and the package);
-each command's module (:mod:`.model`, :mod:`.store`, :mod:`.plot`, :mod:`.cluster`) is imported when the
-command runs, with a notice on a terminal when that takes long. The few names of the library that the
+each command names its handler ``(module, function)``, which :mod:`.commands` imports when the command runs
+(this module imports no command module: they import its constants). The few names of the library that the
 options show are copied here (tests/test_new_user.py checks them against their owners).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
-from collections.abc import Callable
 
 from mwumkl_dist.cli.args import (
     PROG,
@@ -29,6 +26,7 @@ from mwumkl_dist.cli.args import (
     positive_int,
     selectivity_choice,
 )
+from mwumkl_dist.core.kernel_syntax import KERNEL_SPEC_HELP
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.devices.threads import available_cpus
 
@@ -62,20 +60,6 @@ AUTO_TWO_STAGE_POINTS = 3001
 SUPPORTED_EXTENSIONS = (".svm", ".svmlight", ".libsvm", ".txt", ".csv", ".tsv", ".npy", ".npz")
 #: :data:`mwumkl_dist.plotting.PLOT_KINDS`
 PLOT_KINDS = ("weights", "path", "features")
-#: :data:`mwumkl_dist.kernels.specs.KERNEL_SPEC_HELP`
-KERNEL_SPEC_HELP = (
-    "comma-separated kernels: 'auto' (the default: the 'scaled' family, and kernels on feature subsets where "
-    "cross-validation finds that a few features carry the signal), 'scaled' (polynomials of degree 1-3 and up "
-    "to 11 Gaussians on all features, widths set from the data's scale), 'scaled-per-feature' (the same per "
-    "feature), 'paper' (the paper's 12, widths 1 to 16), "
-    "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
-    "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "
-    "any closed-form kernel may take '@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', "
-    "'paper@FEATURES' restrict the family"
-)
-#: Seconds a command's modules may take to load before a terminal is told what is loading.
-LOADING_NOTICE_SECONDS = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,7 +203,7 @@ def _add_demo(sub, parents):
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
     _add_n_jobs(p)
-    p.set_defaults(func=_runs(_model, "cmd_demo"))
+    p.set_defaults(handler=("model", "cmd_demo"))
 
 
 def _add_fit(sub, parents):
@@ -311,7 +295,7 @@ def _add_fit(sub, parents):
     )
     dist.add_argument("--checkpoint-every", type=positive_int, default=100, metavar="K", help="default 100")
     dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
-    p.set_defaults(func=_runs(_model, "cmd_fit"))
+    p.set_defaults(handler=("model", "cmd_fit"))
 
 
 def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
@@ -355,7 +339,7 @@ def _add_predict(sub, parents):
     p.add_argument(
         "--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout ('-' or /dev/stdout: stdout)"
     )
-    p.set_defaults(func=_runs(_model, "cmd_predict"))
+    p.set_defaults(handler=("model", "cmd_predict"))
 
 
 def _add_evaluate(sub, parents):
@@ -369,7 +353,7 @@ def _add_evaluate(sub, parents):
         data_help="labelled test data",
     )
     p.add_argument("--labels", metavar="FILE", help="the labels of --kernels-npy's points: a 1-d .npy array, or text")
-    p.set_defaults(func=_runs(_model, "cmd_evaluate"))
+    p.set_defaults(handler=("model", "cmd_evaluate"))
 
 
 # ----------------------------------------------------------------------------- store, plot, cluster
@@ -397,7 +381,7 @@ def add_store_commands(subparsers, parents=()):
     d.add_argument("--chunk-rows", type=positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
     d.add_argument("--overwrite", action="store_true", help="replace an existing store")
     d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
-    d.set_defaults(func=_runs(_store, "cmd_store_data"))
+    d.set_defaults(handler=("store", "cmd_store_data"))
 
     k = sub.add_parser(
         "kernels",
@@ -418,14 +402,14 @@ def add_store_commands(subparsers, parents=()):
         "--chunk-kernels", type=positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
     )
     k.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    k.set_defaults(func=_runs(_store, "cmd_store_kernels"))
+    k.set_defaults(handler=("store", "cmd_store_kernels"))
 
     i = sub.add_parser(
         "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
     )
     i.add_argument("path", metavar="DIR.zarr", help="a store written by 'store data' or 'store kernels'")
-    i.set_defaults(func=_runs(_store, "cmd_store_info"))
-    p.set_defaults(func=_runs(_store, "_store_usage"))
+    i.set_defaults(handler=("store", "cmd_store_info"))
+    p.set_defaults(handler=("store", "cmd_store_usage"))
     return p
 
 
@@ -448,7 +432,7 @@ def add_plot_command(sub, parents) -> None:
         help="which panel: weights, path, features, or all that apply side by side (default)",
     )
     p.add_argument("--dpi", type=positive_int, default=100, help="dots per inch of a raster picture (default 100)")
-    p.set_defaults(func=_runs(_plot, "cmd_plot"))
+    p.set_defaults(handler=("plot", "cmd_plot"))
 
 
 def _port(text: str) -> int:
@@ -552,66 +536,4 @@ def add_cluster_command(sub, parents) -> None:
         metavar="FILE",
         help="also write the scheduler's address to FILE (one line), once the workers are up: for scripts",
     )
-    p.set_defaults(func=_runs(_cluster, "cmd_cluster"))
-
-
-# ----------------------------------------------------------------------------- the commands, loaded when run
-
-
-def _model():
-    from mwumkl_dist.cli import model
-
-    return model
-
-
-def _store():
-    from mwumkl_dist.cli import store
-
-    return store
-
-
-def _plot():
-    from mwumkl_dist.cli import plot
-
-    return plot
-
-
-def _cluster():
-    from mwumkl_dist.cli import cluster
-
-    return cluster
-
-
-def _runs(module: Callable, name: str) -> Callable:
-    """The handler ``name`` of the command module ``module()`` returns, imported when the command runs."""
-
-    def run(args):
-        with loading_notice(quiet=getattr(args, "quiet", False)):
-            handler = getattr(module(), name)
-        return handler(args)
-
-    run.__name__ = run.__qualname__ = name
-    return run
-
-
-class loading_notice:
-    """Says on a terminal's stderr what loads when loading takes longer than :data:`LOADING_NOTICE_SECONDS`."""
-
-    def __init__(self, quiet: bool = False):
-        self._timer = None if quiet or not sys.stderr.isatty() else threading.Timer(LOADING_NOTICE_SECONDS, self._say)
-        self.said = False
-
-    def _say(self) -> None:
-        self.said = True
-        print(f"{PROG}: loading scikit-learn, numba and the model code ...", file=sys.stderr, flush=True)
-
-    def __enter__(self):
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self._timer is not None:
-            self._timer.cancel()
-        return False
+    p.set_defaults(handler=("cluster", "cmd_cluster"))

@@ -12,13 +12,11 @@ import sys
 import numpy as np
 
 from mwumkl_dist.cli.args import PROG, ZERO_BASED, CommandError, existing_file
-from mwumkl_dist.cli.parser import add_store_commands
 from mwumkl_dist.cli.progress import COMPILING_NOTE, numba_cache_is_cold, progress_bar
 from mwumkl_dist.io.files import load_data
 from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = [
-    "add_store_commands",
     "cmd_store_data",
     "cmd_store_kernels",
     "cmd_store_info",
@@ -27,7 +25,7 @@ __all__ = [
 ]
 
 
-def _store_usage(args) -> int:
+def cmd_store_usage(args) -> int:
     raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
 
 

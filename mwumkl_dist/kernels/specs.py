@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.kernel_syntax import KERNEL_SPEC_HELP
 
 __all__ = [
     "KernelSpec",
@@ -517,19 +518,6 @@ def _num(text: str, item: str, cast=parse_number):
         return cast(text)
     except ValueError:
         raise ValueError(f"bad number {text!r} in kernel spec {item!r}") from None
-
-
-KERNEL_SPEC_HELP = (
-    "comma-separated kernels: 'auto' (the default: the 'scaled' family, and kernels on feature subsets where "
-    "cross-validation finds that a few features carry the signal), 'scaled' (polynomials of degree 1-3 and up "
-    "to 11 Gaussians on all features, widths set from the data's scale), 'scaled-per-feature' (the same per "
-    "feature), 'paper' (the paper's 12, widths 1 to 16), "
-    "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
-    "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "
-    "any closed-form kernel may take '@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', "
-    "'paper@FEATURES' restrict the family"
-)
 
 
 def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataScale] | None = None) -> list:
