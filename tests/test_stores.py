@@ -243,7 +243,7 @@ def test_kernel_store_from_npy_files(tmp_path):
     for i, k in enumerate((K0, K1)):
         np.save(tmp_path / f"k{i}.npy", k)
     mats = [np.load(tmp_path / f"k{i}.npy", mmap_mode="r") for i in range(2)]
-    store = write_kernel_store(tmp_path / "k.zarr", y, K=mats, chunk_rows=16, kernel_names=["lin", "rbf"])
+    store = write_kernel_store(tmp_path / "k.zarr", y, K=dict(zip(["lin", "rbf"], mats)), chunk_rows=16)
     ref = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(np.stack([K0, K1]), y)
     clf = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), n_shards=2).fit(store)
     _same_model(clf, ref)

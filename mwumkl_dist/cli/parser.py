@@ -154,6 +154,13 @@ def _model_options() -> argparse.ArgumentParser:
         "optimum's, 'paper' = the published rule; auto (default): cross-validated with --C auto, else 100",
     )
     group.add_argument("--max-iter", type=positive_int, default=None, metavar="N", help="run N iterations instead of T")
+    _add_solver_options(group)
+    return model
+
+
+def _add_solver_options(group) -> None:
+    """The model options that pick the solver and its budget: ``--polish``, ``--solver``, ``--n-components``,
+    ``--memory-limit``, ``--no-scale-C``."""
     group.add_argument(
         "--polish",
         choices=tuple(POLISH),
@@ -190,7 +197,6 @@ def _model_options() -> argparse.ArgumentParser:
         action="store_false",
         help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
     )
-    return model
 
 
 def _add_demo(sub, parents):
@@ -248,7 +254,12 @@ def _add_fit(sub, parents):
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     _add_n_jobs(p)
-    dist = p.add_argument_group("engine and resilience")
+    _add_engine_options(p.add_argument_group("engine and resilience"))
+    p.set_defaults(handler=("model", "cmd_fit"))
+
+
+def _add_engine_options(dist) -> None:
+    """``fit``'s options of where and how the fit runs: engine, device, Dask, checkpoints."""
     dist.add_argument(
         "--engine",
         choices=["local", "dask"],
@@ -295,7 +306,6 @@ def _add_fit(sub, parents):
     )
     dist.add_argument("--checkpoint-every", type=positive_int, default=100, metavar="K", help="default 100")
     dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
-    p.set_defaults(handler=("model", "cmd_fit"))
 
 
 def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):

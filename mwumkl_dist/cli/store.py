@@ -128,8 +128,10 @@ def cmd_store_kernels(args) -> int:
             )  # fmt: skip
         else:
             mats, names = read_npy_kernels(args.npy)
+            if len(set(names)) < len(names):
+                raise ValueError(f"--npy: two files give their kernels the same name ({names}); rename one")
             store = write_kernel_store(
-                args.output, load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+                args.output, load_labels(args.labels), K=dict(zip(names, mats)), chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
     finally:

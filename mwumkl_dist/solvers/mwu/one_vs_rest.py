@@ -25,7 +25,7 @@ from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.io.atomic import exclusive_writer
 from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint, load_checkpoint
 from mwumkl_dist.solvers.base import fit_backend, one_vs_rest_targets
-from mwumkl_dist.solvers.mwu.iterate import solve
+from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
 from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
@@ -235,8 +235,8 @@ def _solve_problems(
             done = 0 if state is None else state.iteration
             with iterations_phase(settings.n_iter, k, len(targets), problem.n_samples, done) as step:
                 result = solve(
-                    engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
-                    n_iter=settings.n_iter, progress=step, callback_every=spec.execution.callback_every, state=state,
+                    engine, Iterations(settings.epsilon, settings.rho, settings.n_iter), inv_trace=inv_trace,
+                    ridge=settings.ridges[k], progress=step, callback_every=spec.execution.callback_every, state=state,
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
