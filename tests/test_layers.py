@@ -260,10 +260,16 @@ MAX_PARAMETERS = 10
 MANY_PARAMETERS_ALLOWED = {
     "mwumkl_dist.estimator.MWUMKLClassifier.__init__": "scikit-learn: every parameter is an __init__ argument",
 }
-#: TEMPORARY: offenders in modules other branches of issue 37 rework (solvers/two_stage, engines, auto.choose_C);
+#: TEMPORARY: offenders in code that other branches of issue 37 rework (solvers/two_stage, engines, auto.choose_C);
 #: the integrator empties this after merging them.
 HOUSE_RULES_PENDING = {
-    "mwumkl_dist.solvers.auto.choose_C",
+    "mwumkl_dist.solvers.auto.choose_C: 157 lines",
+    "mwumkl_dist.solvers.two_stage.newton.newton_solve: 12 parameters",
+    "mwumkl_dist.solvers.two_stage.newton.cg_newton_solve: 14 parameters",
+    "mwumkl_dist.solvers.two_stage.solver.TwoStageSolver._nystroem_stage: 81 lines",
+    "mwumkl_dist.solvers.two_stage.solver.TwoStageSolver._grow_stage: 131 lines",
+    "mwumkl_dist.solvers.two_stage.solver.TwoStageSolver._grow_stage: 13 parameters",
+    "mwumkl_dist.solvers.two_stage.solver.TwoStageSolver._solve: 12 parameters",
 }
 _NUMBA_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "stencil", "cfunc"}
 
@@ -302,18 +308,14 @@ def oversized_functions(path: Path, module: str) -> list[str]:
     return found
 
 
-def _pending(entry: str) -> bool:
-    name = entry.split(":")[0]
-    return name in HOUSE_RULES_PENDING or name.startswith(("mwumkl_dist.solvers.two_stage.", "mwumkl_dist.engines."))
-
-
 def test_no_long_function_and_no_long_parameter_list():
     """No function over :data:`MAX_FUNCTION_LINES` lines, none with over :data:`MAX_PARAMETERS` parameters (numba
     kernels apart: their Python wrappers pass plan arrays as one small struct)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         found += oversized_functions(path, module_name(path))
-    assert not [f for f in found if not _pending(f)], "\n".join(f for f in found if not _pending(f))
+    offenders = [f for f in found if f not in HOUSE_RULES_PENDING]
+    assert not offenders, "\n".join(offenders)
 
 
 def test_the_size_check_catches_a_long_function_and_a_long_parameter_list(tmp_path):

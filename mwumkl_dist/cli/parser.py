@@ -62,6 +62,68 @@ SUPPORTED_EXTENSIONS = (".svm", ".svmlight", ".libsvm", ".txt", ".csv", ".tsv", 
 PLOT_KINDS = ("weights", "path", "features")
 
 
+#: Each command's one-line help and its ``--help`` description (``store KIND``: the store's kinds).
+COMMAND_TEXTS = {
+    "demo": (
+        "fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
+        "Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
+        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
+    ),
+    "fit": (
+        "fit a model on a data file and save it",
+        "Fit a model on a labelled data file and save it. The features are scaled first "
+        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
+        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
+        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
+        "second Ctrl-C aborts.",
+    ),
+    "predict": (
+        "write one predicted label (or scores, or probabilities) per line",
+        "Predict every point of a data file, one line per point. CSV and .npy files may omit the "
+        "label column. The model's feature scaling is applied first.",
+    ),
+    "evaluate": (
+        "print accuracy and error on a labelled data file",
+        "Print the accuracy and error of a model on a labelled data file (after the model's feature scaling).",
+    ),
+    "store": (
+        "write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
+        "Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
+    ),
+    "store data": (
+        "features and labels, chunked by rows",
+        "Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
+        "The features are stored as they are: scale them first if the fit should see scaled data.",
+    ),
+    "store kernels": (
+        "precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
+        "Write precomputed kernels to a kernel store: computed from --input and --kernels, "
+        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
+    ),
+    "store info": (
+        "validate a store and show its metadata",
+        "Validate a store.",
+    ),
+    "plot": (
+        "draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
+        "Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
+        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
+        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
+    ),
+    "cluster": (
+        "start a local Dask cluster (scheduler + workers) that stays up; fit --scheduler ADDRESS uses it",
+        "Start a Dask scheduler and worker processes on this machine and keep them up until Ctrl-C. "
+        "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
+    ),
+}
+
+
+def _command(sub, name: str, parents):
+    """The subparser of command ``name`` (its texts from :data:`COMMAND_TEXTS`) on the subparsers ``sub``."""
+    help, description = COMMAND_TEXTS[name]
+    return sub.add_parser(name.split()[-1], parents=list(parents), help=help, description=description)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mwumkl-dist``: one subparser per command."""
     parser = Parser(
@@ -200,29 +262,14 @@ def _add_solver_options(group) -> None:
 
 
 def _add_demo(sub, parents):
-    p = sub.add_parser(
-        "demo",
-        parents=parents,
-        help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
-        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
-        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
-    )
+    p = _command(sub, "demo", parents)
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
     _add_n_jobs(p)
     p.set_defaults(handler=("model", "cmd_demo"))
 
 
 def _add_fit(sub, parents):
-    p = sub.add_parser(
-        "fit",
-        parents=parents,
-        help="fit a model on a data file and save it",
-        description="Fit a model on a labelled data file and save it. The features are scaled first "
-        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
-        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
-        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
-        "second Ctrl-C aborts.",
-    )
+    p = _command(sub, "fit", parents)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
     add_zero_based_argument(p)
@@ -308,10 +355,10 @@ def _add_engine_options(dist) -> None:
     dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
 
 
-def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
+def _model_on_data(sub, parents, name: str, *, data_help: str):
     """A command that applies a saved model to a data file (``--data``) or to precomputed test kernels
     (``--kernels-npy``): ``--model``, ``--zero-based``, ``--n-jobs``."""
-    p = sub.add_parser(name, parents=parents, help=help, description=description)
+    p = _command(sub, name, parents)
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="FILE", help=data_help)
@@ -328,15 +375,7 @@ def _model_on_data(sub, parents, name: str, *, help: str, description: str, data
 
 
 def _add_predict(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "predict",
-        help="write one predicted label (or scores, or probabilities) per line",
-        description="Predict every point of a data file, one line per point. CSV and .npy files may omit the "
-        "label column. The model's feature scaling is applied first.",
-        data_help="the points to predict",
-    )
+    p = _model_on_data(sub, parents, "predict", data_help="the points to predict")
     p.add_argument(
         "--output",
         choices=PREDICT_OUTPUTS,
@@ -353,15 +392,7 @@ def _add_predict(sub, parents):
 
 
 def _add_evaluate(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "evaluate",
-        help="print accuracy and error on a labelled data file",
-        description="Print the accuracy and error of a model on a labelled data file (after the model's "
-        "feature scaling).",
-        data_help="labelled test data",
-    )
+    p = _model_on_data(sub, parents, "evaluate", data_help="labelled test data")
     p.add_argument("--labels", metavar="FILE", help="the labels of --kernels-npy's points: a 1-d .npy array, or text")
     p.set_defaults(handler=("model", "cmd_evaluate"))
 
@@ -371,20 +402,9 @@ def _add_evaluate(sub, parents):
 
 def add_store_commands(subparsers, parents=()):
     """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser."""
-    p = subparsers.add_parser(
-        "store",
-        parents=list(parents),
-        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
-        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
-    )
+    p = _command(subparsers, "store", list(parents))
     sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
-    d = sub.add_parser(
-        "data",
-        parents=list(parents),
-        help="features and labels, chunked by rows",
-        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
-        "The features are stored as they are: scale them first if the fit should see scaled data.",
-    )
+    d = _command(sub, "store data", list(parents))
     d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
     add_zero_based_argument(d, "--input")
     d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
@@ -393,13 +413,7 @@ def add_store_commands(subparsers, parents=()):
     d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
     d.set_defaults(handler=("store", "cmd_store_data"))
 
-    k = sub.add_parser(
-        "kernels",
-        parents=list(parents),
-        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
-        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
-        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
-    )
+    k = _command(sub, "store kernels", list(parents))
     src = k.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
     src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
@@ -414,9 +428,7 @@ def add_store_commands(subparsers, parents=()):
     k.add_argument("--overwrite", action="store_true", help="replace an existing store")
     k.set_defaults(handler=("store", "cmd_store_kernels"))
 
-    i = sub.add_parser(
-        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
-    )
+    i = _command(sub, "store info", parents)
     i.add_argument("path", metavar="DIR.zarr", help="a store written by 'store data' or 'store kernels'")
     i.set_defaults(handler=("store", "cmd_store_info"))
     p.set_defaults(handler=("store", "cmd_store_usage"))
@@ -425,14 +437,7 @@ def add_store_commands(subparsers, parents=()):
 
 def add_plot_command(sub, parents) -> None:
     """Register ``plot MODEL -o FILE`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "plot",
-        parents=parents,
-        help="draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
-        description="Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
-        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
-        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
-    )
+    p = _command(sub, "plot", parents)
     p.add_argument("model", metavar="MODEL", help="a model file saved by 'fit' (.npz)")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the picture to write: .png, .svg, .pdf, ...")
     p.add_argument(
@@ -503,13 +508,7 @@ def _memory_limit(text: str) -> str | int | float:
 
 def add_cluster_command(sub, parents) -> None:
     """Register ``cluster`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "cluster",
-        parents=parents,
-        help="start a local Dask cluster (scheduler + workers) that stays up; fit --scheduler ADDRESS uses it",
-        description="Start a Dask scheduler and worker processes on this machine and keep them up until Ctrl-C. "
-        "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
-    )
+    p = _command(sub, "cluster", parents)
     cpus = available_cpus()
     p.add_argument(
         "--workers", type=_bounded_count("workers"), default=2, metavar="N", help="worker processes (default 2)"

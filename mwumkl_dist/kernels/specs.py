@@ -580,27 +580,35 @@ def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataSca
                 raise ValueError(f"kernel spec {raw!r}: expected 'gaussian:SIGMA'")
             out.append(Gaussian(sigma=_num(pos[0], item), features=feats))
         elif name == "random":
-            widths = named.get("widths", "scaled")
-            if len(pos) != 1 or set(named) - {"size", "seed", "widths"} or feats is not None:
+            if feats is not None:
                 raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S][:widths=W]'")
-            if widths not in ("scaled", "paper"):
-                raise ValueError(f"kernel spec {raw!r}: widths must be 'scaled' (the default) or 'paper'")
-            bank = RandomGaussianBank(
-                n_kernels=_num(pos[0], item, int),
-                subset_size=_num(named.get("size", "2"), item, int),
-                seed=_num(named.get("seed", "0"), item, int),
-            )
-            if widths == "scaled":
-                if scale is None:
-                    raise ValueError(
-                        f"kernel spec {raw!r}: a random bank takes its widths from the training data; give concrete "
-                        "kernels, 'widths=paper', or a RandomGaussianBank with its sigmas"
-                    )
-                bank = replace(bank, sigmas=bank_widths(scale(), bank.subset_size))
-            out.append(bank)
+            out.append(_random_bank(pos, named, raw, scale))
         else:
             raise ValueError(f"unknown kernel {name!r} in spec {raw!r}; expected {KERNEL_SPEC_HELP}")
     return out
+
+
+def _random_bank(pos: list, named: dict, raw: str, scale) -> RandomGaussianBank:
+    """The bank of a ``random:COUNT[:size=K][:seed=S][:widths=W]`` item ``raw`` (see :func:`parse_kernels`)."""
+    item = raw.strip().lower()
+    widths = named.get("widths", "scaled")
+    if len(pos) != 1 or set(named) - {"size", "seed", "widths"}:
+        raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S][:widths=W]'")
+    if widths not in ("scaled", "paper"):
+        raise ValueError(f"kernel spec {raw!r}: widths must be 'scaled' (the default) or 'paper'")
+    bank = RandomGaussianBank(
+        n_kernels=_num(pos[0], item, int),
+        subset_size=_num(named.get("size", "2"), item, int),
+        seed=_num(named.get("seed", "0"), item, int),
+    )
+    if widths == "scaled":
+        if scale is None:
+            raise ValueError(
+                f"kernel spec {raw!r}: a random bank takes its widths from the training data; give concrete "
+                "kernels, 'widths=paper', or a RandomGaussianBank with its sigmas"
+            )
+        bank = replace(bank, sigmas=bank_widths(scale(), bank.subset_size))
+    return bank
 
 
 def _no_params(pos, named, item):
