@@ -60,22 +60,14 @@ def _check_model_args(args) -> None:
         raise UsageError(f"--epsilon must be below 2 * rho = {2.0 * args.rho:g}, got {args.epsilon:g}")
 
 
+#: The estimator's parameters that ``demo`` and ``fit`` take as they are, from the options of the same name.
+SAME_NAMED_PARAMS = ("kernels", "epsilon", "C", "rho", "selectivity", "max_iter", "scale_C", "n_jobs", "solver",
+                     "n_components", "memory_limit")  # fmt: skip
+
+
 def _estimator(args, **extra) -> MWUMKLClassifier:
-    return MWUMKLClassifier(
-        kernels=args.kernels,
-        epsilon=args.epsilon,
-        C=args.C,
-        rho=args.rho,
-        selectivity=args.selectivity,
-        max_iter=args.max_iter,
-        scale_C=args.scale_C,
-        polish=POLISH[args.polish],
-        n_jobs=args.n_jobs,
-        solver=args.solver,
-        n_components=args.n_components,
-        memory_limit=args.memory_limit,
-        **extra,
-    )
+    same = {name: getattr(args, name) for name in SAME_NAMED_PARAMS}
+    return MWUMKLClassifier(**same, polish=POLISH[args.polish], **extra)
 
 
 def _count_kernels(spec: str, n_features: int, X=None) -> int:
