@@ -64,6 +64,23 @@ def test_the_fit_task_carries_the_back_end():
     y = np.array(["a", "b"] * 6)
     for device, engine, want in [("cpu", "local", CPU), ("cuda", "dask", CUDABackend(driver_gpu=False))]:
         spec = FitSpec.from_params(MWUMKLClassifier(kernels="linear", device=device, engine=engine).get_params())
-        data = make_training_input(X, y, spec.kernels, estimator=None)
+        data = make_training_input(X, y, spec.model.kernels, estimator=None)
         task = FitTask.prepare(spec, data, sample_weight=None, seed=0, fit=lambda *a, **k: {})
         assert task.backend == want
+
+
+def test_the_command_line_takes_the_registrys_devices(monkeypatch):
+    """``--device`` asks the registry (a new device is one module and one entry in BACKENDS, no CLI change)."""
+    from mwumkl_dist.cli import build_parser
+    from mwumkl_dist.cli.args import UsageError
+    from mwumkl_dist.data import backends
+
+    def device(*option):
+        return build_parser().parse_args(["fit", "--data", "x", "--model", "m", *option]).device
+
+    assert device() is None  # the estimator's default
+    assert device("--device", "cuda") == "cuda"
+    with pytest.raises(UsageError, match=r"--device: invalid choice: 'tpu' \(choose from 'cpu', 'cuda'\)"):
+        device("--device", "tpu")
+    monkeypatch.setitem(backends.BACKENDS, "tpu", CPUBackend)
+    assert device("--device", "tpu") == "tpu"

@@ -57,6 +57,7 @@ LAZY = {
 #: Imports inside a function allowed for one importer only, and why.
 LAZY_EDGES = {
     ("mwumkl_dist.cli.args", "mwumkl_dist.kernels.specs"): "numpy and numba: a --kernels value is checked when given",
+    ("mwumkl_dist.cli.args", "mwumkl_dist.data.backends"): "numpy: a --device value is checked when given",
 }
 
 

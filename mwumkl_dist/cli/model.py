@@ -65,6 +65,11 @@ SAME_NAMED_PARAMS = ("kernels", "epsilon", "C", "rho", "selectivity", "max_iter"
                      "n_components", "memory_limit")  # fmt: skip
 
 
+def _device(args) -> str:
+    """``--device``, or the estimator's default device."""
+    return MWUMKLClassifier().device if args.device is None else args.device
+
+
 def _estimator(args, **extra) -> MWUMKLClassifier:
     same = {name: getattr(args, name) for name in SAME_NAMED_PARAMS}
     return MWUMKLClassifier(**same, polish=POLISH[args.polish], **extra)
@@ -316,7 +321,7 @@ def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
         callback=progress,
         callback_every=max(1, n_iter // 1000),
         engine=engine,
-        device=args.device,
+        device=_device(args),
         client=args.scheduler,
         n_shards=args.shards,
         n_kernel_shards=args.kernel_shards,
@@ -363,9 +368,9 @@ def cmd_fit(args) -> int:
         _check_writable(args.checkpoint, "checkpoint", args.overwrite)  # before the data is read
     if args.scheduler is None:  # the device is this machine's (a local or a local Dask fit): checked before the data
         try:
-            backend_named(args.device).check()
+            backend_named(_device(args)).check()
         except RuntimeError as exc:
-            raise CommandError(f"--device {args.device}: {exc}") from None
+            raise CommandError(f"--device {_device(args)}: {exc}") from None
     with exclusive_writer(args.model, "model file"):
         return _fit_and_save(args)
 

@@ -17,6 +17,7 @@ from mwumkl_dist.cli.args import (
     Parser,
     add_zero_based_argument,
     auto_or_positive_int,
+    device_name,
     epsilon_or_auto,
     kernel_spec,
     memory_size,
@@ -315,9 +316,9 @@ def _add_engine_options(dist) -> None:
     )
     dist.add_argument(
         "--device",
-        choices=["cpu", "cuda"],
-        default="cpu",
-        help="where the supersteps run: the CPU, or an NVIDIA GPU (needs the [gpu] extra; default cpu)",
+        type=device_name,
+        default=None,
+        help="where the supersteps run: cpu (the default), or cuda, an NVIDIA GPU (needs the [gpu] extra)",
     )
     dist.add_argument(
         "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
