@@ -84,3 +84,20 @@ def test_the_command_line_takes_the_registrys_devices(monkeypatch):
         device("--device", "tpu")
     monkeypatch.setitem(backends.BACKENDS, "tpu", CPUBackend)
     assert device("--device", "tpu") == "tpu"
+
+
+def test_the_architecture_docs_device_recipe_is_the_real_code():
+    """docs/architecture.md, "Add a device": every line its diff adds to data/backends.py is there, in order."""
+    from pathlib import Path
+
+    from mwumkl_dist.data import backends
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = doc.split("## Add a device", 1)[1]
+    diff = [line.removeprefix("  ") for line in section.split("```diff\n", 1)[1].split("```", 1)[0].splitlines()]
+    added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
+    source = Path(backends.__file__).read_text().splitlines()
+    assert len(added) > 50 and "BACKENDS = " in added[-1]
+    at = 0
+    for line in added:
+        at = source.index(line, at) + 1  # ValueError: the doc shows a line the code does not have
