@@ -360,7 +360,7 @@ class FitSpec:
 
     @classmethod
     def of(cls, **params) -> FitSpec:
-        """A specification from keyword parameters, unchecked (tests and nested fits): each goes to its part."""
+        """A specification from keyword parameters, unchecked (for tests): each goes to its part."""
         model_names = {f.name for f in fields(ModelSettings)}
         model = {k: v for k, v in params.items() if k in model_names}
         return cls(ModelSettings(**model), ExecutionOptions(**{k: v for k, v in params.items() if k not in model}))
