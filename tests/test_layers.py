@@ -326,3 +326,23 @@ def test_the_size_check_catches_a_long_function_and_a_long_parameter_list(tmp_pa
     path.write_text(f"def long():\n{body}\n\nclass K:\n    def wide(self, {params}):\n        pass\n\n"
                     f"@numba.njit(cache=True)\ndef kernel({params}):\n{body}\n")  # fmt: skip
     assert oversized_functions(path, "m") == [f"m.long: {MAX_FUNCTION_LINES + 1} lines", "m.K.wide: 11 parameters"]
+
+
+def test_the_command_lines_modules_export_only_their_own_names():
+    """No re-exports among ``mwumkl_dist.cli``'s modules (the package's public ``main`` and ``build_parser``
+    aside): a name is imported from the module that defines it (the parser's ``add_*_command`` once came back
+    through the command modules, a cycle to a static reading)."""
+    found = []
+    for path in sorted(p for p in (PACKAGE / "cli").glob("*.py") if p.name != "__init__.py"):
+        tree = ast.parse(path.read_text())
+        defined, exported = set(), []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            defined.update(names)
+            if "__all__" in names:
+                exported = ast.literal_eval(node.value)
+        found += [f"{module_name(path)}.{name}" for name in exported if name not in defined]
+    assert not found, f"re-exported (import them from their own module): {found}"
