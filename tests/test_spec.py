@@ -21,7 +21,7 @@ def test_every_estimator_parameter_is_in_exactly_one_part():
     assert not model & execution
     assert model | execution == params == set(PARAMETER_CONSTRAINTS)
     assert model <= _names(ModelSettings) and execution == _names(ExecutionOptions)
-    assert _names(ModelSettings) - model == {"width_bands"}  # not a parameter (the weight stage's)
+    assert _names(ModelSettings) - model == {"candidate", "width_bands"}  # not parameters (nested fits')
 
 
 def test_the_parts_are_frozen_and_default_to_the_estimator():

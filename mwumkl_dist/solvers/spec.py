@@ -260,6 +260,10 @@ class ModelSettings:
     probability: bool = False
     solver: str = "auto"
     n_components: int | None = None
+    #: Not a parameter: the search candidate the fit refits at ``C`` (a group selection, a band of widths, a
+    #: feature structure: :mod:`mwumkl_dist.solvers.candidates`), chosen by ``C="auto"``'s search or handed to a
+    #: nested fit (probabilities' folds); None: a plain fit at ``selectivity``. It needs a given ``C``.
+    candidate: object = None
     #: Not a parameter: whether ``selectivity="auto"`` may score bands of Gaussian widths (the two-stage
     #: fit's weight stage turns them off where its sample is far smaller than the data; see its solver).
     width_bands: bool = True
