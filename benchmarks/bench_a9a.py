@@ -374,7 +374,7 @@ def library_picks(X, y, n_iter, C=100.0):
         last[:] = [state]
 
     with threads(1):
-        mwu.solve(engine, inv_trace=inv, ridge=ridge, epsilon=EPS, rho=RHO, n_iter=n_iter, on_state=keep)
+        mwu.solve(engine, inv_trace=inv, ridge=ridge, iterations=mwu.Iterations(EPS, RHO, n_iter), on_state=keep)
     return [tuple(map(int, p)) for p in last[0].picks]
 
 
@@ -406,13 +406,14 @@ def case_d(X, y, numba_ms, numba_ms_cpu, quick) -> dict:
 
 def _kernel_columns(X, p, q, pa, row_sq, reps):
     for _ in range(reps):
-        cols = _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *pa, row_sq=row_sq)
+        cols = _columns.kernel_columns(X, p, q, pa, row_sq=row_sq)
     return cols
 
 
 def _column_updates(y, V, cols, ip, iq, inv, coef, reps):
     for _ in range(reps):
-        _columns.superstep_columns(y, 0, V, cols[0], cols[1], ip, iq, 1.0, -1.0, inv, 1e-6, 1e-6, coef)
+        pick = _columns.Pick(ip, iq, 1.0, -1.0, 1e-6, 1e-6)
+        _columns.superstep_columns(_columns.RowBlock(y, 0, V, inv), cols[0], cols[1], pick, coef)
 
 
 def _best_of(fn, reps, rounds=5):
@@ -453,7 +454,7 @@ def case_e(X, y, solver_ms: dict, quick) -> dict:
             cols = _kernel_columns(X, p, q, pa, row_sq, 1)
             update = partial(_column_updates, y_pm, V, cols, ip, iq, inv, coef)
             res["v_update_g_argmax_ms"].append(_best_of(update, reps))
-            step = partial(_supersteps, X, y_pm, V, p, q, ip, iq, inv, coef, pa, {"row_sq": row_sq, "csc": csc})
+            step = partial(_supersteps, X, y_pm, V, p, q, ip, iq, inv, coef, pa, _columns.RowViews(row_sq, csc))
             with threads(1):
                 res["superstep_ms"].append(_best_of(step, max(reps // 5, 5)))
         res = {k: float(np.mean(v)) for k, v in res.items()}
@@ -464,11 +465,10 @@ def case_e(X, y, solver_ms: dict, quick) -> dict:
     return out
 
 
-def _supersteps(X, y, V, p, q, ip, iq, inv, coef, pa, extra, reps):
+def _supersteps(X, y, V, p, q, ip, iq, inv, coef, pa, views, reps):
+    rows, pick = _columns.RowBlock(y, 0, V, inv), _columns.Pick(ip, iq, 1.0, -1.0, 1e-6, 1e-6)
     for _ in range(reps):
-        _columns.superstep_features(
-            X.indptr, X.indices, X.data, y, 0, V, p, q, ip, iq, 1.0, -1.0, inv, 1e-6, coef, *pa, **extra
-        )
+        _columns.superstep_features(X, rows, p, q, pick, coef, pa, views)
 
 
 # ----------------------------------------------------------------------------- report

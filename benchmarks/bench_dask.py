@@ -58,7 +58,7 @@ def overhead(n_iter: int, n_workers: int = 2) -> dict:
         tr = engine.traces()
         engine.configure(1.0 / tr, 0.01)
         start = time.perf_counter()
-        mwu.solve(engine, inv_trace=1.0 / tr, ridge=0.01, epsilon=0.5, rho=0.5, n_iter=n_iter)
+        mwu.solve(engine, inv_trace=1.0 / tr, ridge=0.01, iterations=mwu.Iterations(0.5, 0.5, n_iter))
         return (time.perf_counter() - start) / n_iter * 1e3
 
     local = LocalEngine(problem, 2)

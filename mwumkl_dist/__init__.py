@@ -34,29 +34,7 @@ _PUBLIC = {
     "write_kernel_store": "mwumkl_dist.stores",
 }
 
-__all__ = [  # noqa: F822 (loaded by __getattr__)
-    "MWUMKLClassifier",
-    "KernelSpec",
-    "Linear",
-    "Polynomial",
-    "Gaussian",
-    "RandomGaussianBank",
-    "KernelSet",
-    "paper_family",
-    "paper_per_feature_family",
-    "parse_kernels",
-    "ProgressInfo",
-    "ConvergenceWarning",
-    "FewIterationsWarning",
-    "MajorityClassWarning",
-    "DataStore",
-    "KernelStore",
-    "StoreError",
-    "open_store",
-    "write_data_store",
-    "write_kernel_store",
-    "__version__",
-]
+__all__ = [*_PUBLIC, "__version__"]
 
 
 def __getattr__(name: str):

@@ -560,17 +560,17 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self : MWUMKLClassifier
         """
         spec = FitSpec.from_params(self.get_params())  # every parameter validated, once
-        seed = random_seed(spec.random_state)
+        seed = random_seed(spec.model.random_state)
         # A failed refit must not leave the old model next to new classes_.
         for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
             delattr(self, name)
         # This thread's numba threads (the folds of C="auto" and probability inherit n_jobs); the
         # Dask engine's shards use their workers' threads.
-        with thread_limit(spec.n_jobs):
+        with thread_limit(spec.execution.n_jobs):
             n_threads = current_threads()
-            if spec.verbose:
+            if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
-            data = make_training_input(X, y, spec.kernels, estimator=self)
+            data = make_training_input(X, y, spec.model.kernels, estimator=self)
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():
             setattr(self, name, value)

@@ -63,7 +63,8 @@ def closed_port() -> int:
 
 def record_nested_fits(monkeypatch) -> list:
     """Record every nested fit (cross-validation folds, the two-stage weight stage) as
-    ``(spec as a dict, n_samples, sample_weight)``; the outer ``fit`` itself is not recorded."""
+    ``(spec as a dict, n_samples, sample_weight)`` (the model's settings and the execution's options in one flat
+    dict); the outer ``fit`` itself is not recorded."""
     from dataclasses import asdict
 
     from mwumkl_dist.solvers import driver
@@ -73,7 +74,8 @@ def record_nested_fits(monkeypatch) -> list:
 
     def spy(spec, data, **kwargs):
         weights = kwargs.get("sample_weight")
-        calls.append((asdict(spec), data.n_samples, None if weights is None else np.array(weights)))
+        flat = {**asdict(spec.model), **asdict(spec.execution)}
+        calls.append((flat, data.n_samples, None if weights is None else np.array(weights)))
         return fit_model(spec, data, **kwargs)
 
     monkeypatch.setattr(driver, "fit_model", spy)

@@ -64,6 +64,40 @@ def test_the_fit_task_carries_the_back_end():
     y = np.array(["a", "b"] * 6)
     for device, engine, want in [("cpu", "local", CPU), ("cuda", "dask", CUDABackend(driver_gpu=False))]:
         spec = FitSpec.from_params(MWUMKLClassifier(kernels="linear", device=device, engine=engine).get_params())
-        data = make_training_input(X, y, spec.kernels, estimator=None)
+        data = make_training_input(X, y, spec.model.kernels, estimator=None)
         task = FitTask.prepare(spec, data, sample_weight=None, seed=0, fit=lambda *a, **k: {})
         assert task.backend == want
+
+
+def test_the_command_line_takes_the_registrys_devices(monkeypatch):
+    """``--device`` asks the registry (a new device is one module and one entry in BACKENDS, no CLI change)."""
+    from mwumkl_dist.cli import build_parser
+    from mwumkl_dist.cli.args import UsageError
+    from mwumkl_dist.data import backends
+
+    def device(*option):
+        return build_parser().parse_args(["fit", "--data", "x", "--model", "m", *option]).device
+
+    assert device() is None  # the estimator's default
+    assert device("--device", "cuda") == "cuda"
+    with pytest.raises(UsageError, match=r"--device: invalid choice: 'tpu' \(choose from 'cpu', 'cuda'\)"):
+        device("--device", "tpu")
+    monkeypatch.setitem(backends.BACKENDS, "tpu", CPUBackend)
+    assert device("--device", "tpu") == "tpu"
+
+
+def test_the_architecture_docs_device_recipe_is_the_real_code():
+    """docs/architecture.md, "Add a device": every line its diff adds to data/backends.py is there, in order."""
+    from pathlib import Path
+
+    from mwumkl_dist.data import backends
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = doc.split("## Add a device", 1)[1]
+    diff = [line.removeprefix("  ") for line in section.split("```diff\n", 1)[1].split("```", 1)[0].splitlines()]
+    added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
+    source = Path(backends.__file__).read_text().splitlines()
+    assert len(added) > 50 and "BACKENDS = " in added[-1]
+    at = 0
+    for line in added:
+        at = source.index(line, at) + 1  # ValueError: the doc shows a line the code does not have

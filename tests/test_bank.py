@@ -139,7 +139,7 @@ def test_gaussian_diagonal_is_exactly_one():
     np.testing.assert_array_equal(qq, 1.0)
     np.testing.assert_allclose(pq, K[:, 3, 7], rtol=1e-13)
     Xc = sp.csr_matrix(X)
-    np.testing.assert_array_equal(kernel_diagonal(Xc.indptr, Xc.indices, Xc.data, *plan_args(plan)), 1.0)
+    np.testing.assert_array_equal(kernel_diagonal(Xc, plan_args(plan)), 1.0)
     shard = FeatureShard(X, np.ones(30), 0, plan)
     assert shard.trace_parts() == [30 << SHIFT] * 500
     data = make_training_input(X, np.arange(30) % 2, bank, estimator=MWUMKLClassifier(bank))

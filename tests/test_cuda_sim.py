@@ -375,7 +375,7 @@ def case_fit():
             with LocalEngine(prob, n, backend=backend) as engine:
                 inv_trace = 1.0 / engine.traces()
                 engine.configure(inv_trace, ridge)
-                results.append(mwu.solve(engine, inv_trace=inv_trace, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=8,
+                results.append(mwu.solve(engine, mwu.Iterations(0.3, 0.5, 8), inv_trace=inv_trace, ridge=ridge,
                                          selectivity=selectivity, rows_to_score=np.flatnonzero))  # fmt: skip
         a, b = results
         assert np.array_equal(a.kernel_weights, b.kernel_weights), selectivity
@@ -395,7 +395,7 @@ def _check_resume(problem):
     from mwumkl_dist.solvers import mwu
     from mwumkl_dist.solvers.mwu.one_vs_rest import resume_state
 
-    settings = dict(ridge=0.05, epsilon=0.3, rho=0.5, n_iter=7, selectivity=100.0)
+    settings = dict(ridge=0.05, iterations=mwu.Iterations(0.3, 0.5, 7), selectivity=100.0)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "fit.ckpt.npz")
         with LocalEngine(cuda.on_device(problem), 2, backend=CUDABackend()) as engine:
@@ -581,7 +581,7 @@ def _traffic(transfers, n_kernels, host_rules=False, n_iter=4):
             engine.rules = lambda s, **settings: MWUEngine.rules(engine, s, **settings)
         inv_trace = 1.0 / engine.traces()
         engine.configure(inv_trace, 0.05)
-        result = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=n_iter,
+        result = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, iterations=mwu.Iterations(0.3, 0.5, n_iter),
                            selectivity=50.0, on_state=lambda state: marks.append(transfers.snapshot()))  # fmt: skip
         marks.append(transfers.snapshot())
     steps = [tuple(b - a for a, b in zip(first, second)) for first, second in zip(marks, marks[1:])]
@@ -689,7 +689,7 @@ def case_dask():
                     assert not isinstance(engine, DaskEngine) or engine.partial
                     inv_trace = 1.0 / engine.traces()
                     engine.configure(inv_trace, 0.05)
-                    solved = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=4,
+                    solved = mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, iterations=mwu.Iterations(0.3, 0.5, 4),
                                        rows_to_score=lambda c: np.arange(1, len(c), 2))  # fmt: skip
                     results.append(solved)
     a, b = results
@@ -726,7 +726,7 @@ def case_predict():
         coef[0, 3] = 0.0
         weights = rng.random((2, plan.n_kernels))
         weights[1, ::3] = 0.0
-        args = (Xq.indptr, Xq.indices, Xq.data, 6, S.indptr, S.indices, S.data, sv_sq, coef, weights, *plan_args(plan))
+        args = (Xq, 6, S, sv_sq, coef, weights, plan_args(plan))
         want = _columns.weighted_kernel_sums(*args)
         got = cuda.weighted_kernel_sums(*args)
         assert np.array_equal(want, got), (kernels, want - got)
@@ -772,7 +772,7 @@ def case_launches():
                 with LocalEngine(cuda_shards.on_device(problem), 1, backend=CUDABackend()) as engine:
                     inv_trace = 1.0 / engine.traces()
                     engine.configure(inv_trace, 0.05)
-                    mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, epsilon=0.3, rho=0.5, n_iter=3,
+                    mwu.solve(engine, inv_trace=inv_trace, ridge=0.05, iterations=mwu.Iterations(0.3, 0.5, 3),
                               selectivity=selectivity, rows_to_score=np.flatnonzero)  # fmt: skip
     finally:
         K.LAUNCH_OBSERVERS.clear()

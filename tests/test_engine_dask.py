@@ -118,7 +118,7 @@ def test_training_scores_read_off_V_are_the_same_bits_in_every_layout(threaded_c
     from mwumkl_dist.data.problems import make_training_input
     from mwumkl_dist.engines.local import LocalEngine
     from mwumkl_dist.solvers.base import score_rows
-    from mwumkl_dist.solvers.mwu.iterate import solve
+    from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
     from mwumkl_dist.solvers.mwu.model import model_attributes
 
     X, y = _data(d=16)  # 192 kernels: three kernel tiles
@@ -129,7 +129,7 @@ def test_training_scores_read_off_V_are_the_same_bits_in_every_layout(threaded_c
         with engine:
             traces = engine.traces()
             engine.configure(1.0 / traces, ridge)
-            result = solve(engine, inv_trace=1.0 / traces, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=40,
+            result = solve(engine, inv_trace=1.0 / traces, ridge=ridge, iterations=Iterations(0.3, 0.5, 40),
                            rows_to_score=lambda counts: np.arange(1, len(counts), 2))  # fmt: skip
             return result, traces
 
@@ -330,7 +330,7 @@ def test_a_superstep_pickles_no_candidate_or_point_and_takes_at_most_two_calls(t
     from mwumkl_dist.core.mwu_rules import Candidate
     from mwumkl_dist.engines import channel
     from mwumkl_dist.kernels.evaluation import SparsePoint
-    from mwumkl_dist.solvers.mwu.iterate import solve
+    from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
 
     X, y = _data(d=8)  # 96 kernels: two kernel tiles, so (1, 2) makes two kernel blocks
     problem = FeatureProblem(X, np.where(y == "yes", 1.0, -1.0), KernelSet("paper-per-feature", X.shape[1]))
@@ -350,7 +350,7 @@ def test_a_superstep_pickles_no_candidate_or_point_and_takes_at_most_two_calls(t
                 monkeypatch.setattr(channel, "encode", encode)
 
         monkeypatch.setattr(engine.pool, "call", spy_call)
-        solve(engine, inv_trace=inv_trace, ridge=0.01, epsilon=0.3, rho=0.5, n_iter=20)
+        solve(engine, inv_trace=inv_trace, ridge=0.01, iterations=Iterations(0.3, 0.5, 20))
     # One call per superstep for row shards; kernel blocks add one fetch of both picked rows.
     assert calls.count("superstep" if layout[1] == 1 else "superstep_scores") == 20
     assert calls.count("fetch_rows") == (0 if layout[1] == 1 else 21)  # + solve's initial_candidates

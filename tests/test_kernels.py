@@ -89,9 +89,7 @@ def test_weighted_kernel_sums(sparse):
     q = as_csr(sp.csr_matrix(Xq) if sparse else Xq)
     sv = as_csr(Xsv)
     sv_sq = _columns.group_sqnorms(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
-    out = _columns.weighted_kernel_sums(
-        q.indptr, q.indices, q.data, D, sv.indptr, sv.indices, sv.data, sv_sq, coef, weights, *plan_args(plan)
-    )
+    out = _columns.weighted_kernel_sums(q, D, sv, sv_sq, coef, weights, plan_args(plan))
     K = explicit_kernels(SPECS, Xq, Xsv)  # (m, n_q, n_sv)
     expected = np.einsum("itj,oj,oi->to", K, coef, weights)
     np.testing.assert_allclose(out, expected, rtol=1e-11, atol=1e-12)

@@ -267,7 +267,7 @@ def _solve_direct(specs, X, y, ridge, eps, rho, n_shards=1, n_iter=None):
     traces = engine.traces()
     engine.configure(1.0 / traces, ridge)
     T = n_iter or mwu.iteration_count(eps, rho, len(y))
-    res = mwu.solve(engine, inv_trace=1.0 / traces, ridge=ridge, epsilon=eps, rho=rho, n_iter=T)
+    res = mwu.solve(engine, inv_trace=1.0 / traces, ridge=ridge, iterations=mwu.Iterations(eps, rho, T))
     return engine, traces, res
 
 

@@ -174,20 +174,20 @@ def test_the_parsers_copies_of_library_names_match_their_owners():
     assert parser.AUTO_TWO_STAGE_POINTS == AUTO_TWO_STAGE_POINTS
     assert parser.SUPPORTED_EXTENSIONS == SUPPORTED_EXTENSIONS
     assert parser.PLOT_KINDS == PLOT_KINDS
-    assert parser.KERNEL_SPEC_HELP == KERNEL_SPEC_HELP, "copy kernels.specs.KERNEL_SPEC_HELP into cli/parser.py"
+    assert parser.KERNEL_SPEC_HELP is KERNEL_SPEC_HELP  # one text (core.kernel_syntax), not a copy
 
 
 def test_a_command_that_loads_long_says_what_it_loads(monkeypatch, capsys):
     import time
 
-    from mwumkl_dist.cli import parser
+    from mwumkl_dist.cli import commands
 
-    monkeypatch.setattr(parser, "LOADING_NOTICE_SECONDS", 0.01)
+    monkeypatch.setattr(commands, "LOADING_NOTICE_SECONDS", 0.01)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    with parser.loading_notice() as notice:
+    with commands.loading_notice() as notice:
         time.sleep(0.5)
     assert notice.said and "mwumkl-dist: loading scikit-learn, numba" in capsys.readouterr().err
-    with parser.loading_notice(quiet=True) as notice:
+    with commands.loading_notice(quiet=True) as notice:
         time.sleep(0.1)
     assert not notice.said
 

@@ -45,9 +45,9 @@ def test_n_shards_auto_is_the_default_everywhere():
     from mwumkl_dist.cli import build_parser
 
     assert MWUMKLClassifier().get_params()["n_shards"] == "auto"
-    assert FitSpec().n_shards == "auto"
-    assert FitSpec.from_params(MWUMKLClassifier().get_params()).n_shards == "auto"
-    assert FitSpec.from_params(MWUMKLClassifier(n_shards=3).get_params()).n_shards == 3
+    assert FitSpec().execution.n_shards == "auto"
+    assert FitSpec.from_params(MWUMKLClassifier().get_params()).execution.n_shards == "auto"
+    assert FitSpec.from_params(MWUMKLClassifier(n_shards=3).get_params()).execution.n_shards == 3
     for bad in (0, -1, 1.5, "all", True):
         with pytest.raises(ValueError, match="n_shards must be"):
             FitSpec.from_params(MWUMKLClassifier(n_shards=bad).get_params())

@@ -174,7 +174,7 @@ def test_engine_solve_is_independent_of_shards():
             assert len(engine.shards) == k
             traces = engine.traces()
             engine.configure(1.0 / traces, 1e-3)
-            res = mwu.solve(engine, inv_trace=1.0 / traces, ridge=1e-3, epsilon=0.25, rho=0.5, n_iter=120)
+            res = mwu.solve(engine, inv_trace=1.0 / traces, ridge=1e-3, iterations=mwu.Iterations(0.25, 0.5, 120))
             results.append(res)
     for res in results[1:]:
         np.testing.assert_allclose(res.alpha, results[0].alpha, rtol=1e-10, atol=0)

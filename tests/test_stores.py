@@ -17,8 +17,9 @@ from conftest import literal
 zarr = pytest.importorskip("zarr")
 
 from mwumkl_dist import MWUMKLClassifier, __version__  # noqa: E402
+from mwumkl_dist.cli import commands  # noqa: E402
 from mwumkl_dist.cli.args import CommandError  # noqa: E402
-from mwumkl_dist.cli.store import add_store_commands  # noqa: E402
+from mwumkl_dist.cli.parser import add_store_commands  # noqa: E402
 from mwumkl_dist.core import partition  # noqa: E402
 from mwumkl_dist.core.mwu_rules import FewIterationsWarning  # noqa: E402
 from mwumkl_dist.data.shards import FeatureShard  # noqa: E402
@@ -242,7 +243,7 @@ def test_kernel_store_from_npy_files(tmp_path):
     for i, k in enumerate((K0, K1)):
         np.save(tmp_path / f"k{i}.npy", k)
     mats = [np.load(tmp_path / f"k{i}.npy", mmap_mode="r") for i in range(2)]
-    store = write_kernel_store(tmp_path / "k.zarr", y, K=mats, chunk_rows=16, kernel_names=["lin", "rbf"])
+    store = write_kernel_store(tmp_path / "k.zarr", y, K=dict(zip(["lin", "rbf"], mats)), chunk_rows=16)
     ref = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3)).fit(np.stack([K0, K1]), y)
     clf = MWUMKLClassifier(kernels="precomputed", **literal(epsilon=0.3), n_shards=2).fit(store)
     _same_model(clf, ref)
@@ -552,7 +553,7 @@ def _run(argv):
     parser = argparse.ArgumentParser(prog="mwumkl-dist")
     add_store_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return commands.run(args)
 
 
 def test_store_commands(tmp_path, capsys):

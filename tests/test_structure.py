@@ -264,7 +264,6 @@ def test_the_summary_names_the_kept_features(structured):
 
 
 def test_a_polished_fold_at_selectivity_0_skips_the_iterations_and_keeps_the_model():
-    from dataclasses import replace
 
     from mwumkl_dist.data.problems import make_training_input
     from mwumkl_dist.solvers.driver import fit_model
@@ -274,9 +273,9 @@ def test_a_polished_fold_at_selectivity_0_skips_the_iterations_and_keeps_the_mod
     kernels = ["linear", "poly:2", "gaussian:0.5", "gaussian:0.3@0-1"]
     spec = FitSpec.from_params(MWUMKLClassifier(kernels, C=10.0, selectivity=0.0, polish=True).get_params())
     data = make_training_input(X, y, kernels, estimator=None)
-    full, none = fit_model(spec, data, seed=0), fit_model(replace(spec, max_iter=0), data, seed=0)
+    full, none = fit_model(spec, data, seed=0), fit_model(spec.with_model(max_iter=0), data, seed=0)
     assert full["n_iter_"] > 0 and none["n_iter_"] == 0
     for name in ("kernel_weights_", "kernel_traces_", "support_", "dual_coef_", "intercept_"):
         np.testing.assert_array_equal(full[name], none[name])
     with pytest.raises(ValueError, match="max_iter=0"):
-        fit_model(replace(spec, max_iter=0, polish=False), data, seed=0)
+        fit_model(spec.with_model(max_iter=0, polish=False), data, seed=0)

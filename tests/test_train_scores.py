@@ -20,7 +20,7 @@ from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.solvers import base
 from mwumkl_dist.solvers.base import score_rows
 from mwumkl_dist.solvers.mwu import solver as mwu_solver
-from mwumkl_dist.solvers.mwu.iterate import solve
+from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
 from mwumkl_dist.solvers.mwu.model import model_attributes
 
 pytestmark = pytest.mark.timeout(300)
@@ -82,7 +82,7 @@ def test_margins_in_V_give_the_predictors_decision_values_on_every_row(n_shards,
     with LocalEngine(data.binary(y_pm), n_shards=n_shards) as engine:
         traces = engine.traces()
         engine.configure(1.0 / traces, ridge)
-        result = solve(engine, inv_trace=1.0 / traces, ridge=ridge, epsilon=0.3, rho=0.5, n_iter=60,
+        result = solve(engine, inv_trace=1.0 / traces, ridge=ridge, iterations=Iterations(0.3, 0.5, 60),
                        rows_to_score=lambda counts: np.arange(len(counts)))  # fmt: skip
     np.testing.assert_array_equal(result.scored_rows, np.arange(len(y)))
     model = model_attributes([result], data, ["rare"], traces)

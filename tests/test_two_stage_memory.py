@@ -96,7 +96,7 @@ def test_a_fit_within_a_small_limit_keeps_its_columns_out_of_memory_and_the_same
     # the limit reaches the shards: a limit that leaves the first level's columns no room (its arrays alone fit)
     limit = budget.LINEAR_STAGE_RESERVE + budget._driver_bytes(16, len(y), budget.PLAN_THREADS) + 4096
     with threads.thread_limit(1):
-        plan = driver.SOLVERS["two-stage"].memory_plan(FitSpec(**{**PARAMS, "memory_limit": limit}), len(y))
+        plan = driver.SOLVERS["two-stage"].memory_plan(FitSpec.of(**PARAMS, memory_limit=limit), len(y))
     est = MWUMKLClassifier(**PARAMS, memory_limit=limit, n_shards=2).fit(X, y)
     assert set(budgets) == {plan.columns_budget // 2} and "memory" not in storages
     assert est.n_components_ <= plan.rank_cap < 20

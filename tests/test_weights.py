@@ -92,7 +92,7 @@ def run_library(problem, ridge, n_iter, n_shards=1, engine=None):
     engine.configure(inv_trace, ridge)
     last = {}
     res = mwu.solve(
-        engine, inv_trace=inv_trace, ridge=ridge, epsilon=EPS, rho=RHO, n_iter=n_iter,
+        engine, inv_trace=inv_trace, ridge=ridge, iterations=mwu.Iterations(EPS, RHO, n_iter),
         on_state=lambda state: last.update(picks=state.picks),
     )  # fmt: skip
     out = {"res": res, "picks": [tuple(map(int, p)) for p in last["picks"]], "counts": engine.alpha_counts()}
@@ -273,7 +273,7 @@ def test_dask_engine_ships_each_block_its_ridge_rows(monkeypatch):
 
             with progress.reporting(drop_a_block), progress.phase("iterations", 60) as step:
                 res = mwu.solve(
-                    engine, inv_trace=inv_trace, ridge=ridge, epsilon=EPS, rho=RHO, n_iter=60,
+                    engine, inv_trace=inv_trace, ridge=ridge, iterations=mwu.Iterations(EPS, RHO, 60),
                     progress=step, callback_every=10,
                 )  # fmt: skip
             assert engine.recoveries == 1

@@ -9,7 +9,7 @@ the iterations done).  ``--debug`` shows the traceback instead.
 
 The package's other modules never import this one: the command line sits on
 top of the library.  The parser (:mod:`.parser`) loads nothing heavy: ``--version``,
-``--help`` and usage errors answer at once, and a command's module is imported when it runs.
+``--help`` and usage errors answer at once, and a command's module is imported when it runs (:mod:`.commands`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import sys
 import warnings
 
+from mwumkl_dist.cli import commands
 from mwumkl_dist.cli.args import PROG, CommandError, UsageError, interrupted_code, signal_name, stop_signals
 from mwumkl_dist.cli.parser import build_parser
 
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings(), stop_signals():  # SIGTERM and SIGHUP: as Ctrl-C
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
-            return int(args.func(args) or 0)
+            return commands.run(args)
     except UsageError as exc:
         return _fail(f"{exc} (see '{PROG} {args.command} --help')", 2)
     except CommandError as exc:

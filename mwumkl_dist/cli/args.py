@@ -225,6 +225,17 @@ def kernel_spec(text: str) -> str:
     return text
 
 
+def device_name(text: str) -> str:
+    """A ``--device`` value: a name in the back-ends' registry (:data:`mwumkl_dist.data.backends.BACKENDS`), so
+    that a new device needs no change here."""
+    # Here, not at the top: the back-ends load numpy, which --help and usage errors do not pay for.
+    from mwumkl_dist.data.backends import BACKENDS
+
+    if text not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(map(repr, BACKENDS))})")
+    return text
+
+
 def existing_file(path: str, option: str) -> str:
     """``path``, or a one-line :class:`CommandError` naming ``option`` when it is a directory or does not exist."""
     if os.path.isdir(path):

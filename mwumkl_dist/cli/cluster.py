@@ -18,11 +18,10 @@ import sys
 import threading
 
 from mwumkl_dist.cli.args import CommandError
-from mwumkl_dist.cli.parser import DEFAULT_PORT, add_cluster_command
 from mwumkl_dist.devices.threads import available_cpus
 from mwumkl_dist.io.atomic import atomic_file
 
-__all__ = ["add_cluster_command", "cmd_cluster", "DEFAULT_PORT"]
+__all__ = ["cmd_cluster"]
 
 
 def _check_port_free(host: str, port: int) -> None:

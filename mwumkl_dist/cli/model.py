@@ -21,7 +21,7 @@ from mwumkl_dist.cli.args import (
     interrupted_code,
     signal_name,
 )
-from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH, PREDICT_OUTPUTS, add_model_commands
+from mwumkl_dist.cli.parser import DEFAULT_KERNELS, POLISH
 from mwumkl_dist.cli.progress import COMPILING_NOTE, PhaseBars, format_rate, numba_cache_is_cold
 from mwumkl_dist.cli.scaling import FeatureScaling, read_model_file, save_model_file
 from mwumkl_dist.cli.store import load_labels, read_npy_kernels
@@ -41,14 +41,11 @@ from mwumkl_dist.solvers.two_stage import AUTO_TWO_STAGE_POINTS, weight_points_f
 from mwumkl_dist.summary import fit_summary, weights_table
 
 __all__ = [
-    "add_model_commands",
     "cmd_demo",
     "cmd_fit",
     "cmd_predict",
     "cmd_evaluate",
     "load_model_or_fail",
-    "DEFAULT_KERNELS",
-    "PREDICT_OUTPUTS",
 ]
 
 #: Largest number of kernel weights printed after ``fit`` (largest first).
@@ -63,22 +60,19 @@ def _check_model_args(args) -> None:
         raise UsageError(f"--epsilon must be below 2 * rho = {2.0 * args.rho:g}, got {args.epsilon:g}")
 
 
+#: The estimator's parameters that ``demo`` and ``fit`` take as they are, from the options of the same name.
+SAME_NAMED_PARAMS = ("kernels", "epsilon", "C", "rho", "selectivity", "max_iter", "scale_C", "n_jobs", "solver",
+                     "n_components", "memory_limit")  # fmt: skip
+
+
+def _device(args) -> str:
+    """``--device``, or the estimator's default device."""
+    return MWUMKLClassifier().device if args.device is None else args.device
+
+
 def _estimator(args, **extra) -> MWUMKLClassifier:
-    return MWUMKLClassifier(
-        kernels=args.kernels,
-        epsilon=args.epsilon,
-        C=args.C,
-        rho=args.rho,
-        selectivity=args.selectivity,
-        max_iter=args.max_iter,
-        scale_C=args.scale_C,
-        polish=POLISH[args.polish],
-        n_jobs=args.n_jobs,
-        solver=args.solver,
-        n_components=args.n_components,
-        memory_limit=args.memory_limit,
-        **extra,
-    )
+    same = {name: getattr(args, name) for name in SAME_NAMED_PARAMS}
+    return MWUMKLClassifier(**same, polish=POLISH[args.polish], **extra)
 
 
 def _count_kernels(spec: str, n_features: int, X=None) -> int:
@@ -327,7 +321,7 @@ def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
         callback=progress,
         callback_every=max(1, n_iter // 1000),
         engine=engine,
-        device=args.device,
+        device=_device(args),
         client=args.scheduler,
         n_shards=args.shards,
         n_kernel_shards=args.kernel_shards,
@@ -374,9 +368,9 @@ def cmd_fit(args) -> int:
         _check_writable(args.checkpoint, "checkpoint", args.overwrite)  # before the data is read
     if args.scheduler is None:  # the device is this machine's (a local or a local Dask fit): checked before the data
         try:
-            backend_named(args.device).check()
+            backend_named(_device(args)).check()
         except RuntimeError as exc:
-            raise CommandError(f"--device {args.device}: {exc}") from None
+            raise CommandError(f"--device {_device(args)}: {exc}") from None
     with exclusive_writer(args.model, "model file"):
         return _fit_and_save(args)
 

@@ -2,17 +2,14 @@
 
 It imports the standard library and :mod:`.args` only, so that ``--version``, ``--help`` and a usage error
 answer at once (about 0.1 s of CPU time, against 1.5-2 s to import scikit-learn, numba and the package);
-each command's module (:mod:`.model`, :mod:`.store`, :mod:`.plot`, :mod:`.cluster`) is imported when the
-command runs, with a notice on a terminal when that takes long. The few names of the library that the
+each command names its handler ``(module, function)``, which :mod:`.commands` imports when the command runs
+(this module imports no command module: they import its constants). The few names of the library that the
 options show are copied here (tests/test_new_user.py checks them against their owners).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
-from collections.abc import Callable
 
 from mwumkl_dist.cli.args import (
     PROG,
@@ -20,6 +17,7 @@ from mwumkl_dist.cli.args import (
     Parser,
     add_zero_based_argument,
     auto_or_positive_int,
+    device_name,
     epsilon_or_auto,
     kernel_spec,
     memory_size,
@@ -29,6 +27,7 @@ from mwumkl_dist.cli.args import (
     positive_int,
     selectivity_choice,
 )
+from mwumkl_dist.core.kernel_syntax import KERNEL_SPEC_HELP
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.devices.threads import available_cpus
 
@@ -62,20 +61,68 @@ AUTO_TWO_STAGE_POINTS = 3001
 SUPPORTED_EXTENSIONS = (".svm", ".svmlight", ".libsvm", ".txt", ".csv", ".tsv", ".npy", ".npz")
 #: :data:`mwumkl_dist.plotting.PLOT_KINDS`
 PLOT_KINDS = ("weights", "path", "features")
-#: :data:`mwumkl_dist.kernels.specs.KERNEL_SPEC_HELP`
-KERNEL_SPEC_HELP = (
-    "comma-separated kernels: 'auto' (the default: the 'scaled' family, and kernels on feature subsets where "
-    "cross-validation finds that a few features carry the signal), 'scaled' (polynomials of degree 1-3 and up "
-    "to 11 Gaussians on all features, widths set from the data's scale), 'scaled-per-feature' (the same per "
-    "feature), 'paper' (the paper's 12, widths 1 to 16), "
-    "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
-    "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "
-    "any closed-form kernel may take '@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', "
-    "'paper@FEATURES' restrict the family"
-)
-#: Seconds a command's modules may take to load before a terminal is told what is loading.
-LOADING_NOTICE_SECONDS = 1.0
+
+
+#: Each command's one-line help and its ``--help`` description (``store KIND``: the store's kinds).
+COMMAND_TEXTS = {
+    "demo": (
+        "fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
+        "Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
+        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
+    ),
+    "fit": (
+        "fit a model on a data file and save it",
+        "Fit a model on a labelled data file and save it. The features are scaled first "
+        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
+        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
+        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
+        "second Ctrl-C aborts.",
+    ),
+    "predict": (
+        "write one predicted label (or scores, or probabilities) per line",
+        "Predict every point of a data file, one line per point. CSV and .npy files may omit the "
+        "label column. The model's feature scaling is applied first.",
+    ),
+    "evaluate": (
+        "print accuracy and error on a labelled data file",
+        "Print the accuracy and error of a model on a labelled data file (after the model's feature scaling).",
+    ),
+    "store": (
+        "write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
+        "Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
+    ),
+    "store data": (
+        "features and labels, chunked by rows",
+        "Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
+        "The features are stored as they are: scale them first if the fit should see scaled data.",
+    ),
+    "store kernels": (
+        "precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
+        "Write precomputed kernels to a kernel store: computed from --input and --kernels, "
+        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
+    ),
+    "store info": (
+        "validate a store and show its metadata",
+        "Validate a store.",
+    ),
+    "plot": (
+        "draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
+        "Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
+        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
+        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
+    ),
+    "cluster": (
+        "start a local Dask cluster (scheduler + workers) that stays up; fit --scheduler ADDRESS uses it",
+        "Start a Dask scheduler and worker processes on this machine and keep them up until Ctrl-C. "
+        "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
+    ),
+}
+
+
+def _command(sub, name: str, parents):
+    """The subparser of command ``name`` (its texts from :data:`COMMAND_TEXTS`) on the subparsers ``sub``."""
+    help, description = COMMAND_TEXTS[name]
+    return sub.add_parser(name.split()[-1], parents=list(parents), help=help, description=description)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +217,13 @@ def _model_options() -> argparse.ArgumentParser:
         "optimum's, 'paper' = the published rule; auto (default): cross-validated with --C auto, else 100",
     )
     group.add_argument("--max-iter", type=positive_int, default=None, metavar="N", help="run N iterations instead of T")
+    _add_solver_options(group)
+    return model
+
+
+def _add_solver_options(group) -> None:
+    """The model options that pick the solver and its budget: ``--polish``, ``--solver``, ``--n-components``,
+    ``--memory-limit``, ``--no-scale-C``."""
     group.add_argument(
         "--polish",
         choices=tuple(POLISH),
@@ -206,33 +260,17 @@ def _model_options() -> argparse.ArgumentParser:
         action="store_false",
         help="use C as the paper does (ridge 1/C) instead of relative to the training size (ridge 1/(C n))",
     )
-    return model
 
 
 def _add_demo(sub, parents):
-    p = sub.add_parser(
-        "demo",
-        parents=parents,
-        help="fit on scikit-learn's breast-cancer data and show the test error and kernel weights",
-        description="Fit on scikit-learn's breast-cancer data (569 points, 30 features; 80/20 split, features "
-        "min-max scaled on the training part) and print the test error, the fit time and the kernel weights.",
-    )
+    p = _command(sub, "demo", parents)
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default 0)")
     _add_n_jobs(p)
-    p.set_defaults(func=_runs(_model, "cmd_demo"))
+    p.set_defaults(handler=("model", "cmd_demo"))
 
 
 def _add_fit(sub, parents):
-    p = sub.add_parser(
-        "fit",
-        parents=parents,
-        help="fit a model on a data file and save it",
-        description="Fit a model on a labelled data file and save it. The features are scaled first "
-        "(fitted on the training file, stored in the model, applied by predict and evaluate): min-max to "
-        "[0, 1] for dense files, divided by the largest |value| of each feature for sparse (svmlight) files, "
-        "which keeps them sparse. Ctrl-C stops the fit and saves the iterations done (exit code 130); a "
-        "second Ctrl-C aborts.",
-    )
+    p = _command(sub, "fit", parents)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="FILE", help="training data (svmlight, CSV, .npy, .npz)")
     add_zero_based_argument(p)
@@ -264,7 +302,12 @@ def _add_fit(sub, parents):
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     _add_n_jobs(p)
-    dist = p.add_argument_group("engine and resilience")
+    _add_engine_options(p.add_argument_group("engine and resilience"))
+    p.set_defaults(handler=("model", "cmd_fit"))
+
+
+def _add_engine_options(dist) -> None:
+    """``fit``'s options of where and how the fit runs: engine, device, Dask, checkpoints."""
     dist.add_argument(
         "--engine",
         choices=["local", "dask"],
@@ -273,9 +316,9 @@ def _add_fit(sub, parents):
     )
     dist.add_argument(
         "--device",
-        choices=["cpu", "cuda"],
-        default="cpu",
-        help="where the supersteps run: the CPU, or an NVIDIA GPU (needs the [gpu] extra; default cpu)",
+        type=device_name,
+        default=None,
+        help="where the supersteps run: cpu (the default), or cuda, an NVIDIA GPU (needs the [gpu] extra)",
     )
     dist.add_argument(
         "--scheduler", metavar="ADDR", help="Dask scheduler address, e.g. tcp://HOST:8786 (implies --engine dask)"
@@ -311,13 +354,12 @@ def _add_fit(sub, parents):
     )
     dist.add_argument("--checkpoint-every", type=positive_int, default=100, metavar="K", help="default 100")
     dist.add_argument("--resume", metavar="PATH", help="continue a fit from its checkpoint (same data and settings)")
-    p.set_defaults(func=_runs(_model, "cmd_fit"))
 
 
-def _model_on_data(sub, parents, name: str, *, help: str, description: str, data_help: str):
+def _model_on_data(sub, parents, name: str, *, data_help: str):
     """A command that applies a saved model to a data file (``--data``) or to precomputed test kernels
     (``--kernels-npy``): ``--model``, ``--zero-based``, ``--n-jobs``."""
-    p = sub.add_parser(name, parents=parents, help=help, description=description)
+    p = _command(sub, name, parents)
     p.add_argument("--model", required=True, metavar="M", help="a model saved by 'fit'")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="FILE", help=data_help)
@@ -334,15 +376,7 @@ def _model_on_data(sub, parents, name: str, *, help: str, description: str, data
 
 
 def _add_predict(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "predict",
-        help="write one predicted label (or scores, or probabilities) per line",
-        description="Predict every point of a data file, one line per point. CSV and .npy files may omit the "
-        "label column. The model's feature scaling is applied first.",
-        data_help="the points to predict",
-    )
+    p = _model_on_data(sub, parents, "predict", data_help="the points to predict")
     p.add_argument(
         "--output",
         choices=PREDICT_OUTPUTS,
@@ -355,21 +389,13 @@ def _add_predict(sub, parents):
     p.add_argument(
         "--output-file", "-o", metavar="OUT", help="write to OUT instead of stdout ('-' or /dev/stdout: stdout)"
     )
-    p.set_defaults(func=_runs(_model, "cmd_predict"))
+    p.set_defaults(handler=("model", "cmd_predict"))
 
 
 def _add_evaluate(sub, parents):
-    p = _model_on_data(
-        sub,
-        parents,
-        "evaluate",
-        help="print accuracy and error on a labelled data file",
-        description="Print the accuracy and error of a model on a labelled data file (after the model's "
-        "feature scaling).",
-        data_help="labelled test data",
-    )
+    p = _model_on_data(sub, parents, "evaluate", data_help="labelled test data")
     p.add_argument("--labels", metavar="FILE", help="the labels of --kernels-npy's points: a 1-d .npy array, or text")
-    p.set_defaults(func=_runs(_model, "cmd_evaluate"))
+    p.set_defaults(handler=("model", "cmd_evaluate"))
 
 
 # ----------------------------------------------------------------------------- store, plot, cluster
@@ -377,35 +403,18 @@ def _add_evaluate(sub, parents):
 
 def add_store_commands(subparsers, parents=()):
     """Add ``store data``, ``store kernels`` and ``store info`` to the ``mwumkl-dist`` parser."""
-    p = subparsers.add_parser(
-        "store",
-        parents=list(parents),
-        help="write training data or precomputed kernels to a Zarr store (for out-of-core fits)",
-        description="Write training data or precomputed kernels to a Zarr store; 'fit --store' reads it.",
-    )
+    p = _command(subparsers, "store", list(parents))
     sub = p.add_subparsers(dest="store_command", metavar="KIND", parser_class=type(p))
-    d = sub.add_parser(
-        "data",
-        parents=list(parents),
-        help="features and labels, chunked by rows",
-        description="Write a data file's features (dense or CSR) and labels to a data store chunked by rows. "
-        "The features are stored as they are: scale them first if the fit should see scaled data.",
-    )
+    d = _command(sub, "store data", list(parents))
     d.add_argument("--input", required=True, metavar="FILE", help="data file (svmlight, CSV, .npy, .npz)")
     add_zero_based_argument(d, "--input")
     d.add_argument("--output", required=True, metavar="DIR.zarr", help="the store directory to create")
     d.add_argument("--chunk-rows", type=positive_int, default=4096, metavar="R", help="rows per chunk (default 4096)")
     d.add_argument("--overwrite", action="store_true", help="replace an existing store")
     d.add_argument("--no-compress", dest="compress", action="store_false", help="store chunks uncompressed")
-    d.set_defaults(func=_runs(_store, "cmd_store_data"))
+    d.set_defaults(handler=("store", "cmd_store_data"))
 
-    k = sub.add_parser(
-        "kernels",
-        parents=list(parents),
-        help="precomputed kernels (m, n, n), from data and a kernel spec or from .npy files",
-        description="Write precomputed kernels to a kernel store: computed from --input and --kernels, "
-        "or read from .npy files (--npy, one (n, n) or (m, n, n) array per file) with --labels.",
-    )
+    k = _command(sub, "store kernels", list(parents))
     src = k.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", metavar="FILE", help="data file to compute the kernels from (with --kernels)")
     src.add_argument("--npy", nargs="+", metavar="K.npy", help="kernel matrices as .npy files (read memory-mapped)")
@@ -418,27 +427,18 @@ def add_store_commands(subparsers, parents=()):
         "--chunk-kernels", type=positive_int, default=None, metavar="M", help="kernels per chunk (default all)"
     )
     k.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    k.set_defaults(func=_runs(_store, "cmd_store_kernels"))
+    k.set_defaults(handler=("store", "cmd_store_kernels"))
 
-    i = sub.add_parser(
-        "info", parents=list(parents), help="validate a store and show its metadata", description="Validate a store."
-    )
+    i = _command(sub, "store info", parents)
     i.add_argument("path", metavar="DIR.zarr", help="a store written by 'store data' or 'store kernels'")
-    i.set_defaults(func=_runs(_store, "cmd_store_info"))
-    p.set_defaults(func=_runs(_store, "_store_usage"))
+    i.set_defaults(handler=("store", "cmd_store_info"))
+    p.set_defaults(handler=("store", "cmd_store_usage"))
     return p
 
 
 def add_plot_command(sub, parents) -> None:
     """Register ``plot MODEL -o FILE`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "plot",
-        parents=parents,
-        help="draw a saved model: kernel weights, the cross-validation path, feature weights (needs matplotlib)",
-        description="Draw a model saved by 'fit': its kernel weights (by width, or feature groups x kernels), the "
-        "cross-validated error of each candidate C and selectivity with one standard error bars, and the "
-        "weight per feature. Needs matplotlib: pip install 'mwumkl-dist[plot]'.",
-    )
+    p = _command(sub, "plot", parents)
     p.add_argument("model", metavar="MODEL", help="a model file saved by 'fit' (.npz)")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the picture to write: .png, .svg, .pdf, ...")
     p.add_argument(
@@ -448,7 +448,7 @@ def add_plot_command(sub, parents) -> None:
         help="which panel: weights, path, features, or all that apply side by side (default)",
     )
     p.add_argument("--dpi", type=positive_int, default=100, help="dots per inch of a raster picture (default 100)")
-    p.set_defaults(func=_runs(_plot, "cmd_plot"))
+    p.set_defaults(handler=("plot", "cmd_plot"))
 
 
 def _port(text: str) -> int:
@@ -509,13 +509,7 @@ def _memory_limit(text: str) -> str | int | float:
 
 def add_cluster_command(sub, parents) -> None:
     """Register ``cluster`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "cluster",
-        parents=parents,
-        help="start a local Dask cluster (scheduler + workers) that stays up; fit --scheduler ADDRESS uses it",
-        description="Start a Dask scheduler and worker processes on this machine and keep them up until Ctrl-C. "
-        "Prints the scheduler's address: pass it to 'fit --scheduler ADDRESS' from another terminal.",
-    )
+    p = _command(sub, "cluster", parents)
     cpus = available_cpus()
     p.add_argument(
         "--workers", type=_bounded_count("workers"), default=2, metavar="N", help="worker processes (default 2)"
@@ -552,66 +546,4 @@ def add_cluster_command(sub, parents) -> None:
         metavar="FILE",
         help="also write the scheduler's address to FILE (one line), once the workers are up: for scripts",
     )
-    p.set_defaults(func=_runs(_cluster, "cmd_cluster"))
-
-
-# ----------------------------------------------------------------------------- the commands, loaded when run
-
-
-def _model():
-    from mwumkl_dist.cli import model
-
-    return model
-
-
-def _store():
-    from mwumkl_dist.cli import store
-
-    return store
-
-
-def _plot():
-    from mwumkl_dist.cli import plot
-
-    return plot
-
-
-def _cluster():
-    from mwumkl_dist.cli import cluster
-
-    return cluster
-
-
-def _runs(module: Callable, name: str) -> Callable:
-    """The handler ``name`` of the command module ``module()`` returns, imported when the command runs."""
-
-    def run(args):
-        with loading_notice(quiet=getattr(args, "quiet", False)):
-            handler = getattr(module(), name)
-        return handler(args)
-
-    run.__name__ = run.__qualname__ = name
-    return run
-
-
-class loading_notice:
-    """Says on a terminal's stderr what loads when loading takes longer than :data:`LOADING_NOTICE_SECONDS`."""
-
-    def __init__(self, quiet: bool = False):
-        self._timer = None if quiet or not sys.stderr.isatty() else threading.Timer(LOADING_NOTICE_SECONDS, self._say)
-        self.said = False
-
-    def _say(self) -> None:
-        self.said = True
-        print(f"{PROG}: loading scikit-learn, numba and the model code ...", file=sys.stderr, flush=True)
-
-    def __enter__(self):
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self._timer is not None:
-            self._timer.cancel()
-        return False
+    p.set_defaults(handler=("cluster", "cmd_cluster"))

@@ -6,11 +6,10 @@ import os
 
 from mwumkl_dist.cli.args import CommandError
 from mwumkl_dist.cli.model import load_model_or_fail
-from mwumkl_dist.cli.parser import add_plot_command
 from mwumkl_dist.io.atomic import atomic_file, check_output_path
 from mwumkl_dist.plotting import MATPLOTLIB_MISSING, plot_model
 
-__all__ = ["add_plot_command", "cmd_plot"]
+__all__ = ["cmd_plot"]
 
 
 def cmd_plot(args) -> int:

@@ -12,13 +12,11 @@ import sys
 import numpy as np
 
 from mwumkl_dist.cli.args import PROG, ZERO_BASED, CommandError, existing_file
-from mwumkl_dist.cli.parser import add_store_commands
 from mwumkl_dist.cli.progress import COMPILING_NOTE, numba_cache_is_cold, progress_bar
 from mwumkl_dist.io.files import load_data
 from mwumkl_dist.io.zarr_format import StoreError, open_store, write_data_store, write_kernel_store
 
 __all__ = [
-    "add_store_commands",
     "cmd_store_data",
     "cmd_store_kernels",
     "cmd_store_info",
@@ -27,7 +25,7 @@ __all__ = [
 ]
 
 
-def _store_usage(args) -> int:
+def cmd_store_usage(args) -> int:
     raise ValueError("choose what to store: 'store data', 'store kernels' or 'store info'")
 
 
@@ -130,8 +128,10 @@ def cmd_store_kernels(args) -> int:
             )  # fmt: skip
         else:
             mats, names = read_npy_kernels(args.npy)
+            if len(set(names)) < len(names):
+                raise ValueError(f"--npy: two files give their kernels the same name ({names}); rename one")
             store = write_kernel_store(
-                args.output, load_labels(args.labels), K=mats, kernel_names=names, chunk_rows=args.chunk_rows,
+                args.output, load_labels(args.labels), K=dict(zip(names, mats)), chunk_rows=args.chunk_rows,
                 chunk_kernels=args.chunk_kernels, overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
     finally:

@@ -239,27 +239,15 @@ class FeatureShard(ShardBase):
         return kernel_diagonal(self.X, self.plan)
 
     def _step(self, ip, iq, p, q, coef):
-        X = self.X
         return _columns.superstep_features(
-            X.indptr,
-            X.indices,
-            X.data,
-            self.y,
-            self.row_offset,
-            self.V,
+            self.X,
+            _columns.RowBlock(self.y, self.row_offset, self.V, self.inv_trace),
             point_entries(p),
             point_entries(q),
-            ip,
-            iq,
-            1.0,
-            -1.0,
-            self.inv_trace,
-            self.picked_ridge(ip, iq),
+            _columns.Pick(ip, iq, 1.0, -1.0, *self.picked_ridge(ip, iq)),
             coef,
-            *self._plan_args,
-            row_sq=self._row_sq,
-            csc=self._csc,
-            dense_t=self._dense_t,
+            self._plan_args,
+            _columns.RowViews(self._row_sq, self._csc, self._dense_t),
             workspace=self._workspace,
         )
 
@@ -304,20 +292,11 @@ class PrecomputedShard(ShardBase):
         return np.ascontiguousarray(np.asarray(self.K[:, :, j]).T)
 
     def _step(self, ip, iq, p, q, coef):
-        ridge_p, ridge_q = self.picked_ridge(ip, iq)
         return _columns.superstep_columns(
-            self.y,
-            self.row_offset,
-            self.V,
+            _columns.RowBlock(self.y, self.row_offset, self.V, self.inv_trace),
             self._column(int(p)),
             self._column(int(q)),
-            ip,
-            iq,
-            1.0,
-            -1.0,
-            self.inv_trace,
-            ridge_p,
-            ridge_q,
+            _columns.Pick(ip, iq, 1.0, -1.0, *self.picked_ridge(ip, iq)),
             coef,
             *self._tiles(),
         )

@@ -1351,7 +1351,6 @@ def write_kernel_store(
     kernels=None,
     chunk_rows: int = 1024,
     chunk_kernels: int | None = None,
-    kernel_names=None,
     source=None,
     overwrite: bool = False,
     progress=None,
@@ -1367,17 +1366,16 @@ def write_kernel_store(
         The store directory to create.
     y : array-like of shape (n,)
         Training labels.
-    K : array-like of shape (m, n, n), or a sequence of m arrays of shape (n, n)
+    K : array-like of shape (m, n, n), a sequence of m arrays of shape (n, n), or a dict of them by name
         Kernel matrices, e.g. ``np.load(file, mmap_mode="r")``; ``K[i][r, j] = K_i(x_r, x_j)``.
-        Read one block of columns at a time.
+        Read one block of columns at a time.  A dict names its kernels (in its order; else
+        ``precomputed[i]``).
     X : array-like or sparse matrix of shape (n, d)
         Training features, with ``kernels`` (a spec string or kernel objects, see :class:`KernelSet`).
     chunk_rows : int, default=1024
         ``R``: rows per chunk; row shards follow these chunks.
     chunk_kernels : int or None
         Kernels per chunk (default: all ``m``, so a shard reads one chunk per column).
-    kernel_names : list of str or None
-        Names for user kernels (default ``precomputed[i]``).
     source : path or None
         The file the data came from (its SHA-256 goes into the metadata).
     overwrite : bool, default=False
@@ -1392,7 +1390,7 @@ def write_kernel_store(
     _check_positive_arg("chunk_kernels", chunk_kernels)
     codes, classes, label_dtype = _encode_labels(y)
     n = len(codes)
-    names, columns, n_features, sha = _kernel_source(K, X, kernels, kernel_names, codes)
+    names, columns, n_features, sha = _kernel_source(K, X, kernels, codes)
     m = len(names)
     if n < 1 or m < 1:
         raise ValueError("need at least one point and one kernel")
@@ -1416,19 +1414,22 @@ def write_kernel_store(
     return KernelStore(path)
 
 
-def _kernel_source(K, X, kernels, kernel_names, codes):
+def _kernel_source(K, X, kernels, codes):
     """``(names, columns, n_features, sha)``: the kernels' names, a column-block reader or evaluator, the number of
     features (None for user kernels) and the SHA-256 of the features and labels (None: hashed as written)."""
     n = len(codes)
     if K is not None:
-        names, columns = _given_kernel_columns(K, n, kernel_names)
+        names, columns = _given_kernel_columns(K, n)
         return names, columns, None, None
     names, columns, Xc = _computed_kernel_columns(X, kernels, n)
     return names, columns, Xc.shape[1], _sha256_arrays(Xc.indptr, Xc.indices, Xc.data, codes)
 
 
-def _given_kernel_columns(K, n: int, kernel_names):
-    """Names and a column-block reader of user kernels ``K`` (``(m, n, n)`` or ``m`` arrays ``(n, n)``)."""
+def _given_kernel_columns(K, n: int):
+    """Names and a column-block reader of user kernels ``K`` (``(m, n, n)``, ``m`` arrays ``(n, n)`` or a dict of
+    them by name)."""
+    kernel_names = list(K) if isinstance(K, dict) else None
+    K = list(K.values()) if isinstance(K, dict) else K
     mats = [K[i] for i in range(len(K))] if not hasattr(K, "ndim") or K.ndim == 3 else None
     if mats is None:
         raise ValueError(f"K must be (m, n, n) or a sequence of (n, n) arrays, got shape {K.shape}")
@@ -1437,9 +1438,7 @@ def _given_kernel_columns(K, n: int, kernel_names):
             shape = getattr(k, "shape", None)
             raise ValueError(f"kernel {i} has shape {shape}, expected ({n}, {n}) for {n} labels")
     m = len(mats)
-    names = list(kernel_names) if kernel_names is not None else [f"precomputed[{i}]" for i in range(m)]
-    if len(names) != m:
-        raise ValueError(f"{len(names)} kernel names for {m} kernels")
+    names = [f"precomputed[{i}]" for i in range(m)] if kernel_names is None else [str(k) for k in kernel_names]
 
     def columns(c0, c1):  # (m, c1 - c0, n): columns c0..c1-1 of each kernel
         out = np.empty((m, c1 - c0, n))

@@ -68,9 +68,9 @@ def as_csr(X) -> sp.csr_matrix:
     return csr
 
 
-def plan_args(plan: KernelPlan) -> tuple:
-    """The plan's arrays in the order the numba kernels take them."""
-    return (
+def plan_args(plan: KernelPlan) -> _columns.PlanArrays:
+    """The plan's arrays in the order the numba kernels take them (the wrappers' one ``plan`` argument)."""
+    return _columns.PlanArrays(
         plan.kind,
         plan.param_a,
         plan.param_b,
@@ -148,7 +148,7 @@ def point_kernel_block(plan: KernelPlan, p, q):
 
     The same numbers the shards' column passes produce for these rows.
     """
-    return _columns.point_kernels(point_entries(p), point_entries(q), *plan_args(plan))
+    return _columns.point_kernels(point_entries(p), point_entries(q), plan_args(plan))
 
 
 def row_group_sqnorms(X: sp.csr_matrix, plan: KernelPlan) -> np.ndarray:
@@ -168,7 +168,7 @@ def kernel_columns(X: sp.csr_matrix, plan: KernelPlan, p, q, row_sq=None) -> tup
     The numbers a superstep adds to ``V`` (before the label, trace and ridge
     factors); ``row_sq`` is :func:`row_group_sqnorms` of ``X`` (computed when None).
     """
-    return _columns.kernel_columns(X.indptr, X.indices, X.data, p, q, *plan_args(plan), row_sq=row_sq)
+    return _columns.kernel_columns(X, p, q, plan_args(plan), row_sq=row_sq)
 
 
 def kernel_column_block(X: sp.csr_matrix, plan: KernelPlan, c0: int, c1: int, row_sq=None) -> np.ndarray:
@@ -192,7 +192,7 @@ def kernel_column_block(X: sp.csr_matrix, plan: KernelPlan, c0: int, c1: int, ro
 
 def kernel_diagonal(X: sp.csr_matrix, plan: KernelPlan) -> np.ndarray:
     """``K_i(x_j, x_j)`` for the CSR rows ``X``, ``(n_rows, m)``."""
-    return _columns.kernel_diagonal(X.indptr, X.indices, X.data, *plan_args(plan))
+    return _columns.kernel_diagonal(X, plan_args(plan))
 
 
 def support_vector_sums(plan: KernelPlan, X, support_vectors, coef, weights, sums=None) -> np.ndarray:
@@ -207,10 +207,8 @@ def support_vector_sums(plan: KernelPlan, X, support_vectors, coef, weights, sum
     # (n_sv, n_groups) in Fortran order: the CPU predictor reads it per group without a transposed copy.
     sv_sq = _columns.group_sqnorms_t(sv.indptr, sv.indices, sv.data, plan.feat_ptr, plan.feat_groups, plan.n_groups).T
     sums = _columns.weighted_kernel_sums if sums is None else sums
-    return sums(
-        Xq.indptr, Xq.indices, Xq.data, plan.n_features, sv.indptr, sv.indices, sv.data, sv_sq,
-        np.ascontiguousarray(coef), np.ascontiguousarray(weights), *plan_args(plan),
-    )  # fmt: skip
+    return sums(Xq, plan.n_features, sv, sv_sq, np.ascontiguousarray(coef), np.ascontiguousarray(weights),
+                plan_args(plan))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- dense blocks

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from mwumkl_dist.core.exact import exact_to_float
+from mwumkl_dist.core.kernel_syntax import KERNEL_SPEC_HELP
 
 __all__ = [
     "KernelSpec",
@@ -519,19 +520,6 @@ def _num(text: str, item: str, cast=parse_number):
         raise ValueError(f"bad number {text!r} in kernel spec {item!r}") from None
 
 
-KERNEL_SPEC_HELP = (
-    "comma-separated kernels: 'auto' (the default: the 'scaled' family, and kernels on feature subsets where "
-    "cross-validation finds that a few features carry the signal), 'scaled' (polynomials of degree 1-3 and up "
-    "to 11 Gaussians on all features, widths set from the data's scale), 'scaled-per-feature' (the same per "
-    "feature), 'paper' (the paper's 12, widths 1 to 16), "
-    "'paper-per-feature' (12 per feature), 'linear', 'poly:DEGREE[:coef0=C]', "
-    "'gaussian:SIGMA' (SIGMA may be written 2^0.5), 'random:COUNT[:size=K][:seed=S][:widths=scaled|paper]' "
-    "(Gaussians on random feature subsets, widths from the data's scale or the paper's); "
-    "any closed-form kernel may take '@FEATURES' (e.g. 'gaussian:2@0-4+7'), and 'scaled@FEATURES', "
-    "'paper@FEATURES' restrict the family"
-)
-
-
 def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataScale] | None = None) -> list:
     """Parse a kernel spec string (see ``KERNEL_SPEC_HELP``) into specs and banks.
 
@@ -592,27 +580,35 @@ def parse_kernels(text: str, n_features: int | None, scale: Callable[[], DataSca
                 raise ValueError(f"kernel spec {raw!r}: expected 'gaussian:SIGMA'")
             out.append(Gaussian(sigma=_num(pos[0], item), features=feats))
         elif name == "random":
-            widths = named.get("widths", "scaled")
-            if len(pos) != 1 or set(named) - {"size", "seed", "widths"} or feats is not None:
+            if feats is not None:
                 raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S][:widths=W]'")
-            if widths not in ("scaled", "paper"):
-                raise ValueError(f"kernel spec {raw!r}: widths must be 'scaled' (the default) or 'paper'")
-            bank = RandomGaussianBank(
-                n_kernels=_num(pos[0], item, int),
-                subset_size=_num(named.get("size", "2"), item, int),
-                seed=_num(named.get("seed", "0"), item, int),
-            )
-            if widths == "scaled":
-                if scale is None:
-                    raise ValueError(
-                        f"kernel spec {raw!r}: a random bank takes its widths from the training data; give concrete "
-                        "kernels, 'widths=paper', or a RandomGaussianBank with its sigmas"
-                    )
-                bank = replace(bank, sigmas=bank_widths(scale(), bank.subset_size))
-            out.append(bank)
+            out.append(_random_bank(pos, named, raw, scale))
         else:
             raise ValueError(f"unknown kernel {name!r} in spec {raw!r}; expected {KERNEL_SPEC_HELP}")
     return out
+
+
+def _random_bank(pos: list, named: dict, raw: str, scale) -> RandomGaussianBank:
+    """The bank of a ``random:COUNT[:size=K][:seed=S][:widths=W]`` item ``raw`` (see :func:`parse_kernels`)."""
+    item = raw.strip().lower()
+    widths = named.get("widths", "scaled")
+    if len(pos) != 1 or set(named) - {"size", "seed", "widths"}:
+        raise ValueError(f"kernel spec {raw!r}: expected 'random:COUNT[:size=K][:seed=S][:widths=W]'")
+    if widths not in ("scaled", "paper"):
+        raise ValueError(f"kernel spec {raw!r}: widths must be 'scaled' (the default) or 'paper'")
+    bank = RandomGaussianBank(
+        n_kernels=_num(pos[0], item, int),
+        subset_size=_num(named.get("size", "2"), item, int),
+        seed=_num(named.get("seed", "0"), item, int),
+    )
+    if widths == "scaled":
+        if scale is None:
+            raise ValueError(
+                f"kernel spec {raw!r}: a random bank takes its widths from the training data; give concrete "
+                "kernels, 'widths=paper', or a RandomGaussianBank with its sigmas"
+            )
+        bank = replace(bank, sigmas=bank_widths(scale(), bank.subset_size))
+    return bank
 
 
 def _no_params(pos, named, item):

@@ -12,7 +12,7 @@ import functools
 import logging
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -216,20 +216,7 @@ def fold_spec(
     """
     if iterations_per_point is not None:
         changes.setdefault("max_iter", max(1, math.ceil(iterations_per_point * n_train)))
-    return replace(
-        spec,
-        polish=polished,
-        scale_C=True,
-        engine="local",
-        n_shards=1,
-        n_kernel_shards=1,
-        checkpoint=None,
-        callback=None,
-        verbose=0,
-        probability=False,
-        solver="mwu",
-        **changes,
-    )
+    return spec.nested(polish=polished, scale_C=True, probability=False, solver="mwu", **changes)
 
 
 def no_iterations_needed(
@@ -296,7 +283,7 @@ def choose_C(
     candidate (a selectivity of :data:`AUTO_SELECTIVITY_GRID`, a group selection, a band of widths, a feature
     structure) with the best cross-validated error.
 
-    A coordinate search: ``C`` first (when ``spec.C`` is "auto"), with ``spec``'s selectivity or, with
+    A coordinate search: ``C`` first (when ``spec.model.C`` is "auto"), with ``spec``'s selectivity or, with
     ``choose_selectivity``, :data:`AUTO_SELECTIVITY_SEARCH_START`; then, with ``choose_selectivity``, each kind
     of :data:`~mwumkl_dist.solvers.candidates.CANDIDATE_KINDS` in turn scores its candidates near that ``C``
     and says by its own rule whether one wins (:meth:`~mwumkl_dist.solvers.candidates.CandidateKind.search`;
@@ -330,8 +317,8 @@ def choose_C(
     -------
     SearchResult
     """
-    given_C = spec.C_per_point(data.n_samples)  # the folds take C relative to their size
-    start = AUTO_SELECTIVITY_START if spec.selectivity == "auto" else spec.selectivity
+    given_C = spec.model.C_per_point(data.n_samples)  # the folds take C relative to their size
+    start = AUTO_SELECTIVITY_START if spec.model.selectivity == "auto" else spec.model.selectivity
     searched = {Selectivity.path_attribute: {}} if choose_selectivity else {}
     cv = data.cross_validation_input(AUTO_C_POINTS, seed)
     if cv is None:
@@ -438,7 +425,7 @@ class _FoldScorer:
         :data:`~mwumkl_dist.kernels.specs.SCREEN_MAX_FEATURES` features: structured candidates are scored, and
         bands of widths beyond the kernel set's."""
         kernel_set = self.cv.kernel_set
-        if not searches_structure(self.spec.kernels) or kernel_set is None or kernel_set.bank is not None:
+        if not searches_structure(self.spec.model.kernels) or kernel_set is None or kernel_set.bank is not None:
             return False
         return 2 <= self.n_features <= SCREEN_MAX_FEATURES
 
@@ -453,7 +440,7 @@ class _FoldScorer:
         from sklearn.model_selection import StratifiedKFold
 
         folds = list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(rows, ys))
-        scoring = score_weights(cv.y, spec.class_weight, sample_weight)  # class_weight: checked by the fit
+        scoring = score_weights(cv.y, spec.model.class_weight, sample_weight)  # class_weight: checked by the fit
         # A kernel that is zero on a fold's training rows (a feature seen in a few rows only) is left
         # out of that fold's fits: it carries nothing there, and its zero trace would stop the fit.
         cv.kernels_with_trace(np.arange(len(cv.y)), check=True)  # a kernel zero on all the data: say so now
@@ -497,7 +484,7 @@ class _FoldScorer:
             for part, _ in parts[i * k : (i + 1) * k]:
                 error += part
             self._losses[C, candidate] = np.concatenate([losses for _, losses in parts[i * k : (i + 1) * k]])
-            if self.spec.verbose:
+            if self.spec.execution.verbose:
                 logger.info("auto: C=%g selectivity=%s cross-validated error %.4f", C, candidate, error)
             out.append(error)
         return out

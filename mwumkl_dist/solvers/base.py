@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -150,7 +150,7 @@ class FitTask:
         """The task of fitting ``data``: weights checked, zero-weight points dropped, classes found."""
         data, kept, sample_weight = drop_zero_weights(data, sample_weight)
         classes = training_classes(data.y)
-        class_weight = check_class_weight(spec.class_weight, classes)
+        class_weight = check_class_weight(spec.model.class_weight, classes)
         return cls(data, classes, one_vs_rest_targets(classes), class_weight, sample_weight, seed, fit, kept, resume,
                    backend=fit_backend(spec))  # fmt: skip
 
@@ -203,7 +203,7 @@ def fit_backend(spec: FitSpec) -> CPUBackend:
     fit, else on the CPU (a Dask driver may have no GPU).  The GPU's decision values are the CPU's bit for bit,
     so the model does not depend on it; at a million kernels the CPU's take minutes.
     """
-    return backend_for(spec.device, spec.engine)
+    return backend_for(spec.execution.device, spec.execution.engine)
 
 
 def score_rows(kernels, kernel_names, n_features_in: int, X, support, support_vectors, dual_coef, raw_weights,
@@ -241,20 +241,20 @@ def fold_decisions(fit: Fitter, spec: FitSpec, cv: TrainingInput, kept, train, t
     what was interrupted): a half-run fold must not count.
     """
     X_train, X_test, kernel_params = cv.fold_data(kept, train, test)
-    spec = replace(spec, **kernel_params)
+    spec = spec.with_model(**kernel_params)
     attributes = _fold_attributes(fit, spec, X_train, cv.y[train], sample_weight, train, doing)
-    return attributes, model_decisions(spec.kernels, attributes, X_test, fit_backend(spec))
+    return attributes, model_decisions(spec.model.kernels, attributes, X_test, fit_backend(spec))
 
 
 def fold_fit(fit: Fitter, spec: FitSpec, cv: TrainingInput, kernels, train, sample_weight, *, doing: str) -> dict:
     """``spec``'s fit on rows ``train`` of ``cv`` with ``kernels``: its attributes, nothing scored (e.g. a
     selection's or a screen's fit, whose weights are all that is wanted).  Run it through :func:`fold_map`."""
     X_train, _, kernel_params = cv.fold_data(kernels, train, train[:0])
-    return _fold_attributes(fit, replace(spec, **kernel_params), X_train, cv.y[train], sample_weight, train, doing)
+    return _fold_attributes(fit, spec.with_model(**kernel_params), X_train, cv.y[train], sample_weight, train, doing)
 
 
 def _fold_attributes(fit: Fitter, spec: FitSpec, X_train, y_train, sample_weight, train, doing: str) -> dict:
-    data = make_training_input(X_train, y_train, spec.kernels, estimator=None)
+    data = make_training_input(X_train, y_train, spec.model.kernels, estimator=None)
     attributes = fit(spec, data, sample_weight=None if sample_weight is None else sample_weight[train])
     if attributes["interrupted_"]:
         raise FitInterrupted(f"interrupted while {doing}; nothing was fitted")

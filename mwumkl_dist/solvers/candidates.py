@@ -11,7 +11,7 @@ and how its candidates are saved in a model file.  Every consumer (the search, t
 two-stage fit, the model files, the summary, the plots) loops over :data:`CANDIDATE_KINDS`; a new kind is
 one class (in a module of its own) and one line in that registry.
 
-A non-plain candidate travels in :attr:`FitSpec.candidate <mwumkl_dist.solvers.spec.FitSpec.candidate>`
+A non-plain candidate travels in :attr:`ModelSettings.candidate <mwumkl_dist.solvers.spec.ModelSettings.candidate>`
 (with the refit's ``C`` as ``C``); :func:`kind_of` is the one place that tells the kinds' values apart.
 """
 
@@ -225,7 +225,7 @@ class Selectivity(CandidateKind):
 
     @classmethod
     def refit(cls, solver, spec, task, candidate, attrs):
-        raise TypeError("a plain selectivity is no refit: it travels in FitSpec.selectivity")
+        raise TypeError("a plain selectivity is no refit: it travels in ModelSettings.selectivity")
 
     @classmethod
     def summary_line(cls, model) -> str | None:
@@ -326,8 +326,8 @@ class GroupSelectionKind(CandidateKind):
         """The selection fit, then the model on the kept groups' kernels (the others get weight 0)."""
         data = task.data
         kernels = list(data.kernels)
-        chooser = replace(spec, C=candidate.C, scale_C=True, selectivity=candidate.selectivity, candidate=None,
-                          solver="mwu", probability=False, checkpoint=None, callback=None, verbose=0)  # fmt: skip
+        chooser = FitSpec(replace(spec.model, C=candidate.C, scale_C=True, selectivity=candidate.selectivity,
+                                  candidate=None, solver="mwu", probability=False), spec.execution.quiet())  # fmt: skip
         with progress.stage("group selection fit"):
             chosen = task.fit(chooser, data, seed=task.seed, sample_weight=task.sample_weight)
         mask = selected_mask(kernels, chosen["kernel_weights_"], candidate.keep, candidate.top)
@@ -371,7 +371,7 @@ class WidthBandKind(CandidateKind):
         """Bands at ``C`` and :data:`AUTO_BAND_C_FACTORS` times it (``kernels="auto"``: then their neighbours); the
         best wins when better than the best other candidate by more than their paired standard error."""
         scorer = state.scorer
-        bands = cls._bands(scorer) if scorer.spec.width_bands else []
+        bands = cls._bands(scorer) if scorer.spec.model.width_bands else []
         if not bands:
             return
         others = state.scored()  # groups and bands never both apply: one feature group against several
@@ -691,8 +691,8 @@ def _refit_on_own_kernels(solver, spec, task, kernels, described: dict, candidat
 
 def _refit_spec(spec: FitSpec, attrs: dict, n: int) -> FitSpec:
     """A refit's specification: the chosen ``C`` (size-relative), selectivity 0, no candidate."""
-    relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n
-    return replace(spec, C=relative_C, scale_C=True, selectivity=0.0, candidate=None)
+    relative_C = attrs["C_"] if spec.model.scale_C else attrs["C_"] / n
+    return spec.with_model(C=relative_C, scale_C=True, selectivity=0.0, candidate=None)
 
 
 def _kept_from_search(attrs: dict, refit: dict) -> dict:

@@ -69,13 +69,13 @@ def resolve_solver(spec: FitSpec, data: TrainingInput, *, resume=None) -> str:
     checkpoint; either engine and device) and the fit does not resume an MWU checkpoint; else the
     MWU fit.  A named solver that cannot run is a ValueError naming why.
     """
-    if spec.solver == "auto":
+    if spec.model.solver == "auto":
         two_stage = SOLVERS["two-stage"].blocker(spec, data, resume=resume) is None
         return "two-stage" if two_stage and data.n_samples >= AUTO_TWO_STAGE_POINTS else "mwu"
-    blocker = SOLVERS[spec.solver].blocker(spec, data, resume=resume)
+    blocker = SOLVERS[spec.model.solver].blocker(spec, data, resume=resume)
     if blocker is not None:
-        raise ValueError(f'solver="{spec.solver}" is not available for {blocker}')
-    return spec.solver
+        raise ValueError(f'solver="{spec.model.solver}" is not available for {blocker}')
+    return spec.model.solver
 
 
 #: Blockers of the two-stage fit that are no choice of the user's (``solver="auto"`` says nothing of them).
@@ -89,7 +89,7 @@ def solver_note(spec: FitSpec, data: TrainingInput, *, resume=None) -> str | Non
     two-stage fit; a setting that rules it out (a checkpoint, ``C=inf``) makes it the MWU
     fit on all the rows, a much longer fit: the user should hear of it.
     """
-    if spec.solver != "auto" or data.n_samples < AUTO_TWO_STAGE_POINTS:
+    if spec.model.solver != "auto" or data.n_samples < AUTO_TWO_STAGE_POINTS:
         return None
     blocker = SOLVERS["two-stage"].blocker(spec, data, resume=resume)
     if blocker is None or blocker.startswith(_SILENT_BLOCKERS):
@@ -115,7 +115,7 @@ def fit_model(
         indexes all training points), the others get ``C_j = C_eff * w_j``.
     seed : int or None
         For the random choices (``C="auto"``'s folds and sample, ``probability``'s
-        folds, the two-stage subsample and landmarks); None: drawn from ``spec.random_state``.
+        folds, the two-stage subsample and landmarks); None: drawn from ``spec.model.random_state``.
     resume : path or None
         An MWU checkpoint to continue from.
     nested : bool
@@ -127,10 +127,11 @@ def fit_model(
 
 
 def progress_sink(spec: FitSpec):
-    """Where a fit's progress goes (:mod:`mwumkl_dist.core.progress`): ``spec.callback`` and, with ``verbose``,
-    the ``mwumkl_dist`` logger; None when neither is set.  Only the callback's answer (True: stop) counts."""
-    log = progress.LogSink(logger) if spec.verbose else None
-    callback = spec.callback
+    """Where a fit's progress goes (:mod:`mwumkl_dist.core.progress`): the execution's ``callback`` and, with
+    ``verbose``, the ``mwumkl_dist`` logger; None when neither is set.  Only the callback's answer (True: stop)
+    counts."""
+    log = progress.LogSink(logger) if spec.execution.verbose else None
+    callback = spec.execution.callback
     if log is None:
         return callback
     if callback is None:
@@ -144,7 +145,7 @@ def progress_sink(spec: FitSpec):
 
 
 def _fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight, seed, resume, nested) -> dict:
-    seed = auto.random_seed(spec.random_state) if seed is None else seed
+    seed = auto.random_seed(spec.model.random_state) if seed is None else seed
     solver = SOLVERS[resolve_solver(spec, data, resume=resume)]
     note = None if nested else solver_note(spec, data, resume=resume)
     if note is not None:  # said before the (long) fit, and kept with the model
@@ -182,12 +183,12 @@ def _fit_model(spec: FitSpec, data: TrainingInput, *, sample_weight, seed, resum
 @contextlib.contextmanager
 def cluster_client(spec: FitSpec):
     """The Dask client of an ``engine="dask"`` fit (None for the local engine), closed after if opened here."""
-    if spec.engine != "dask":
+    if spec.execution.engine != "dask":
         yield None
         return
     from mwumkl_dist.engines.dask import connect_client
 
-    client, owns_client = connect_client(spec.client, timeout=spec.scheduler_timeout)
+    client, owns_client = connect_client(spec.execution.client, timeout=spec.execution.scheduler_timeout)
     try:
         _say_if_no_workers(client, spec)
         yield client
@@ -206,13 +207,13 @@ def _say_if_no_workers(client, spec: FitSpec) -> None:
         logger.warning(
             "the Dask scheduler at %s has no workers yet; the fit waits up to %g s (worker_timeout) for them",
             getattr(client.scheduler, "address", "?"),
-            spec.worker_timeout,
+            spec.execution.worker_timeout,
         )
 
 
 def probability_input(spec: FitSpec, data: TrainingInput, seed: int):
     """The in-memory data ``probability=True`` calibrates on (None without it); refused before any fitting."""
-    if not spec.probability:
+    if not spec.model.probability:
         return None
     cv = data.cross_validation_input(auto.AUTO_C_POINTS, seed)
     if cv is None:
@@ -253,7 +254,7 @@ def platt_scaling(spec: FitSpec, cv: TrainingInput, classes, calibration: Calibr
         train, test = rows[split[0]], rows[split[1]]
         kernels = cv.kernels_with_trace(train)
         skip = auto.no_iterations_needed(calibration.polished, calibration.iterations_per_point,
-                                         chosen.get("selectivity", spec.selectivity), len(train),
+                                         chosen.get("selectivity", spec.model.selectivity), len(train),
                                          getattr(kernels, "n_kernels", None) or len(kernels),
                                          candidate=calibration.candidate)  # fmt: skip
         fold = auto.fold_spec(spec, polished=calibration.polished, n_train=len(train), C=calibration.C,
@@ -289,7 +290,7 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
     cross-validated error or ``train_scores`` are not checked.
     """
     y = task.data.y
-    weights = score_weights(y, spec.class_weight, task.sample_weight)
+    weights = score_weights(y, spec.model.class_weight, task.sample_weight)
     majority = min(weighted_error(np.full(len(y), c), y, weights) for c in task.classes)
     paths = [error for name in path_attributes() for error in attrs.get(name, {}).values()]
     if paths:
@@ -304,7 +305,7 @@ def check_against_majority(spec: FitSpec, task: FitTask, attrs: dict, train_scor
             if scoring is None:
                 return
             X, support = scoring
-            decisions = model_decisions(spec.kernels, {**attrs, "support_": support}, X, task.backend)
+            decisions = model_decisions(spec.model.kernels, {**attrs, "support_": support}, X, task.backend)
         error = weighted_error(
             predicted_labels(task.classes, decisions), y[rows], None if weights is None else weights[rows]
         )

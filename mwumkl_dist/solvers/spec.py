@@ -1,13 +1,21 @@
-"""The fit specification: the estimator's parameters, validated once, as a frozen dataclass.
+"""The fit specification: the estimator's parameters, validated once, as frozen dataclasses.
 
 :class:`~mwumkl_dist.estimator.MWUMKLClassifier` turns its parameters into a :class:`FitSpec`
 (:meth:`FitSpec.from_params`) at the start of ``fit``; the solvers, the automatic choices, the
-calibration and the weight stage take the specification, never the estimator. A nested fit (a
-cross-validation fold, the two-stage weight stage) narrows it with :func:`dataclasses.replace`.
+calibration and the weight stage take the specification, never the estimator.  A specification is two
+parts, as Falkon keeps its hyper-parameters apart from its ``FalkonOptions``:
 
-Each parameter has one checker in :data:`PARAMETER_CONSTRAINTS` (scikit-learn's
-``_parameter_constraints`` habit: one declarative table, checked in one place); the few rules
-that tie two parameters together are in :meth:`FitSpec.from_params`.
+- :class:`ModelSettings`, what decides the model (kernels, ``C``, ``epsilon``, selectivity, polish, seed,
+  ...): two fits with the same settings give the same model;
+- :class:`ExecutionOptions`, how the fit runs (engine, device, client, shards, threads, memory, checkpoint,
+  timeouts, progress): they change where and how fast a model is fitted, never the model.
+
+A nested fit (a cross-validation fold, the two-stage weight stage) changes a few model settings and runs
+locally (:meth:`FitSpec.nested`).
+
+Each part checks its own parameters, one checker each in its ``CONSTRAINTS`` table (scikit-learn's
+``_parameter_constraints`` habit: one declarative table, checked in one place), and the few rules that
+tie two of its parameters together (:meth:`ModelSettings.checked`, :meth:`ExecutionOptions.checked`).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -26,7 +35,15 @@ from mwumkl_dist.devices.threads import resolve_n_jobs
 from mwumkl_dist.io.atomic import check_output_path
 from mwumkl_dist.io.checkpoint import is_checkpoint_file
 
-__all__ = ["FitSpec", "PARAMETER_CONSTRAINTS", "SOLVER_NAMES", "check_selectivity", "check_solver"]
+__all__ = [
+    "ExecutionOptions",
+    "FitSpec",
+    "ModelSettings",
+    "PARAMETER_CONSTRAINTS",
+    "SOLVER_NAMES",
+    "check_selectivity",
+    "check_solver",
+]
 
 #: The values of the ``solver`` parameter.
 SOLVER_NAMES = ("auto", "mwu", "two-stage")
@@ -204,77 +221,45 @@ def _unchecked(value):
     return value
 
 
-#: One checker per parameter, in the order the estimator validates them: each returns the value the
-#: specification holds (``"auto"`` becomes None for ``epsilon`` and ``C``) or raises naming the parameter.
-PARAMETER_CONSTRAINTS: dict[str, Callable] = {
-    "rho": _rho,
-    "selectivity": check_selectivity,
-    "solver": check_solver,
-    "epsilon": _auto_or_real("epsilon"),
-    "C": _C,
-    "max_iter": _max_iter,
-    "engine": _one_of("engine", ("local", "dask")),
-    "device": _one_of("device", tuple(BACKENDS)),
-    "n_shards": _n_shards,
-    "n_kernel_shards": _positive_int("n_kernel_shards"),
-    "callback_every": _positive_int("callback_every"),
-    "checkpoint_every": _positive_int("checkpoint_every"),
-    "n_jobs": _n_jobs,
-    "worker_timeout": _worker_timeout,
-    "superstep_timeout": _superstep_timeout,
-    "callback": _callback,
-    "polish": _polish,
-    "n_components": _n_components,
-    "probability": _probability,
-    "class_weight": _class_weight,
-    "memory_limit": _memory_limit,
-    "kernels": _unchecked,  # checked with the data (make_training_input)
-    "scale_C": _scale_C,
-    "client": _unchecked,
-    "checkpoint": _checkpoint,
-    "scheduler_timeout": _scheduler_timeout,
-    "verbose": _unchecked,
-    "random_state": _unchecked,  # checked when a seed is drawn (random_seed)
-}
-
-
 @dataclass(frozen=True)
-class FitSpec:
-    """What a fit runs with: the estimator's parameters, validated.
+class ModelSettings:
+    """What decides the model: the estimator's hyper-parameters, validated.
 
     ``epsilon``, ``C`` and ``n_components`` are numbers, or None for ``"auto"``; ``selectivity`` is
-    "auto", "paper", "exact" or a float; everything else is as the estimator
-    documents it.  Nested fits derive theirs with :func:`dataclasses.replace`.
+    "auto", "paper", "exact" or a float; everything else is as the estimator documents it.
     """
 
-    kernels: object = "paper"
+    #: One checker per parameter: each returns the value the settings hold (``"auto"`` becomes None for
+    #: ``epsilon``, ``C`` and ``n_components``) or raises naming the parameter.
+    CONSTRAINTS: ClassVar[dict[str, Callable]] = {
+        "rho": _rho,
+        "selectivity": check_selectivity,
+        "solver": check_solver,
+        "epsilon": _auto_or_real("epsilon"),
+        "C": _C,
+        "max_iter": _max_iter,
+        "polish": _polish,
+        "n_components": _n_components,
+        "probability": _probability,
+        "class_weight": _class_weight,
+        "kernels": _unchecked,  # checked with the data (make_training_input)
+        "scale_C": _scale_C,
+        "random_state": _unchecked,  # checked when a seed is drawn (random_seed)
+    }
+
+    kernels: object = "auto"
     epsilon: float | None = None
     C: float | None = None
     rho: float = 0.5
     selectivity: object = "auto"
     max_iter: int | None = None
     scale_C: bool = True
-    engine: str = "local"
-    device: str = "cpu"
-    client: object = None
-    n_shards: int | str = "auto"
-    n_kernel_shards: int = 1
-    n_jobs: int | None = None
-    checkpoint: object = None
-    checkpoint_every: int = 100
-    scheduler_timeout: float = 10.0
-    worker_timeout: float = 600.0
-    superstep_timeout: float | None = None
-    callback: Callable | None = None
-    callback_every: int = 100
-    verbose: int = 0
     polish: object = "auto"
     random_state: object = 0
     class_weight: object = None
     probability: bool = False
     solver: str = "auto"
     n_components: int | None = None
-    memory_limit: object = "auto"
     #: Not a parameter: the search candidate the fit refits at ``C`` (a group selection, a band of widths, a
     #: feature structure: :mod:`mwumkl_dist.solvers.candidates`), chosen by ``C="auto"``'s search or handed to a
     #: nested fit (probabilities' folds); None: a plain fit at ``selectivity``. It needs a given ``C``.
@@ -284,13 +269,11 @@ class FitSpec:
     width_bands: bool = True
 
     @classmethod
-    def from_params(cls, params: dict) -> FitSpec:
-        """The specification of an estimator's ``get_params()``; raises on any bad parameter."""
-        values = {name: check(params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
+    def checked(cls, params: dict) -> ModelSettings:
+        """The settings of an estimator's parameters (extra keys ignored); raises on any bad one."""
+        values = {name: check(params[name]) for name, check in cls.CONSTRAINTS.items()}
         if values["epsilon"] is not None:
             eps_prime(values["epsilon"], values["rho"])  # validates 0 < epsilon < 2 rho
-        if values["engine"] == "local" and values["n_kernel_shards"] != 1:
-            raise ValueError("n_kernel_shards needs engine='dask' (the local engine shards rows only)")
         if values["polish"] is True and values["C"] is not None and np.isinf(values["C"]):
             raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
         return cls(**values)
@@ -300,3 +283,97 @@ class FitSpec:
         if self.C is None:
             return None
         return float(self.C) if self.scale_C else float(self.C) / n_samples
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """How a fit runs: engine, device, shards, threads, memory, checkpoint, timeouts and progress, validated.
+
+    None of them changes the model (the engines and devices give the same bits); ``n_shards`` may be "auto".
+    """
+
+    #: One checker per option: each returns the value the options hold or raises naming the parameter.
+    CONSTRAINTS: ClassVar[dict[str, Callable]] = {
+        "engine": _one_of("engine", ("local", "dask")),
+        "device": _one_of("device", tuple(BACKENDS)),
+        "n_shards": _n_shards,
+        "n_kernel_shards": _positive_int("n_kernel_shards"),
+        "callback_every": _positive_int("callback_every"),
+        "checkpoint_every": _positive_int("checkpoint_every"),
+        "n_jobs": _n_jobs,
+        "worker_timeout": _worker_timeout,
+        "superstep_timeout": _superstep_timeout,
+        "callback": _callback,
+        "memory_limit": _memory_limit,
+        "client": _unchecked,
+        "checkpoint": _checkpoint,
+        "scheduler_timeout": _scheduler_timeout,
+        "verbose": _unchecked,
+    }
+
+    engine: str = "local"
+    device: str = "cpu"
+    client: object = None
+    n_shards: int | str = "auto"
+    n_kernel_shards: int = 1
+    n_jobs: int | None = None
+    memory_limit: object = "auto"
+    checkpoint: object = None
+    checkpoint_every: int = 100
+    scheduler_timeout: float = 10.0
+    worker_timeout: float = 600.0
+    superstep_timeout: float | None = None
+    callback: Callable | None = None
+    callback_every: int = 100
+    verbose: int = 0
+
+    @classmethod
+    def checked(cls, params: dict) -> ExecutionOptions:
+        """The options of an estimator's parameters (extra keys ignored); raises on any bad one."""
+        values = {name: check(params[name]) for name, check in cls.CONSTRAINTS.items()}
+        if values["engine"] == "local" and values["n_kernel_shards"] != 1:
+            raise ValueError("n_kernel_shards needs engine='dask' (the local engine shards rows only)")
+        return cls(**values)
+
+    def local(self) -> ExecutionOptions:
+        """These options for a nested fit in this process (the two-stage weight stage, a fold): one shard, no
+        checkpoint; the fit's own callback and logging."""
+        return replace(self, engine="local", n_shards=1, n_kernel_shards=1, checkpoint=None)
+
+    def quiet(self) -> ExecutionOptions:
+        """These options for a nested fit that reports nothing and keeps no checkpoint (a fold, a selection)."""
+        return replace(self, checkpoint=None, callback=None, verbose=0)
+
+
+#: Every parameter's checker, the model's then the execution's (:attr:`ModelSettings.CONSTRAINTS`,
+#: :attr:`ExecutionOptions.CONSTRAINTS`).
+PARAMETER_CONSTRAINTS: dict[str, Callable] = {**ModelSettings.CONSTRAINTS, **ExecutionOptions.CONSTRAINTS}
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """What a fit runs with: the model's settings and the execution's options, validated."""
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    execution: ExecutionOptions = field(default_factory=ExecutionOptions)
+
+    @classmethod
+    def from_params(cls, params: dict) -> FitSpec:
+        """The specification of an estimator's ``get_params()``; raises on any bad parameter."""
+        return cls(ModelSettings.checked(params), ExecutionOptions.checked(params))
+
+    @classmethod
+    def of(cls, **params) -> FitSpec:
+        """A specification from keyword parameters, unchecked (for tests): each goes to its part."""
+        model_names = {f.name for f in fields(ModelSettings)}
+        model = {k: v for k, v in params.items() if k in model_names}
+        return cls(ModelSettings(**model), ExecutionOptions(**{k: v for k, v in params.items() if k not in model}))
+
+    def with_model(self, **changes) -> FitSpec:
+        """This specification with model settings ``changes``, the same execution."""
+        return replace(self, model=replace(self.model, **changes))
+
+    def nested(self, **changes) -> FitSpec:
+        """The specification of a cross-validation fold's fit: model settings ``changes``, run locally and
+        quietly (:meth:`ExecutionOptions.local`, :meth:`ExecutionOptions.quiet`)."""
+        return FitSpec(replace(self.model, **changes), self.execution.local().quiet())

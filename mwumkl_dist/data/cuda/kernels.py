@@ -80,13 +80,7 @@ if SIMULATED:
         return math.ldexp(1.0, int(k))
 
     # The host rules' sinh and exp (numpy's, on one value: the same bits as on a whole array).
-    @cuda.jit(device=True)
-    def _sinh(x):
-        return np.sinh(x)
-
-    @cuda.jit(device=True)
-    def _rule_exp(x):
-        return np.exp(x)
+    _SINH, _EXP = np.sinh, np.exp
 
 else:  # pragma: no cover - needs a GPU
     from numba.cuda import libdevice
@@ -101,13 +95,17 @@ else:  # pragma: no cover - needs a GPU
         # 2**k for a normal exponent, built from its bits as _exp_into does.
         return libdevice.longlong_as_double((k + 1023) << 52)
 
-    @cuda.jit(device=True)
-    def _sinh(x):
-        return math.sinh(x)
+    _SINH, _EXP = math.sinh, math.exp
 
-    @cuda.jit(device=True)
-    def _rule_exp(x):
-        return math.exp(x)
+
+@cuda.jit(device=True)
+def _sinh(x):
+    return _SINH(x)
+
+
+@cuda.jit(device=True)
+def _rule_exp(x):
+    return _EXP(x)
 
 
 def launch(n_work: int) -> tuple[int, int]:

@@ -16,8 +16,7 @@ from mwumkl_dist.kernels.specs import KernelPlan
 __all__ = ["weighted_kernel_sums"]
 
 
-def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_sq, coef, weights,
-                         kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, *,
+def weighted_kernel_sums(X, n_features, support_vectors, sv_sq, coef, weights, plan, *,
                          max_block_bytes: int | None = None):  # fmt: skip
     """:func:`mwumkl_dist.devices.cpu.weighted_kernel_sums` on the GPU: the same arguments, the same numbers.
 
@@ -26,19 +25,20 @@ def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indice
     """
     k = _kernels()
     cuda = check_device()
-    n = len(indptr) - 1
+    n = len(X.indptr) - 1
     d = int(n_features)
-    G = int(n_groups)
+    plan = KernelPlan(*_columns.PlanArrays.of(plan), d)
+    G = plan.n_groups
     weights = np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64)
     coef = np.ascontiguousarray(np.atleast_2d(coef), dtype=np.float64)
     n_out = weights.shape[0]
     out = np.zeros((n, n_out))
-    n_sv = len(sv_indptr) - 1
+    n_sv = len(support_vectors.indptr) - 1
     if n == 0 or n_sv == 0:
         return out
-    rows = sp.csr_matrix((data, indices, indptr), shape=(n, d))
-    sv = sp.csr_matrix((sv_data, sv_indices, sv_indptr), shape=(n_sv, d)).toarray()
-    plan = KernelPlan(kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, G, d)
+    rows = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(n, d))
+    sv = sp.csr_matrix((support_vectors.data, support_vectors.indices, support_vectors.indptr), shape=(n_sv, d))
+    sv = sv.toarray()
     host = _plan_host(plan)
     fixed = sv.nbytes + 8 * n_sv * G + coef.nbytes + weights.nbytes + sum(a.nbytes for a in host.values())
     per_row = 8 * (d + G + n_out)

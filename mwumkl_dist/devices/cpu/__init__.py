@@ -73,18 +73,30 @@ from __future__ import annotations
 
 from mwumkl_dist.devices.cpu import blocks, columns, exp, groups, predict, superstep
 from mwumkl_dist.devices.cpu import pool as pool  # the threads (tests set its PARALLEL_MIN_WORK)
-from mwumkl_dist.devices.cpu.blocks import SuperstepWorkspace, superstep_workspace, value_plan
+from mwumkl_dist.devices.cpu.blocks import PlanArrays, SuperstepWorkspace, superstep_workspace, value_plan
 from mwumkl_dist.devices.cpu.columns import kernel_columns, kernel_diagonal, point_kernels
 from mwumkl_dist.devices.cpu.exp import EXP_CONSTANTS, exp_block
 from mwumkl_dist.devices.cpu.groups import group_features, group_sqnorms, group_sqnorms_t
 from mwumkl_dist.devices.cpu.pool import PARALLEL_MIN_WORK, parallel, threads_for
 from mwumkl_dist.devices.cpu.predict import weighted_kernel_sums
-from mwumkl_dist.devices.cpu.superstep import dense_copy, point_entries, superstep_columns, superstep_features
+from mwumkl_dist.devices.cpu.superstep import (
+    Pick,
+    RowBlock,
+    RowViews,
+    dense_copy,
+    point_entries,
+    superstep_columns,
+    superstep_features,
+)
 from mwumkl_dist.devices.threads import current_threads as get_num_threads
 from mwumkl_dist.devices.threads import limit_threads as thread_limit
 from mwumkl_dist.devices.threads import set_num_threads
 
 __all__ = [
+    "PlanArrays",
+    "Pick",
+    "RowBlock",
+    "RowViews",
     "kernel_columns",
     "kernel_diagonal",
     "superstep_features",

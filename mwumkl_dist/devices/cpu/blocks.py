@@ -6,6 +6,8 @@ Part of :mod:`mwumkl_dist.devices.cpu` (see its docstring for how the kernels ar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -14,7 +16,29 @@ from mwumkl_dist.devices.cpu.exp import _exp_into
 from mwumkl_dist.devices.cpu.groups import _group_features
 from mwumkl_dist.devices.cpu.options import _OPTS
 
-__all__ = ["superstep_workspace", "SuperstepWorkspace", "value_plan"]
+__all__ = ["PlanArrays", "superstep_workspace", "SuperstepWorkspace", "value_plan"]
+
+
+class PlanArrays(NamedTuple):
+    """A kernel plan's arrays in the order the numba kernels take them (:class:`mwumkl_dist.kernels.KernelPlan`'s
+    fields, :func:`mwumkl_dist.kernels.evaluation.plan_args`): one argument of the Python wrappers, which unpack it
+    for their kernels."""
+
+    kind: np.ndarray
+    pa: np.ndarray
+    pb: np.ndarray
+    grp: np.ndarray
+    square_of: np.ndarray
+    order: np.ndarray
+    feat_ptr: np.ndarray
+    feat_groups: np.ndarray
+    n_groups: int
+
+    @classmethod
+    def of(cls, arrays) -> PlanArrays:
+        """``arrays`` (nine, in this order) as plan arrays, ``n_groups`` an int (the kernels take it as one)."""
+        *head, n_groups = arrays
+        return cls(*head, int(n_groups))
 
 
 @njit(**_OPTS)

@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from mwumkl_dist.devices.cpu.blocks import (
+    PlanArrays,
     _block_dist2,
     _block_dots,
     _block_size,
@@ -66,24 +67,20 @@ def _columns_impl(indptr, indices, data, row_sq, p, q, kind, pa, pb, grp, square
     return colp, colq
 
 
-def kernel_columns(
-    indptr, indices, data, p, q, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, row_sq=None
-):
+def kernel_columns(X, p, q, plan: PlanArrays, row_sq=None):
     """Raw kernel values ``K_i(x_j, p)`` and ``K_i(x_j, q)`` as two ``(n_rows, m)`` arrays.
 
-    The same numbers :func:`superstep_features` adds to ``V`` (before the
-    label, trace and ridge factors).
+    ``X``: the rows, CSR (``indptr``, ``indices``, ``data``); ``plan``: :class:`PlanArrays`. The same numbers
+    :func:`superstep_features` adds to ``V`` (before the label, trace and ridge factors).
     """
-    n_groups = int(n_groups)
+    plan = PlanArrays.of(plan)
     if row_sq is None:
-        row_sq = group_sqnorms(indptr, indices, data, feat_ptr, feat_groups, n_groups)
-    return _columns_impl(
-        indptr, indices, data, row_sq, _as_f64(p), _as_f64(q), kind, pa, pb, grp, square_of, order, feat_ptr,
-        feat_groups, n_groups, _block_size(len(kind)),
-    )  # fmt: skip
+        row_sq = group_sqnorms(X.indptr, X.indices, X.data, plan.feat_ptr, plan.feat_groups, plan.n_groups)
+    B = _block_size(len(plan.kind))
+    return _columns_impl(X.indptr, X.indices, X.data, row_sq, _as_f64(p), _as_f64(q), *plan, B)
 
 
-def point_kernels(p, q, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
+def point_kernels(p, q, plan: PlanArrays):
     """Raw ``K_i(p, p)``, ``K_i(q, q)``, ``K_i(p, q)`` for two points (dense, or ``(indices, values)``).
 
     Bit-identical to the column values a superstep computes for the rows ``p``
@@ -92,7 +89,7 @@ def point_kernels(p, q, kind, pa, pb, grp, square_of, order, feat_ptr, feat_grou
     """
     pi, pv = point_entries(p)
     qi, qv = point_entries(q)
-    return _point_kernels(pi, pv, qi, qv, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
+    return _point_kernels(pi, pv, qi, qv, *plan)
 
 
 @njit(**_OPTS)
@@ -203,13 +200,15 @@ def _diag_parallel(out, indptr, indices, data, kind, pa, pb, grp, square_of, ord
                    square_of, order, feat_ptr, feat_groups, n_groups)  # fmt: skip
 
 
-def kernel_diagonal(indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):
-    """``K_i(x_j, x_j)`` as an ``(n_rows, m)`` array (traces are its column sums); rows over threads by work."""
-    n = len(indptr) - 1
-    n_groups = int(n_groups)
-    out = np.empty((n, len(kind)))
-    args = (indptr, indices, data, kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
-    with parallel(min(threads_for(n * (len(kind) + n_groups)), max(1, n // 16))) as n_threads:
+def kernel_diagonal(X, plan: PlanArrays):
+    """``K_i(x_j, x_j)`` of the CSR rows ``X`` as an ``(n_rows, m)`` array (traces are its column sums); rows over
+    threads by work."""
+    n = len(X.indptr) - 1
+    plan = PlanArrays.of(plan)
+    m = len(plan.kind)
+    out = np.empty((n, m))
+    args = (X.indptr, X.indices, X.data, *plan)
+    with parallel(min(threads_for(n * (m + plan.n_groups)), max(1, n // 16))) as n_threads:
         if n_threads > 1:
             _diag_parallel(out, *args, min(n, 4 * n_threads))
         else:

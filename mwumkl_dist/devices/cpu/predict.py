@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from mwumkl_dist.core.partition import kernel_tiles
-from mwumkl_dist.devices.cpu.blocks import _block_size, _dots4, _value_sizes, value_plan
+from mwumkl_dist.devices.cpu.blocks import PlanArrays, _block_size, _dots4, _value_sizes, value_plan
 from mwumkl_dist.devices.cpu.options import _OPTS
 from mwumkl_dist.devices.cpu.pool import parallel, threads_for
 from mwumkl_dist.devices.cpu.superstep import _NO_CSC, _NO_DENSE, _as_f64, _tile_values, dense_copy
@@ -234,9 +234,11 @@ def _support_vector_passes(sv_indptr, sv_indices, sv_data, n_features, n_groups)
     return csc.indptr, csc.indices, csc.data, None
 
 
-def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indices, sv_data, sv_sq, coef, weights, kind,
-                         pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups):  # fmt: skip
+def weighted_kernel_sums(X, n_features, support_vectors, sv_sq, coef, weights, plan: PlanArrays):
     """``out[t, k] = sum_j coef[k, j] sum_i weights[k, i] K_i(x_t, sv_j)`` for CSR rows and CSR SVs.
+
+    ``X`` and ``support_vectors``: CSR (``indptr``, ``indices``, ``data``) on ``n_features`` features;
+    ``plan``: :class:`PlanArrays`.
 
     Kernels are evaluated tile by tile (:func:`kernel_tiles`), each tile
     against a block of support vectors with the dot products and distances of
@@ -250,9 +252,11 @@ def weighted_kernel_sums(indptr, indices, data, n_features, sv_indptr, sv_indice
     :func:`group_sqnorms` of the support vectors, best Fortran-ordered
     (``group_sqnorms_t(...).T``): it is read group by group.
     """
+    indptr, indices, data = X.indptr, X.indices, X.data
+    sv_indptr, sv_indices, sv_data = support_vectors.indptr, support_vectors.indices, support_vectors.data
+    kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups = PlanArrays.of(plan)
     n = len(indptr) - 1
     n_features = int(n_features)
-    n_groups = int(n_groups)
     weights = _as_f64(np.atleast_2d(weights))
     coef = _as_f64(np.atleast_2d(coef))
     out = np.zeros((n, weights.shape[0]))

@@ -6,11 +6,14 @@ Part of :mod:`mwumkl_dist.devices.cpu` (see its docstring for how the kernels ar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
 
 from mwumkl_dist.core.partition import kernel_tiles
 from mwumkl_dist.devices.cpu.blocks import (
+    PlanArrays,
     _block_dots,
     _column_entries,
     _csc_dots,
@@ -27,7 +30,38 @@ from mwumkl_dist.devices.cpu.groups import group_sqnorms
 from mwumkl_dist.devices.cpu.options import _OPTS
 from mwumkl_dist.devices.cpu.pool import parallel, threads_for
 
-__all__ = ["superstep_features", "superstep_columns", "dense_copy", "point_entries"]
+__all__ = ["Pick", "RowBlock", "RowViews", "superstep_features", "superstep_columns", "dense_copy", "point_entries"]
+
+
+class RowBlock(NamedTuple):
+    """The rows a superstep updates: labels ``y``, the first row's global index ``row_offset``, ``V``
+    ``(n_rows, m)`` (updated in place; any layout, Fortran order fastest) and each kernel's ``inv_trace``."""
+
+    y: np.ndarray
+    row_offset: int
+    V: np.ndarray
+    inv_trace: np.ndarray
+
+
+class Pick(NamedTuple):
+    """A superstep's two picked rows: global indices ``ip`` and ``iq``, labels ``yp`` and ``yq``, and their ridges
+    (the only rows whose diagonal a superstep touches)."""
+
+    ip: int
+    iq: int
+    yp: float
+    yq: float
+    ridge_p: float
+    ridge_q: float
+
+
+class RowViews(NamedTuple):
+    """Cached views of a block's rows that a shard keeps across supersteps (None: none; see
+    :func:`superstep_features`)."""
+
+    row_sq: np.ndarray | None = None
+    csc: tuple | None = None
+    dense_t: np.ndarray | None = None
 
 
 @njit(**_OPTS)
@@ -560,19 +594,17 @@ def _run_superstep(front, workspace, n_threads, n_rb, use_csc):
     return int(bp), float(gp), int(bn), float(gn)
 
 
-def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp, yq, inv_trace, ridge, coef, kind,
-                       pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups, row_sq=None, csc=None,
-                       dense_t=None, workspace=None):  # fmt: skip
+def superstep_features(X, rows: RowBlock, p, q, pick: Pick, coef, plan: PlanArrays, views: RowViews | None = None,
+                       workspace=None):  # fmt: skip
     """One fused pass: ``V += (G[:, ip] + G[:, iq]) / 2`` then ``g = V @ coef`` and per-class argmax.
 
-    ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge_j * [j == k]`` with
-    global indices ``ip``/``iq`` (``row_offset`` is this block's first global
-    row), ``p``/``q`` the two points with labels ``yp``/``yq``: each its
+    ``G_i[j, k] = y_j y_k K_i(x_j, x_k) * inv_trace[i] + ridge_j * [j == k]`` on the CSR rows ``X``
+    (``indptr``, ``indices``, ``data``; ``rows``: their labels, ``V``, ... as :class:`RowBlock`) with
+    global indices ``ip``/``iq`` of ``pick`` (:class:`Pick`), ``p``/``q`` the two points: each its
     non-zero entries ``(indices, values)`` (features ascending) or a dense
     feature vector.  Given entries, nothing here costs ``O(n_features)`` per
     call (the workspace's dense buffers are filled and cleared entry by entry).
-    ``V`` (``(n_rows, m)``, updated in place) may have any memory layout;
-    Fortran order is fastest.
+    ``plan``: :class:`PlanArrays`.
 
     The score is summed per kernel tile (:func:`kernel_tiles`: each tile's
     partial a sequential sum over its kernels from 0), then over the tiles
@@ -583,10 +615,9 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
 
     Parameters
     ----------
-    ridge : float or tuple of two floats
-        The diagonal term: one value for every row, or ``(ridge_ip, ridge_iq)``,
-        the per-point ridges of the two picked rows (the only rows whose
-        diagonal a superstep touches).
+    views : RowViews, optional
+        Any of these views of the rows, kept by the caller:
+
     row_sq : ndarray of shape (n_rows, n_groups), optional
         :func:`group_sqnorms` of the rows; computed here when ``None`` (a
         shard passes its cached copy, best as the transpose of a C-ordered
@@ -613,13 +644,16 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
         (``-1`` and ``-inf`` when the block has no row of that class); ties go
         to the lowest index.
     """
-    n_groups = int(n_groups)
+    indptr, indices, data = X.indptr, X.indices, X.data
+    y, row_offset, V, inv_trace = rows
+    ip, iq, yp, yq, ridge_p, ridge_q = pick
+    plan = PlanArrays.of(plan)
+    feat_ptr, feat_groups, n_groups = plan.feat_ptr, plan.feat_groups, plan.n_groups
     row_sq_t, (csc_ptr, csc_rows, csc_vals), dense_t = _row_passes(
-        indptr, indices, data, feat_ptr, feat_groups, n_groups, row_sq, csc, dense_t
+        indptr, indices, data, feat_ptr, feat_groups, n_groups, *(views or RowViews())
     )
     if workspace is None:
-        workspace = superstep_workspace(len(y), kind, pa, pb, grp, square_of, order, feat_ptr, feat_groups, n_groups)
-    ridge_p, ridge_q = (ridge, ridge) if np.ndim(ridge) == 0 else ridge
+        workspace = superstep_workspace(len(y), *plan)
     pi, pv = point_entries(p)
     qi, qv = point_entries(q)
     pd, qd = workspace.point_buffers()
@@ -633,7 +667,7 @@ def superstep_features(indptr, indices, data, y, row_offset, V, p, q, ip, iq, yp
             inv_trace, float(ridge_p), float(ridge_q), coef, n_groups, workspace.tile_ptr, workspace.values,
             workspace.maps, workspace.B,
         )  # fmt: skip
-        n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(kind))
+        n_threads, n_rb = _layout(len(y), workspace.n_tiles, len(plan.kind))
         return _run_superstep(front, workspace, n_threads, n_rb, bool(use_csc))
     finally:  # the buffers zero again for the next superstep: O(non-zeros), not O(n_features)
         _clear_point(pi, pd)
@@ -672,15 +706,15 @@ def _superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, 
     return best_pos, g_pos, best_neg, g_neg
 
 
-def superstep_columns(y, row_offset, V, colp, colq, ip, iq, yp, yq, inv_trace, ridge_p, ridge_q, coef, tile_ptr=None,
-                      partial=None):  # fmt: skip
+def superstep_columns(rows: RowBlock, colp, colq, pick: Pick, coef, tile_ptr=None, partial=None):
     """The same update as :func:`superstep_features` from materialised raw columns ``(n, m)``.
 
-    ``ridge_p`` and ``ridge_q`` are the ridges of the picked rows ``ip`` and
-    ``iq``.  Scores are summed per tile (``tile_ptr``, by default
+    Scores are summed per tile (``tile_ptr``, by default
     :func:`kernel_tiles` of ``m`` chain-free kernels) and then over tiles in
     order; ``partial`` ``(n_tiles, n_rows)`` receives the tile partials.
     """
+    y, row_offset, V, inv_trace = rows
+    ip, iq, yp, yq, ridge_p, ridge_q = pick
     if tile_ptr is None:
         tile_ptr = kernel_tiles(V.shape[1])
     if partial is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from mwumkl_dist.core.progress import Phase
 from mwumkl_dist.devices.threads import sigint_requests_stop
 from mwumkl_dist.engines.base import Engine
 
-__all__ = ["solve"]
+__all__ = ["Iterations", "solve"]
 
 
 # A first Ctrl-C asks the loop to stop after the current iteration, a second aborts (in a fold on a
@@ -33,14 +34,21 @@ __all__ = ["solve"]
 _sigint_requests_stop = sigint_requests_stop
 
 
+@dataclass(frozen=True)
+class Iterations:
+    """How the MWU iteration runs: precision ``epsilon``, width ``rho`` and ``n_iter`` iterations."""
+
+    epsilon: float
+    rho: float
+    n_iter: int
+
+
 def solve(
     engine: Engine,
+    iterations: Iterations,
     *,
     inv_trace: np.ndarray,
     ridge: float | np.ndarray,
-    epsilon: float,
-    rho: float,
-    n_iter: int,
     progress: Phase | None = None,
     callback_every: int = 100,
     state: SolverState | None = None,
@@ -48,7 +56,7 @@ def solve(
     selectivity: float | None = None,
     rows_to_score: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> MWUResult:
-    """Run ``n_iter`` MWUMKL iterations on ``engine`` and build the final model.
+    """Run ``iterations.n_iter`` MWUMKL iterations on ``engine`` and build the final model.
 
     ``n_iter = 0`` runs none: the weights are uniform (those of every fit at selectivity 0, see
     :func:`~mwumkl_dist.core.mwu_rules.kernel_weights`) and the dual is zero, for a fit whose model the
@@ -74,7 +82,7 @@ def solve(
     in this process on that GPU, so an iteration moves no ``m``-vector to the host; ``s`` is copied
     there for a callback and at the end.
     """
-    eps_p = eps_prime(epsilon, rho)
+    eps_p, rho, n_iter = eps_prime(iterations.epsilon, iterations.rho), iterations.rho, iterations.n_iter
     ridge = check_ridge(ridge, engine.n_samples)
     if n_iter == 0 and state is None:  # weights only (see MWUSolver): uniform, the dual left to the exact polish
         m = engine.n_kernels
@@ -82,29 +90,9 @@ def solve(
     if state is None:
         pos, neg = engine.initial_candidates()
         state = SolverState(0, np.zeros(engine.n_kernels), pos, neg)
-    pos, neg, t, picks = state.pos, state.neg, state.iteration, list(state.picks)
     rules = engine.rules(state.s, inv_trace=inv_trace, ridge=ridge, eps_p=eps_p, rho=rho, selectivity=selectivity)
-    report = progress is not None and not progress.silent  # s comes to the host only for a listener
-    interrupted = False
-    with _sigint_requests_stop() as stop:
-        while t < n_iter:
-            coef = rules.step(pos, neg, t + 1)
-            picks.append((pos.index, neg.index))
-            pos, neg = engine.superstep(pos, neg, coef)
-            rules.commit(t + 1)
-            t += 1
-            if on_state is not None:
-                on_state(SolverState(t, rules.s, pos, neg, picks))
-            if report and (t % callback_every == 0 or t == n_iter):
-                if progress.update(t, s=rules.host_s()):
-                    interrupted = t < n_iter
-                    break
-            if stop.requested:
-                interrupted = t < n_iter
-                warnings.warn(
-                    f"interrupted after {t} of {n_iter} iterations: the model is built from those", stacklevel=2
-                )
-                break
+    report = progress if progress is not None and not progress.silent else None  # s to the host only for a listener
+    t, interrupted = _iterate(engine, rules, state, n_iter, on_state, report, callback_every)
     if t == 0:
         raise RuntimeError("the fit was interrupted before its first iteration; no model to build")
     s = rules.host_s()
@@ -121,3 +109,26 @@ def solve(
             h, counts[rows], ridge if np.ndim(ridge) == 0 else ridge[rows], engine.y[rows], scale / t
         )
     return MWUResult(counts / t * scale, mu, b, t, s, interrupted, rows, scores)
+
+
+def _iterate(engine: Engine, rules, state: SolverState, n_iter: int, on_state, report, callback_every: int):
+    """:func:`solve`'s loop from ``state`` to ``n_iter`` (or a stop): ``(iterations done, interrupted)``."""
+    pos, neg, t, picks = state.pos, state.neg, state.iteration, list(state.picks)
+    with _sigint_requests_stop() as stop:
+        while t < n_iter:
+            coef = rules.step(pos, neg, t + 1)
+            picks.append((pos.index, neg.index))
+            pos, neg = engine.superstep(pos, neg, coef)
+            rules.commit(t + 1)
+            t += 1
+            if on_state is not None:
+                on_state(SolverState(t, rules.s, pos, neg, picks))
+            if report is not None and (t % callback_every == 0 or t == n_iter):
+                if report.update(t, s=rules.host_s()):
+                    return t, t < n_iter
+            if stop.requested:
+                warnings.warn(
+                    f"interrupted after {t} of {n_iter} iterations: the model is built from those", stacklevel=3
+                )
+                return t, t < n_iter
+    return t, False

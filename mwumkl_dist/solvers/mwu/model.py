@@ -142,8 +142,9 @@ def guard_biases(
         if scoring is None or not len(model["support_"]):
             return None
         X, support = scoring
-        scores = score_rows(spec.kernels, data.kernel_names, data.n_features_in, X, support, model["support_vectors_"],
-                            model["dual_coef_"], model["raw_kernel_weights_"], fit_backend(spec))  # fmt: skip
+        scores = score_rows(spec.model.kernels, data.kernel_names, data.n_features_in, X, support,
+                            model["support_vectors_"], model["dual_coef_"], model["raw_kernel_weights_"],
+                            fit_backend(spec))  # fmt: skip
     classes = model["classes_"]
     for k, target in enumerate(targets):
         y_pm = np.where(data.y[rows] == target, 1.0, -1.0)

@@ -25,7 +25,7 @@ from mwumkl_dist.engines.local import LocalEngine
 from mwumkl_dist.io.atomic import exclusive_writer
 from mwumkl_dist.io.checkpoint import Checkpointer, check_resumable, fingerprint, load_checkpoint
 from mwumkl_dist.solvers.base import fit_backend, one_vs_rest_targets
-from mwumkl_dist.solvers.mwu.iterate import solve
+from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
 from mwumkl_dist.solvers.spec import FitSpec
 
 __all__ = [
@@ -104,31 +104,33 @@ def make_engine(spec: FitSpec, problem: Problem, client, backend: CPUBackend | N
     :func:`~mwumkl_dist.engines.layout.mwu_layout` (this process where a superstep is cheaper than a round trip to
     the workers, else one shard per worker).  The engine's ``layout`` says which, and why (None locally).
     """
+    options = spec.execution
     backend = fit_backend(spec) if backend is None else backend
     problem, runs_on = backend.mwu_problem(problem, current_threads())
-    auto = spec.n_shards == "auto"
-    if spec.engine == "local":
-        engine = LocalEngine(problem, n_shards=1 if auto else spec.n_shards, backend=runs_on)
+    auto = options.n_shards == "auto"
+    if options.engine == "local":
+        engine = LocalEngine(problem, n_shards=1 if auto else options.n_shards, backend=runs_on)
         engine.layout = None  # nothing to say: the local engine as asked
         return engine
     from mwumkl_dist.engines.dask import DaskEngine
 
     def on_dask(n_shards):
-        return DaskEngine(problem, client, n_shards=n_shards, n_kernel_shards=spec.n_kernel_shards,
-                          timeout=spec.worker_timeout, call_timeout=spec.superstep_timeout)  # fmt: skip
+        return DaskEngine(problem, client, n_shards=n_shards, n_kernel_shards=options.n_kernel_shards,
+                          timeout=options.worker_timeout, call_timeout=options.superstep_timeout)  # fmt: skip
 
     if not auto:
-        engine = on_dask(spec.n_shards)
-        engine.layout = Layout("dask", spec.n_shards, f"n_shards={spec.n_shards} on the Dask workers")
+        engine = on_dask(options.n_shards)
+        engine.layout = Layout("dask", options.n_shards, f"n_shards={options.n_shards} on the Dask workers")
         return engine
-    if spec.n_kernel_shards != 1:  # kernel blocks ask for the workers: one row shard per worker
+    if options.n_kernel_shards != 1:  # kernel blocks ask for the workers: one row shard per worker
         k = max(1, min(len(cluster_threads(client)), problem.n_samples // MIN_ROWS_PER_SHARD))
         engine = on_dask(k)
-        engine.layout = Layout("dask", k, f"{k} row shard(s) x {spec.n_kernel_shards} kernel blocks on the workers")
+        engine.layout = Layout("dask", k, f"{k} row shard(s) x {options.n_kernel_shards} kernel blocks on the workers")
         return engine
     engine, layout = mwu_layout(
         problem, client, current_threads(), lambda: LocalEngine(problem, backend=runs_on), on_dask,
-        memory_bytes=resolve_memory_limit(spec.memory_limit)[0], on_host=runs_on.on_host, min_rows=MIN_ROWS_PER_SHARD,
+        memory_bytes=resolve_memory_limit(options.memory_limit)[0], on_host=runs_on.on_host,
+        min_rows=MIN_ROWS_PER_SHARD,
     )  # fmt: skip
     engine.layout = layout
     return engine
@@ -175,7 +177,7 @@ def solve_one_vs_rest(
     """
     targets = one_vs_rest_targets(classes)
     fp = None
-    if spec.checkpoint is not None or resume is not None:
+    if spec.execution.checkpoint is not None or resume is not None:
         fp = _fingerprint(data, classes, settings)
     resumed = None
     if resume is not None:
@@ -184,15 +186,16 @@ def solve_one_vs_rest(
                         n_problems=len(targets), n_iter=settings.n_iter, y=data.y, targets=targets)  # fmt: skip
     results: list[MWUResult] = list(resumed["finished"]) if resumed is not None else []
     try:
-        with exclusive_writer(spec.checkpoint, "checkpoint"):  # two fits writing one checkpoint: the second fails
+        # two fits writing one checkpoint: the second fails
+        with exclusive_writer(spec.execution.checkpoint, "checkpoint"):
             traces, stats = _solve_problems(spec, data, targets, settings, client, resumed, results, fp, rows_to_score,
                                             backend)  # fmt: skip
     except _cluster_failures(spec) as exc:
         raise _with_checkpoint_note(exc, spec, fp) from None
     if len(results) < len(targets):
         how = (
-            f"resume it with fit(..., resume={spec.checkpoint!r})"
-            if spec.checkpoint is not None
+            f"resume it with fit(..., resume={spec.execution.checkpoint!r})"
+            if spec.execution.checkpoint is not None
             else "refit with checkpoint=PATH to be able to resume"
         )
         raise FitInterrupted(
@@ -227,13 +230,13 @@ def _solve_problems(
             if resumed is not None and resumed["problem_index"] == k:
                 state = resume_state(resumed, problem, engine)
             on_state = None
-            if spec.checkpoint is not None:
-                on_state = Checkpointer(spec.checkpoint, spec.checkpoint_every, fp, k, results)
+            if spec.execution.checkpoint is not None:
+                on_state = Checkpointer(spec.execution.checkpoint, spec.execution.checkpoint_every, fp, k, results)
             done = 0 if state is None else state.iteration
             with iterations_phase(settings.n_iter, k, len(targets), problem.n_samples, done) as step:
                 result = solve(
-                    engine, inv_trace=inv_trace, ridge=settings.ridges[k], epsilon=settings.epsilon, rho=settings.rho,
-                    n_iter=settings.n_iter, progress=step, callback_every=spec.callback_every, state=state,
+                    engine, Iterations(settings.epsilon, settings.rho, settings.n_iter), inv_trace=inv_trace,
+                    ridge=settings.ridges[k], progress=step, callback_every=spec.execution.callback_every, state=state,
                     on_state=on_state, selectivity=settings.selectivity, rows_to_score=rows_to_score,
                 )  # fmt: skip
             stats.extend(engine.stats())
@@ -249,7 +252,7 @@ def _solve_problems(
 
 def _cluster_failures(spec) -> tuple:
     """The errors of a lost cluster (scheduler, workers, shards): reported with the checkpoint to resume from."""
-    if spec.engine != "dask":
+    if spec.execution.engine != "dask":
         return ()
     from mwumkl_dist.engines.dask import ShardLostError
 
@@ -258,7 +261,7 @@ def _cluster_failures(spec) -> tuple:
 
 def _with_checkpoint_note(exc: Exception, spec, fp) -> Exception:
     """``exc`` (same type) whose message also names the checkpoint this fit can resume from, if any."""
-    path = spec.checkpoint
+    path = spec.execution.checkpoint
     if path is None:
         if type(exc) is ConnectionError:  # e.g. no workers at the start: nothing to resume
             return exc
@@ -271,7 +274,7 @@ def _with_checkpoint_note(exc: Exception, spec, fp) -> Exception:
         if saved is None:
             note = (
                 f"no checkpoint of this fit was written yet ({path} is written every "
-                f"{spec.checkpoint_every} iterations)"
+                f"{spec.execution.checkpoint_every} iterations)"
             )
         else:
             note = (

@@ -37,16 +37,17 @@ class MWUSolver:
 
     def fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
-        if spec.n_shards != "auto":
-            check_shard_count(spec.n_shards, data.n_samples)
+        if spec.execution.n_shards != "auto":
+            check_shard_count(spec.execution.n_shards, data.n_samples)
         n, m = data.n_samples, len(data.kernel_names)
-        if spec.polish is True and data.polish_blocker is not None:
+        if spec.model.polish is True and data.polish_blocker is not None:
             raise ValueError(f"polish=True is not available for {data.polish_blocker}")
         plan = auto.plan_iterations(
-            epsilon="auto" if spec.epsilon is None else spec.epsilon, max_iter=spec.max_iter, rho=spec.rho,
-            polish=spec.polish, C=spec.C, n_samples=n, n_kernels=m, in_memory=data.polish_blocker is None,
+            epsilon="auto" if spec.model.epsilon is None else spec.model.epsilon, max_iter=spec.model.max_iter,
+            rho=spec.model.rho, polish=spec.model.polish, C=spec.model.C, n_samples=n, n_kernels=m,
+            in_memory=data.polish_blocker is None,
         )  # fmt: skip
-        if plan.n_iter == 0 and not (plan.polished and polishes(spec.polish, data, 1.0, m)):
+        if plan.n_iter == 0 and not (plan.polished and polishes(spec.model.polish, data, 1.0, m)):
             raise ValueError("max_iter=0 leaves the model to the exact polish, which this fit does not run")
         attrs = {"classes_": task.classes, "solver_": "mwu", "epsilon_": plan.epsilon, "fit_warnings_": []}
         if plan.warning is not None:  # before any fitting, C="auto"'s included
@@ -61,12 +62,11 @@ class MWUSolver:
         attrs["selectivity_"] = selectivity
         ridges = [point_ridge(ridge, w) for w in point_weights]
         settings = SolveSettings(
-            plan.epsilon, spec.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
+            plan.epsilon, spec.model.rho, plan.n_iter, ridges, auto.solver_selectivity(selectivity, plan.epsilon, m)
         )
         # An unpolished model's bias check scores training rows: the solves read them off V (see guard_biases).
-        to_score = (
-            None if polishes(spec.polish, data, attrs["C_"], m) else rows_to_score(data.y, len(task.targets), task.seed)
-        )
+        polished = polishes(spec.model.polish, data, attrs["C_"], m)
+        to_score = None if polished else rows_to_score(data.y, len(task.targets), task.seed)
         results, traces, stats = solve_one_vs_rest(spec, data, task.classes, settings, task.client, task.resume,
                                                    rows_to_score=to_score, backend=task.backend)  # fmt: skip
         attrs.update(model_attributes(results, data, task.targets, traces))
@@ -76,14 +76,14 @@ class MWUSolver:
         cache_info = merge_cache_stats(stats)
         if cache_info is not None:
             attrs["cache_info_"] = cache_info
-        attrs.update(polish_model(attrs, data, task.targets, ridges, spec.polish))
+        attrs.update(polish_model(attrs, data, task.targets, ridges, spec.model.polish))
         train_scores = None
         if not attrs["polished_"]:
             train_scores = guard_biases(
                 spec, attrs, data, task.targets, task.class_weight, task.sample_weight, task.seed,
                 few_iterations=plan.warning is not None, results=results,
             )  # fmt: skip
-        relative_C = attrs["C_"] if spec.scale_C else attrs["C_"] / n  # the folds scale C to their size
+        relative_C = attrs["C_"] if spec.model.scale_C else attrs["C_"] / n  # the folds scale C to their size
         per_point = None if plan.polished else plan.n_iter / n
         return FittedModel(attrs, Calibration(relative_C, plan.polished, per_point, selectivity), train_scores)
 
@@ -92,14 +92,14 @@ class MWUSolver:
         """``(1 / C_eff, selectivity, candidate)``, cross-validated when ``"auto"``; records ``C_`` and the search's
         paths in ``attrs``."""
         n = task.data.n_samples
-        selectivity = spec.selectivity
-        if spec.C is not None:
+        selectivity = spec.model.selectivity
+        if spec.model.C is not None:
             if selectivity == "auto":  # a given C: no cross-validation behind the user's back
                 selectivity = auto.AUTO_SELECTIVITY_START
-            attrs["C_"] = spec.C
-            return base_ridge(spec.C, n, spec.scale_C), selectivity, spec.candidate
-        if spec.candidate is not None:
-            raise ValueError("FitSpec.candidate needs a given C (it is the refit of a candidate C='auto' chose)")
+            attrs["C_"] = spec.model.C
+            return base_ridge(spec.model.C, n, spec.model.scale_C), selectivity, spec.model.candidate
+        if spec.model.candidate is not None:
+            raise ValueError("ModelSettings.candidate needs a given C (it is the refit of a candidate C='auto' chose)")
         # Unpolished and weighted: folds at the final fit's T / n (see auto.fold_spec).
         unequal = any(np.ndim(point_ridge(1.0, w)) for w in point_weights)
         per_point = plan.n_iter / n if unequal and not plan.polished else None
@@ -109,5 +109,5 @@ class MWUSolver:
         attrs.update(found.paths)
         if found.chosen:
             attrs["cross_validation_"] = found.chosen
-        attrs["C_"] = found.C if spec.scale_C else found.C * n
+        attrs["C_"] = found.C if spec.model.scale_C else found.C * n
         return base_ridge(found.C, n, scale_C=True), found.selectivity, found.candidate

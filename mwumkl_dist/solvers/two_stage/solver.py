@@ -89,9 +89,9 @@ def two_stage_blocker(data, spec: FitSpec | None = None, *, resume=None) -> str 
         return "precomputed kernels (it needs feature rows, in memory or in a data store)"
     if spec is None:
         return None
-    if spec.C is not None and np.isinf(spec.C):
+    if spec.model.C is not None and np.isinf(spec.model.C):
         return "the hard margin (C = inf)"
-    if spec.checkpoint is not None:
+    if spec.execution.checkpoint is not None:
         return "checkpoints (they hold the MWU iterations' state)"
     if resume is not None:
         return "resuming an MWU checkpoint"
@@ -139,10 +139,11 @@ class TwoStageSolver:
             return self._fit(spec, task)
 
     def memory_plan(self, spec: FitSpec, n_samples: int) -> MemoryPlan:
-        """What the fit may take within ``spec.memory_limit`` (:mod:`~mwumkl_dist.solvers.two_stage.budget`); raises
+        """What the fit may take within the execution's ``memory_limit``
+        (:mod:`~mwumkl_dist.solvers.two_stage.budget`); raises
         :class:`~mwumkl_dist.solvers.two_stage.budget.MemoryLimitError` where it cannot run within it."""
-        limit, source = resolve_memory_limit(spec.memory_limit)
-        n_components = self.n_components if self.n_components is not None else spec.n_components
+        limit, source = resolve_memory_limit(spec.execution.memory_limit)
+        n_components = self.n_components if self.n_components is not None else spec.model.n_components
         return memory_plan(limit, source, n_samples, rank_max=rank_budget(n_samples, np.dtype(self.precision).itemsize),
                            rank_min=N_COMPONENTS, given_rank=n_components, threads=current_threads(),
                            column_bytes=np.dtype(self.precision).itemsize)  # fmt: skip
@@ -151,14 +152,14 @@ class TwoStageSolver:
         data = task.data
         n = data.n_samples
         plan = self.memory_plan(spec, n)  # before any work: a fit that cannot run within memory_limit says so now
-        if spec.polish is True and not plan.exact_fits and exact_wanted(True, data, None) is not None:
+        if spec.model.polish is True and not plan.exact_fits and exact_wanted(True, data, None) is not None:
             raise MemoryLimitError(f"memory_limit ({plan.source}) is too small for polish=True on {n} rows (the "
                                    f"exact solve's {n} x {n} Gram matrix); pass a larger memory_limit")  # fmt: skip
         clock = [time.process_time()]
         rows = self.weight_rows(task)
-        weight_spec = replace(spec, C=spec.C_per_point(n), scale_C=True, engine="local", n_shards=1,
-                              n_kernel_shards=1, checkpoint=None, probability=False, solver="mwu",
-                              width_bands=spec.width_bands and n <= BAND_TRANSFER * len(rows))  # fmt: skip
+        weight_model = replace(spec.model, C=spec.model.C_per_point(n), scale_C=True, probability=False, solver="mwu",
+                               width_bands=spec.model.width_bands and n <= BAND_TRANSFER * len(rows))  # fmt: skip
+        weight_spec = FitSpec(weight_model, spec.execution.local())
         sub_weight = None if task.sample_weight is None else task.sample_weight[rows]
         with progress.stage(f"weight stage on {len(rows)} of {n} rows"):
             weights = task.fit(weight_spec, data.rows_in_memory(rows), seed=task.seed, sample_weight=sub_weight)
@@ -171,18 +172,18 @@ class TwoStageSolver:
         clock.append(time.process_time())
         with linear_shards(
             data,
-            engine=spec.engine,
-            n_shards=spec.n_shards,
+            engine=spec.execution.engine,
+            n_shards=spec.execution.n_shards,
             client=task.client,
-            timeout=spec.worker_timeout,
-            call_timeout=spec.superstep_timeout,
+            timeout=spec.execution.worker_timeout,
+            call_timeout=spec.execution.superstep_timeout,
             row_block=self.row_block,
             storage=self.storage,
             device=task.backend,
             columns_budget=plan.columns_budget,
         ) as shards:
             attrs = self._full_stage(spec, task, shards, weights, clock, plan)
-        if spec.verbose:
+        if spec.execution.verbose:
             stage_seconds = np.diff(clock)
             logger.info("two-stage: weights on %d rows %.1f s CPU; %s (Nystroem residual %s) %.1f s; per "
                         "problem, features and linear solve: %s", len(rows), stage_seconds[0],
@@ -191,7 +192,7 @@ class TwoStageSolver:
                         np.round(attrs["nystroem_residual_"], 4), stage_seconds[1],
                         " ".join(f"{t:.1f}" for t in stage_seconds[2:]))  # fmt: skip
         C_rel = float(attrs.pop("C_relative"))
-        attrs.update(weight_points_=len(rows), C_=C_rel if spec.scale_C else C_rel * n)
+        attrs.update(weight_points_=len(rows), C_=C_rel if spec.model.scale_C else C_rel * n)
         if chosen is not None:
             attrs["kernel_names_"] = data.kernel_names
         # the folds are polished MWU fits: the polish solves the same SVM exactly
@@ -219,8 +220,8 @@ class TwoStageSolver:
         kernel_weights = np.vstack([pruned_weights(mu, self.prune) for mu in mus])
         unit = [unit_weights(mu, traces, n, self.prune) for mu in mus]
         order = landmark_order(n, task.seed)
-        n_components = self.n_components if self.n_components is not None else spec.n_components
-        exact = exact_wanted(spec.polish, data, n_components)
+        n_components = self.n_components if self.n_components is not None else spec.model.n_components
+        exact = exact_wanted(spec.model.polish, data, n_components)
         if exact == "auto" and not plan.exact_fits:
             exact = None
         grow = n_components is None and self.rank_by == "gain"
@@ -230,7 +231,7 @@ class TwoStageSolver:
         exact = exact == "always" or (exact == "auto" and max(residuals) > self.residual_tol)
         clock.append(time.process_time())
         C = float(weights["C_"])
-        check = self.check_C and spec.C is None
+        check = self.check_C and spec.model.C is None
         point_weights = [self._point_weights(task, target) for target in task.targets]
         rank_path = None
         if exact:
