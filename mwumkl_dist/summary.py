@@ -200,7 +200,7 @@ def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
     features = structure["features"]
     more = f" (first {limit} of {len(features)})" if len(features) > limit else ""
     text = f"a model on {len(features)} of the features: {', '.join(label(f) for f in features[:limit])}{more}"
-    subsets = structure.get("subsets") or []
+    subsets = structure.get("subsets") or [g["features"] for g in structure.get("groups", [])]
     if subsets:
         text += "; kernels of their own on " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
     return text

@@ -4,6 +4,8 @@ the all-features family."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sklearn.model_selection import StratifiedKFold
@@ -21,6 +23,7 @@ from mwumkl_dist.solvers.structure import (
     Screen,
     alignment,
     ard_relevance,
+    kernels_of,
     strongest_pair,
     structure_rungs,
     structured_kernels,
@@ -78,7 +81,7 @@ def test_relevance_finds_the_features_of_an_interaction_of_any_order(rule):
     score = {"xor": c[:, 0] * c[:, 1], "parity3": c[:, 0] * c[:, 1] * c[:, 2],
              "additive": np.sin(2 * np.pi * X[:, 2]) + np.sin(2 * np.pi * X[:, 5]) + c[:, 2]}[rule]  # fmt: skip
     y = np.where(score > 0, 1, -1)
-    relevance, gamma, a, residual = ard_relevance(X, y)
+    relevance, gamma, a, residual, _ = ard_relevance(X, y)
     relevant = [2, 5] if rule == "xor" else [2, 5, 7]
     assert sorted(np.argsort(-relevance)[: len(relevant)]) == relevant
     noise = np.delete(relevance, relevant)
@@ -117,8 +120,8 @@ def test_relevance_does_not_depend_on_the_features_units():
     X = rng.uniform(size=(300, 5))
     y = np.where((X[:, 0] - 0.5) * (X[:, 3] - 0.5) > 0, 1, -1)
     factors = np.array([1e3, 1.0, 1e-3, 1e-2, 10.0])
-    relevance, gamma, _, _ = ard_relevance(X, y)
-    scaled, scaled_gamma, _, _ = ard_relevance(X * factors, y)
+    relevance, gamma, _, _, _ = ard_relevance(X, y)
+    scaled, scaled_gamma, _, _, _ = ard_relevance(X * factors, y)
     assert scaled == pytest.approx(relevance, rel=1e-6, abs=1e-9)
     assert scaled_gamma == pytest.approx(gamma / factors**2, rel=1e-6, abs=1e-9)
     # A constant feature is not relevant; one class: nothing to fit.
@@ -141,7 +144,8 @@ def test_structured_kernels_are_a_joint_band_at_the_learned_width():
     X = np.random.default_rng(1).uniform(size=(400, 6)) * np.array([1.0, 2.0, 1.0, 1.0, 1.0, 1.0])
     scale = _scale(X)
     screen = Screen(np.array([0.3, 0.28, 0.35, 0.02, 0.0, 0.03]), np.array([8.0, 2.0, 8.0, 0.1, 0.0, 0.2]), 400)
-    kernels, kept, sigmas = structured_kernels(scale, screen, top=3)
+    kernels, kept, sigmas, groups = structured_kernels(scale, screen, top=3)
+    assert groups == ()  # bands of their own: top=-1 only
     assert kept == (0, 1, 2)
     # The one width that spreads pairs as far apart as the fitted Gaussian: sum var / (2 sum gamma var).
     var = X[:, [0, 1, 2]].var(axis=0)
@@ -167,6 +171,28 @@ def test_the_ladder_keeps_the_relevant_features_then_1_2_4_and_more_below_the_fe
     screen = Screen(np.array([0.5, 0.4, 0.02, 0.02]), np.ones(4), 10, 0.1, np.array([0.0, 0.0, 1.0, 0.4]))
     assert screen.with_residual() == (0, 1, 2)
     assert structured_kernels(_scale(np.random.default_rng(0).random((30, 4))), screen, top=0)[1] == (0, 1)
+
+
+def test_the_residual_rung_is_a_band_on_each_stage_s_features_at_its_own_width():
+    X = np.random.default_rng(3).uniform(size=(300, 5))
+    scale = _scale(X)
+    # The first fit found x0, x1 (fine); the residual fit x3 (smooth): an additive model of two terms.
+    screen = Screen(np.array([0.5, 0.48, 0.01, 0.01, 0.0]), np.array([40.0, 40.0, 0.1, 8.0, 0.0]), 300, 0.2,
+                    np.array([0.0, 0.0, 0.0, 1.0, 0.0]), np.array([0.0, 0.0, 0.0, 2.0, 0.0]))  # fmt: skip
+    kernels, features, sigmas, groups = structured_kernels(scale, screen, top=-1)
+    assert features == (0, 1, 3) and [g for g, _ in groups] == [(0, 1), (3,)]
+    var = X.var(axis=0)
+    first = np.sqrt(var[[0, 1]].sum() / (2 * 40.0 * var[[0, 1]].sum()))
+    assert groups[0][1] == pytest.approx([first * 2.0**e for e in SUBSET_EXPONENTS], rel=1e-3)
+    assert groups[1][1] == pytest.approx([np.sqrt(1 / 4.0) * 2.0**e for e in SUBSET_EXPONENTS], rel=1e-3)
+    assert sigmas == () and [k.features for k in kernels] == [(0, 1)] * 3 + [(3,)] * 3
+    # A fitted model's record of it gives the same kernels back (probabilities' folds, a loaded model).
+    record = {"top": -1, "features": list(features), "sigmas": list(sigmas),
+              "groups": [{"features": list(g), "sigmas": list(w)} for g, w in groups]}  # fmt: skip
+    assert kernels_of(scale, *FeatureStructure.of_model(record).kept) == kernels
+    # Without residual features, or in the other rungs: the joint band alone.
+    assert structured_kernels(scale, replace(screen, residual=np.zeros(5)), top=-1)[3] == ()
+    assert structured_kernels(scale, screen, top=0)[3] == ()
 
 
 # ----------------------------------------------------------------------------- the search in a fit
@@ -231,7 +257,7 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     # Probabilities' folds refit the same structure (from the model's attributes, no screen).
     chosen = chosen_selectivity(vars(clf))
     assert chosen == FeatureStructure(clf.structure_["top"])
-    assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]))
+    assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]), ())
 
 
 def test_a_structure_from_a_data_store_is_the_structure_from_memory(structured, tmp_path):

@@ -151,12 +151,12 @@ class MWUSolver:
         scale = task.data.data_scale()
         screen = None
         if structure.kept is not None:
-            features, sigmas = structure.kept
-            kernels = kernels_of(scale, features, sigmas)
-            sigmas = [k.sigma for k in kernels]
+            features, sigmas, groups = structure.kept
+            kernels = kernels_of(scale, features, sigmas, groups)
+            sigmas = [k.sigma for k in kernels[: len(kernels) - sum(len(g[1]) for g in groups)]]
         else:
             screen = structure.screen if structure.screen is not None else self._screen(task)
-            kernels, features, sigmas = structured_kernels(scale, screen, structure.top)
+            kernels, features, sigmas, groups = structured_kernels(scale, screen, structure.top)
         described = {
             "structure_": {
                 "top": int(structure.top),
@@ -164,6 +164,9 @@ class MWUSolver:
                 "sigmas": [float(s) for s in sigmas],
             }
         }
+        if groups:  # bands of their own beside the joint band (structure.structured_kernels)
+            described["structure_"]["groups"] = [{"features": [int(f) for f in g], "sigmas": [float(s) for s in w]}
+                                                 for g, w in groups]  # fmt: skip
         if screen is not None:
             described["structure_"].update(screened_rows=int(screen.rows),
                                            feature_weights=[float(w) for w in screen.feature_weights])  # fmt: skip
