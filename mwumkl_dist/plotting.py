@@ -179,7 +179,7 @@ def _candidate_label(what) -> str:
     if top:
         return f"top {top.group(1)}"
     if text.startswith("structure(relevant"):
-        return "relevant+residual" if "residual" in text else "relevant"
+        return "relevant+residual" if "residual" in text else "relevant, additive" if "each" in text else "relevant"
     return text
 
 

@@ -181,7 +181,7 @@ def _top(candidate) -> int:
         return int(top)
     text = str(candidate)
     if "relevant" in text:
-        return -1 if "residual" in text else 0
+        return -1 if "residual" in text else -2 if "each" in text else 0
     return int(re.search(r"top (\d+)", text).group(1))
 
 
