@@ -173,13 +173,13 @@ def _natural_key(label: str) -> tuple:
 
 def _candidate_label(what) -> str:
     """A short label of a candidate (its name after a load): ``top 3`` for ``structure(top 3 feature(s))``,
-    ``relevant`` and ``relevant+residual`` for the relevance search's own rungs."""
+    ``relevant``, ``relevant+residual`` and ``relevant-additive`` for the relevance search's own rungs."""
     text = str(what)
     top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?\)", text)
     if top:
         return f"top {top.group(1)}"
     if text.startswith("structure(relevant"):
-        return "relevant+residual" if "residual" in text else "relevant, additive" if "each" in text else "relevant"
+        return "relevant+residual" if "residual" in text else "relevant-additive" if "each" in text else "relevant"
     return text
 
 
