@@ -19,7 +19,11 @@ at what scale, and offers a model on them; cross-validation decides:
 2. *Candidates* (:func:`structure_rungs`): the *relevant* features (relevance at least
    :data:`RELEVANT_SHARE` of the largest), and for ``k`` in a ladder (1, 2, 4, ... fewer than the
    features) the ``k`` most relevant ones; each gets a joint band of Gaussians (three widths around the
-   width the fit learned for them, :func:`structured_kernels`) with uniform weights (selectivity 0).
+   width the fit learned for them, :func:`structured_kernels`) with uniform weights (selectivity 0).  Two
+   more: the relevant and the residual stage's features, with a band of their own on each stage's features
+   beside the joint band (an additive model of what the first fit found and what it left), and the relevant
+   features' additive model, one band per feature at its own learned width (each kernel reads one feature:
+   features in different units do not drown each other, as they do in a band of one width).
 3. *Choice*: :func:`mwumkl_dist.solvers.auto.choose_C` scores every rung by the same 3-fold
    cross-validation as the other candidates, each fold fitting the relevance on its own training rows
    (so the search never sees the rows it is judged on); the best rung replaces the all-features
