@@ -316,7 +316,7 @@ def test_the_path_draws_the_structures_and_the_bands_in_order(searched, tmp_path
     assert ranked == sorted(ranked)  # the top-k rungs in order, after the relevance rungs
     assert set(ranked) == {t for t in tops if t > 0}
     assert {t.split()[0] for t in structures if not t.startswith("top ")} == {
-        {0: "relevant", -1: "relevant+residual"}[t] for t in tops if t <= 0
+        {0: "relevant", -1: "relevant+residual", -2: "relevant-additive"}[t] for t in tops if t <= 0
     }
     searched.save(tmp_path / "m.npz")  # the same after a load (candidates are names then)
     assert _ticks(plot_cv_path(MWUMKLClassifier.load(tmp_path / "m.npz"))) == _ticks(ax)

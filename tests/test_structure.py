@@ -4,6 +4,8 @@ the all-features family."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sklearn.model_selection import StratifiedKFold
@@ -21,6 +23,7 @@ from mwumkl_dist.solvers.structure import (
     Screen,
     alignment,
     ard_relevance,
+    kernels_of,
     strongest_pair,
     structure_rungs,
     structured_kernels,
@@ -78,7 +81,7 @@ def test_relevance_finds_the_features_of_an_interaction_of_any_order(rule):
     score = {"xor": c[:, 0] * c[:, 1], "parity3": c[:, 0] * c[:, 1] * c[:, 2],
              "additive": np.sin(2 * np.pi * X[:, 2]) + np.sin(2 * np.pi * X[:, 5]) + c[:, 2]}[rule]  # fmt: skip
     y = np.where(score > 0, 1, -1)
-    relevance, gamma, a, residual = ard_relevance(X, y)
+    relevance, gamma, a, residual, _ = ard_relevance(X, y)
     relevant = [2, 5] if rule == "xor" else [2, 5, 7]
     assert sorted(np.argsort(-relevance)[: len(relevant)]) == relevant
     noise = np.delete(relevance, relevant)
@@ -117,8 +120,8 @@ def test_relevance_does_not_depend_on_the_features_units():
     X = rng.uniform(size=(300, 5))
     y = np.where((X[:, 0] - 0.5) * (X[:, 3] - 0.5) > 0, 1, -1)
     factors = np.array([1e3, 1.0, 1e-3, 1e-2, 10.0])
-    relevance, gamma, _, _ = ard_relevance(X, y)
-    scaled, scaled_gamma, _, _ = ard_relevance(X * factors, y)
+    relevance, gamma, _, _, _ = ard_relevance(X, y)
+    scaled, scaled_gamma, _, _, _ = ard_relevance(X * factors, y)
     assert scaled == pytest.approx(relevance, rel=1e-6, abs=1e-9)
     assert scaled_gamma == pytest.approx(gamma / factors**2, rel=1e-6, abs=1e-9)
     # A constant feature is not relevant; one class: nothing to fit.
@@ -141,7 +144,8 @@ def test_structured_kernels_are_a_joint_band_at_the_learned_width():
     X = np.random.default_rng(1).uniform(size=(400, 6)) * np.array([1.0, 2.0, 1.0, 1.0, 1.0, 1.0])
     scale = _scale(X)
     screen = Screen(np.array([0.3, 0.28, 0.35, 0.02, 0.0, 0.03]), np.array([8.0, 2.0, 8.0, 0.1, 0.0, 0.2]), 400)
-    kernels, kept, sigmas = structured_kernels(scale, screen, top=3)
+    kernels, kept, sigmas, groups = structured_kernels(scale, screen, top=3)
+    assert groups == ()  # bands of their own: top=-1 only
     assert kept == (0, 1, 2)
     # The one width that spreads pairs as far apart as the fitted Gaussian: sum var / (2 sum gamma var).
     var = X[:, [0, 1, 2]].var(axis=0)
@@ -156,17 +160,59 @@ def test_structured_kernels_are_a_joint_band_at_the_learned_width():
 
 
 def test_the_ladder_keeps_the_relevant_features_then_1_2_4_and_more_below_the_feature_count():
-    assert [r.top for r in structure_rungs(8)] == [0, -1, 1, 2, 4]
-    assert [r.top for r in structure_rungs(20)] == [0, -1, 2, 4, 8, 16]
-    assert [r.top for r in structure_rungs(500)] == [0, -1, 4, 8, 16, 32]
+    assert [r.top for r in structure_rungs(8)] == [0, -1, 1, 2, 4, -2]
+    assert [r.top for r in structure_rungs(20)] == [0, -1, 2, 4, 8, 16, -2]
+    assert [r.top for r in structure_rungs(500)] == [0, -1, 4, 8, 16, 32, -2]
     assert structure_rungs(1) == []
     assert FeatureStructure(4, Screen(np.zeros(1), np.zeros(1))) == FeatureStructure(4)  # the screen is not compared
     assert str(FeatureStructure(0)) == "structure(relevant features)"
     assert str(FeatureStructure(-1)) == "structure(relevant and residual features)"
+    assert str(FeatureStructure(-2)) == "structure(relevant features, one band each)"
     # The residual stage's features (in most of the fits) join the relevant ones in rung -1 only.
     screen = Screen(np.array([0.5, 0.4, 0.02, 0.02]), np.ones(4), 10, 0.1, np.array([0.0, 0.0, 1.0, 0.4]))
     assert screen.with_residual() == (0, 1, 2)
     assert structured_kernels(_scale(np.random.default_rng(0).random((30, 4))), screen, top=0)[1] == (0, 1)
+
+
+def test_the_residual_rung_adds_a_band_on_each_stage_s_features_at_its_own_width():
+    X = np.random.default_rng(3).uniform(size=(300, 5))
+    scale = _scale(X)
+    # The first fit found x0, x1 (fine); the residual fit x3 (smooth): an additive model of two terms.
+    screen = Screen(np.array([0.5, 0.48, 0.01, 0.01, 0.0]), np.array([40.0, 40.0, 0.1, 8.0, 0.0]), 300, 0.2,
+                    np.array([0.0, 0.0, 0.0, 1.0, 0.0]), np.array([0.0, 0.0, 0.0, 2.0, 0.0]))  # fmt: skip
+    kernels, features, sigmas, groups = structured_kernels(scale, screen, top=-1)
+    assert features == (0, 1, 3) and [g for g, _ in groups] == [(0, 1), (3,)]
+    var = X.var(axis=0)
+    first = np.sqrt(var[[0, 1]].sum() / (2 * 40.0 * var[[0, 1]].sum()))
+    assert groups[0][1] == pytest.approx([first * 2.0**e for e in SUBSET_EXPONENTS], rel=1e-3)
+    assert groups[1][1] == pytest.approx([np.sqrt(1 / 4.0) * 2.0**e for e in SUBSET_EXPONENTS], rel=1e-3)
+    assert [k.features for k in kernels] == [(0, 1, 3)] * 3 + [(0, 1)] * 3 + [(3,)] * 3
+    # A fitted model's record of it gives the same kernels back (probabilities' folds, a loaded model).
+    record = {"top": -1, "features": list(features), "sigmas": list(sigmas),
+              "groups": [{"features": list(g), "sigmas": list(w)} for g, w in groups]}  # fmt: skip
+    assert kernels_of(scale, *FeatureStructure.of_model(record).kept) == kernels
+    # Without residual features, or in the other rungs: the joint band alone.
+    assert structured_kernels(scale, replace(screen, residual=np.zeros(5)), top=-1)[3] == ()
+    assert structured_kernels(scale, screen, top=0)[3] == ()
+
+
+def test_the_additive_rung_gives_the_same_model_whatever_the_features_units():
+    # Wine's trouble: features in different units (here 10^-3 .. 10^3).  One band per relevant feature at the width
+    # learned for it reads each feature at its own scale: the same kernel values, the same predictions.
+    rng = np.random.default_rng(4)
+    X = rng.uniform(size=(300, 6))
+    y = np.where(np.sin(2 * np.pi * X[:, 1]) + 2 * (X[:, 4] - 0.5) > 0, 1, -1)
+    factors = 10.0 ** rng.uniform(-3, 3, size=6)
+    kernels, features, sigmas, groups = structured_kernels(_scale(X), Screen.of_rows(X, y), top=-2)
+    scaled = structured_kernels(_scale(X * factors), Screen.of_rows(X * factors, y), top=-2)
+    assert features == scaled[1] and {1, 4} <= set(features) and sigmas == ()
+    assert [g for g, _ in groups] == [(f,) for f in features]
+    for (f,), widths in groups:
+        assert dict(scaled[3])[f,] == pytest.approx([w * factors[f] for w in widths], rel=1e-6)
+    Xt = rng.uniform(size=(200, 6))
+    model = MWUMKLClassifier(kernels, C=10.0, selectivity=0.0).fit(X, y)
+    other = MWUMKLClassifier(scaled[0], C=10.0, selectivity=0.0).fit(X * factors, y)
+    np.testing.assert_array_equal(other.predict(Xt * factors), model.predict(Xt))
 
 
 # ----------------------------------------------------------------------------- the search in a fit
@@ -196,7 +242,7 @@ def test_the_default_finds_the_interaction_that_carries_the_signal(structured):
     assert clf.selectivity_ == 0.0 and clf.kernel_weights_ == pytest.approx(np.full(len(clf.kernel_names_), 1 / 3))
     # Its path entries are the cross-validated errors of screen-then-refit, each fold screening its own rows.
     rungs = {r.top for r, _ in clf.structure_path_}
-    assert rungs == {0, -1, 1, 2, 4}
+    assert rungs == {0, -1, 1, 2, 4, -2}
     for (rung, C), error in clf.structure_path_.items():
         if rung.top == 2:
             assert error == pytest.approx(_cv_error_of_structure(X, y, 2, C, seed=0))
@@ -231,7 +277,7 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     # Probabilities' folds refit the same structure (from the model's attributes, no screen).
     chosen = chosen_candidate(vars(clf))[1]
     assert chosen == FeatureStructure(clf.structure_["top"])
-    assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]))
+    assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]), ())
 
 
 def test_a_structure_from_a_data_store_is_the_structure_from_memory(structured, tmp_path):

@@ -527,9 +527,9 @@ class FeatureStructureKind(CandidateKind):
         scale = task.data.data_scale()
         screen = None
         if candidate.kept is not None:
-            features, sigmas = candidate.kept
-            kernels = kernels_of(scale, features, sigmas)
-            sigmas = [k.sigma for k in kernels]
+            features, sigmas, groups = candidate.kept
+            kernels = kernels_of(scale, features, sigmas, groups)
+            sigmas = [k.sigma for k in kernels[: len(kernels) - sum(len(g[1]) for g in groups)]]
         else:
             screen = candidate.screen
             if screen is None:
@@ -537,9 +537,12 @@ class FeatureStructureKind(CandidateKind):
                 if cv is None:
                     raise ValueError("a structured model needs feature rows to screen (not a kernel store)")
                 screen = screen_of(cv, np.arange(len(cv.y)), task.seed)
-            kernels, features, sigmas = structured_kernels(scale, screen, candidate.top)
+            kernels, features, sigmas, groups = structured_kernels(scale, screen, candidate.top)
         described = {"top": int(candidate.top), "features": [int(f) for f in features],
                      "sigmas": [float(s) for s in sigmas]}  # fmt: skip
+        if groups:  # bands of their own beside the joint band (structure.structured_kernels)
+            described["groups"] = [{"features": [int(f) for f in g], "sigmas": [float(s) for s in w]}
+                                   for g, w in groups]  # fmt: skip
         if screen is not None:
             described.update(screened_rows=int(screen.rows), feature_weights=[float(w) for w in screen.feature_weights])
         # Probabilities' folds refit the same features and widths (as they refit the chosen C), each on its rows.
@@ -573,14 +576,15 @@ class FeatureStructureKind(CandidateKind):
 
     @classmethod
     def plot_label(cls, candidate) -> str:
-        """``top 3`` for ``structure(top 3 feature(s))``, ``relevant`` and ``relevant+residual`` for the relevance
-        search's own rungs (also from a candidate's name in a model saved before candidates were saved whole)."""
+        """``top 3`` for ``structure(top 3 feature(s))``, ``relevant``, ``relevant+residual`` and ``relevant-additive``
+        for the relevance search's own rungs (also from a candidate's name in a model saved before candidates were
+        saved whole)."""
         text = str(candidate)
         top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?\)", text)
         if top:
             return f"top {top.group(1)}"
         if text.startswith("structure(relevant"):
-            return "relevant+residual" if "residual" in text else "relevant"
+            return "relevant+residual" if "residual" in text else "relevant-additive" if "each" in text else "relevant"
         return text
 
 
@@ -652,7 +656,7 @@ def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
     features = structure["features"]
     more = f" (first {limit} of {len(features)})" if len(features) > limit else ""
     text = f"a model on {len(features)} of the features: {', '.join(label(f) for f in features[:limit])}{more}"
-    subsets = structure.get("subsets") or []
+    subsets = structure.get("subsets") or [g["features"] for g in structure.get("groups", [])]
     if subsets:
         text += "; kernels of their own on " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
     return text
@@ -723,7 +727,7 @@ def _top(candidate) -> int:
         return int(top)
     text = str(candidate)
     if "relevant" in text:
-        return -1 if "residual" in text else 0
+        return -1 if "residual" in text else -2 if "each" in text else 0
     return int(re.search(r"top (\d+)", text).group(1))
 
 
