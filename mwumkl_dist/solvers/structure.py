@@ -137,8 +137,6 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.n
         The residual fit's own ``gamma`` (0 where the residual stage found nothing): the width of an additive
         term of its own on the residual's features.
     """
-    from scipy.optimize import minimize
-
     X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=np.float64)
     y = np.asarray(y)
     n, d = X.shape
@@ -149,29 +147,8 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.n
     if len(live) == 0 or len(classes) < 2 or n < 3:
         return relevance, gamma, 0.0, np.zeros(d, dtype=bool), np.zeros(d)
     Z = (X[:, live] - X[:, live].mean(axis=0)) / spread[live]
-    Z2 = Z * Z
     Y = (y[:, None] == classes[None, :]).astype(np.float64)
     Yc = (Y[:, :1] if len(classes) == 2 else Y) - (Y[:, :1] if len(classes) == 2 else Y).mean(axis=0)
-
-    def kernel(w):
-        Zw = Z * np.sqrt(w)
-        sq = np.sum(Zw * Zw, axis=1)
-        return np.exp(-np.maximum(sq[:, None] + sq[None, :] - 2.0 * (Zw @ Zw.T), 0.0))
-
-    def fit(targets, starts):
-        def loss(theta):
-            w = np.exp(theta)
-            K = kernel(w)
-            np.fill_diagonal(K, 0.0)
-            a, G = alignment(K, targets)
-            M = G * K  # dA/dw_f = -sum_ij M_ij (z_if - z_jf)^2 = -2 (z_f^2 . M 1 - z_f . M z_f)
-            grad_w = -2.0 * (Z2.T @ M.sum(axis=1) - np.sum(Z * (M @ Z), axis=0))
-            return -a, -grad_w * w
-
-        runs = [minimize(loss, start, jac=True, method="L-BFGS-B", bounds=[ARD_LOG_BOUNDS] * len(live),
-                         options={"maxiter": ARD_ITERATIONS}) for start in starts]  # fmt: skip
-        best = min(runs, key=lambda res: res.fun)
-        return np.exp(best.x), float(-best.fun)
 
     starts = [np.full(len(live), np.log(total / len(live))) for total in ARD_STARTS]
     pair, strength = strongest_pair(Z, Yc)
@@ -179,7 +156,7 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.n
         start = np.full(len(live), np.log(PAIR_START[1] / len(live)))
         start[list(pair)] = np.log(PAIR_START[0])
         starts.append(start)
-    w, a = fit(Yc, starts)
+    w, a = _fit_ard(Z, Yc, starts)
     if pair is not None and strength >= PAIR_STRENGTH:
         # The alignment can prefer a strong smooth effect alone to a joint kernel that adds an interaction
         # (the zoo's mixed: the kernel on its additive feature alone); a clear interaction stays relevant.
@@ -187,9 +164,9 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.n
     # What the relevant features leave: the same fit on the leave-one-out residuals of kernel ridge regression
     # on the fitted kernel (E7's radial term beside its checkerboard: a joint kernel at the checkerboard's
     # width has a better alignment without the radial term's features).
-    inverse = np.linalg.inv(kernel(w) + RESIDUAL_RIDGE * np.eye(n))
+    inverse = np.linalg.inv(_ard_kernel(Z, w) + RESIDUAL_RIDGE * np.eye(n))
     residual = (inverse @ Yc) / np.diagonal(inverse)[:, None]
-    w_rest, a_rest = fit(residual - residual.mean(axis=0), starts[:1])
+    w_rest, a_rest = _fit_ard(Z, residual - residual.mean(axis=0), starts[:1])
     residual_features = np.zeros(d, dtype=bool)
     gamma_rest = np.zeros(d)
     if a_rest >= RESIDUAL_ALIGNMENT:
@@ -201,6 +178,35 @@ def ard_relevance(X, y) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.n
     relevance[live] = w
     gamma[live] = w_joint / spread[live] ** 2  # the residual's features at a width of their own order
     return relevance, gamma, a, residual_features, gamma_rest
+
+
+def _ard_kernel(Z: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The Gaussian with one width ``w_f`` per (standardised) feature on the rows of ``Z``."""
+    Zw = Z * np.sqrt(w)
+    sq = np.sum(Zw * Zw, axis=1)
+    return np.exp(-np.maximum(sq[:, None] + sq[None, :] - 2.0 * (Zw @ Zw.T), 0.0))
+
+
+def _fit_ard(Z: np.ndarray, targets: np.ndarray, starts: list) -> tuple[np.ndarray, float]:
+    """The widths that maximise the off-diagonal :func:`alignment` of :func:`_ard_kernel` with ``targets``: L-BFGS
+    over ``log w`` from each of ``starts``, the better kept; ``(w, alignment)``."""
+    from scipy.optimize import minimize
+
+    Z2 = Z * Z
+
+    def loss(theta):
+        w = np.exp(theta)
+        K = _ard_kernel(Z, w)
+        np.fill_diagonal(K, 0.0)
+        a, G = alignment(K, targets)
+        M = G * K  # dA/dw_f = -sum_ij M_ij (z_if - z_jf)^2 = -2 (z_f^2 . M 1 - z_f . M z_f)
+        grad_w = -2.0 * (Z2.T @ M.sum(axis=1) - np.sum(Z * (M @ Z), axis=0))
+        return -a, -grad_w * w
+
+    runs = [minimize(loss, start, jac=True, method="L-BFGS-B", bounds=[ARD_LOG_BOUNDS] * Z.shape[1],
+                     options={"maxiter": ARD_ITERATIONS}) for start in starts]  # fmt: skip
+    best = min(runs, key=lambda res: res.fun)
+    return np.exp(best.x), float(-best.fun)
 
 
 def strongest_pair(Z: np.ndarray, Yc: np.ndarray) -> tuple[tuple[int, int] | None, float]:
