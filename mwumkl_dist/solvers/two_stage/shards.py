@@ -17,6 +17,7 @@ from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
+from mwumkl_dist.solvers.two_stage.margins import ShardSolve, SolveLog, line_sums, row_keys
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
@@ -77,8 +78,9 @@ class LinearShard:
     ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
     GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
     ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
-    The shard keeps no iteration state (the active rows come with each call),
-    so a lost shard is rebuilt by loading its problem again.
+    A Newton solve's state on the shard's rows (outputs, the direction's outputs, active rows; :mod:`.margins`)
+    stays here, the client sending ``r``-vectors and getting sums back (the ``solve_*`` methods); a lost shard is
+    rebuilt by loading its problem again and replaying the solve's log (:meth:`solve_begin`).
     """
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
@@ -105,6 +107,8 @@ class LinearShard:
         self.bases: list[Basis] = []
         self._landmark_chunks = [0]
         self.y = self.cw = None
+        self.solve_: ShardSolve | None = None  # the solve in progress
+        self._masks: dict = {}  # the Hessian's active rows of the last explicit solves, by their token
         #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
         self.rows_done = 0
 
@@ -149,6 +153,7 @@ class LinearShard:
         self.dtype = np.dtype(dtype)
         self.y = np.asarray(y, dtype=np.float64)
         self.cw = np.asarray(cw, dtype=np.float64)
+        self.solve_, self._masks = None, {}
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
         self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
@@ -256,7 +261,9 @@ class LinearShard:
         ``part`` a ``(k + 2, k + 1)`` array (the Gram matrix's rows, then the
         vector's; ``k`` the rank or width) summed over the node's blocks in tree order, or None.
         """
-        entering, leaving = self._mask(entering_bits), self._mask(leaving_bits)
+        return self._gram_parts(level, self._mask(entering_bits), self._mask(leaving_bits), on_columns)
+
+    def _gram_parts(self, level: int, entering, leaving, on_columns: bool) -> list:
         basis = self.bases[level]
         k = basis.width if on_columns else basis.rank
 
@@ -294,7 +301,9 @@ class LinearShard:
         columns.  Returns ``[((lo, hi), part)]`` as :meth:`gram_parts`, ``part`` a ``(width + 1,)``
         array (None for a node without active rows).
         """
-        active = self._mask(active_bits)
+        return self._active_sums(level, self._mask(active_bits), beta, bias, labels)
+
+    def _active_sums(self, level: int, active, beta, bias: float, labels: bool) -> list:
         width = self.bases[level].width
         beta = np.asarray(beta, dtype=np.float64)
 
@@ -323,7 +332,9 @@ class LinearShard:
     def selected_columns(self, level: int, selected_bits) -> np.ndarray:
         """The kernel columns of ``bases[level]`` of the selected rows (``np.packbits`` of the shard's mask), in row
         order, ``(selected, width)`` in double precision."""
-        selected = self._mask(selected_bits)
+        return self._selected_columns(level, self._mask(selected_bits))
+
+    def _selected_columns(self, level: int, selected) -> np.ndarray:
         width = self.bases[level].width
 
         def part(i):
@@ -333,7 +344,7 @@ class LinearShard:
         parts = [p for p in self._map(part, range(len(self.blocks))) if p is not None]
         return np.vstack(parts) if parts else np.zeros((0, width))
 
-    def direction(self, d, level: int = -1) -> np.ndarray:
+    def _outputs(self, d, level: int = -1) -> np.ndarray:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
@@ -351,6 +362,118 @@ class LinearShard:
         with one_blas_thread():
             parts = ordered_map(part, range(len(self.blocks)))
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    # ------------------------------------------------------------------ a Newton solve's state (see .margins)
+    def solve_begin(self, log: SolveLog):
+        """Start the solve of ``log`` (a rebuilt shard: replay it, with the log its Hessian's rows start from):
+        :meth:`_status` at its point (None where no problem is loaded: a rebuilt shard replaying a solve of
+        the problem before, whose reload follows)."""
+        if self.y is None:
+            return None
+        if log.from_log is not None and log.from_log.token not in self._masks:
+            self._replayed(log.from_log)
+        self.solve_ = self._replayed(log)
+        return self._status()
+
+    def _replayed(self, log: SolveLog) -> ShardSolve:
+        """The state after ``log``'s steps: the same operations as when they were taken, so the same bits."""
+        n = self.stop - self.start
+        fitted = np.ones(n, dtype=bool) if log.fitted is None else self._mask(log.fitted)
+        o = np.zeros(n) if log.start is None else self._outputs(log.start, log.level)
+        state = ShardSolve(log.token, log.level, fitted, o, None, None)
+        state.active = state.margins(self.y)
+        synced = state.active if log.synced == 0 else None
+        for s, (d, t) in enumerate(log.steps, 1):
+            state.o += t * self._outputs(d, log.level)
+            state.active = state.margins(self.y)
+            if log.synced == s:
+                synced = state.active
+        if synced is not None:
+            self._keep_mask(log.token, synced)
+        elif log.from_log is not None:
+            synced = self._masks[log.from_log.token]
+        else:
+            synced = np.zeros(n, dtype=bool)
+        state.was_active = synced
+        if log.pending is not None:
+            state.delta = self._outputs(log.pending, log.level)
+        return state
+
+    def _keep_mask(self, token: int, mask) -> None:
+        self._masks[token] = mask
+        while len(self._masks) > 4:  # the client starts a solve from one of its last ones
+            self._masks.pop(next(iter(self._masks)))
+
+    def _status(self) -> list:
+        """Per tree node ``[loss, active rows, rows changed since the Hessian's sums]``: ``sum c h^2`` over the
+        fitted rows (``h = max(0, 1 - y o)``), the active rows and those not in ``was_active`` or left it."""
+        state = self.solve_
+
+        def part(i):
+            local = self._local(i)
+            fitted = state.fitted[local]
+            h = np.maximum(0.0, 1.0 - self.y[local][fitted] * state.o[local][fitted])
+            active, was = state.active[local], state.was_active[local]
+            return np.array([np.sum(self.cw[local][fitted] * h * h), np.count_nonzero(active),
+                             np.count_nonzero(active != was)])  # fmt: skip
+
+        return self._tree_sums(part)
+
+    def solve_direction(self, d) -> list:
+        """Keep the outputs of direction ``d`` (``F d[:r] + d[r]``); :meth:`solve_line` at steps 0 and 1."""
+        self.solve_.delta = self._outputs(d, self.solve_.level)
+        return self.solve_line((0.0, 1.0))
+
+    def solve_line(self, ts) -> list:
+        """:func:`~.margins.line_sums` of the fitted rows at the steps ``ts`` per tree node."""
+        state = self.solve_
+
+        def part(i):
+            local = self._local(i)
+            fitted = state.fitted[local]
+            y = self.y[local][fitted]
+            return line_sums(1.0 - y * state.o[local][fitted], y * state.delta[local][fitted],
+                             self.cw[local][fitted], ts)  # fmt: skip
+
+        return self._tree_sums(part)
+
+    def solve_step(self, t: float) -> list:
+        """Step ``t`` along the direction: ``o += t F d``; :meth:`_status` there."""
+        state = self.solve_
+        state.o += t * state.delta
+        state.active, state.delta = state.margins(self.y), None
+        return self._status()
+
+    def solve_gram(self, on_columns: bool) -> list:
+        """:meth:`gram_parts` of the rows that entered or left the active set since the Hessian's sums, which
+        then hold the active rows (kept under the solve's token for a solve started from them)."""
+        state = self.solve_
+        entering, leaving = state.active & ~state.was_active, state.was_active & ~state.active
+        parts = self._gram_parts(state.level, entering, leaving, on_columns)
+        state.was_active = state.active
+        self._keep_mask(state.token, state.active)
+        return parts
+
+    def solve_products(self, beta, bias: float, labels: bool) -> list:
+        """:meth:`active_sums` over the active rows."""
+        return self._active_sums(self.solve_.level, self.solve_.active, beta, bias, labels)
+
+    def solve_sample(self, seed: int, size: int) -> tuple:
+        """The ``size`` active rows with the smallest :func:`~.margins.row_keys`: ``(keys, rows, columns, c)``, in
+        row order (the client keeps the smallest ``size`` of all shards': a random sample of the active rows, the
+        same for any sharding)."""
+        state = self.solve_
+        rows = np.flatnonzero(state.active)
+        keys = row_keys(seed, rows + self.start)
+        pick = np.sort(rows[np.lexsort((rows, keys))[:size]])
+        chosen = np.zeros(len(state.active), dtype=bool)
+        chosen[pick] = True
+        columns = self._selected_columns(state.level, chosen)
+        return row_keys(seed, pick + self.start), pick + self.start, columns, self.cw[pick]
+
+    def solve_outputs(self, selected_bits) -> np.ndarray:
+        """The outputs ``o`` of the selected rows (``np.packbits`` of the shard's mask), in row order."""
+        return self.solve_.o[self._mask(selected_bits)]
 
     def _map(self, fn, items) -> list:
         """``ordered_map`` over the blocks; on a GPU shard one block after the other (the GPU is one device)."""

@@ -24,7 +24,13 @@ from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
-from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_costs, linear_method, newton_solve
+from mwumkl_dist.solvers.two_stage.newton import (
+    NewtonOptions,
+    cg_newton_solve,
+    linear_costs,
+    linear_method,
+    newton_solve,
+)
 from mwumkl_dist.solvers.two_stage.nystroem import (
     COLUMN_MEMORY,
     N_COMPONENTS,
@@ -326,15 +332,17 @@ class TwoStageSolver:
             levels, which = maps[k], f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
             if start is None and len(levels) > 1:  # the smaller map's model on the first landmarks starts the solve
                 with _newton_phase(levels[0], n, which) as warm_step:
-                    warm = self._solve(shards, levels[0], 0, labels[k], C, point_weights[k], train, None, warm_step,
-                                       task.seed, how(levels[0], False))  # fmt: skip
+                    warm = self._solve(shards, levels[0], C, how(levels[0], False),
+                                       NewtonOptions(level=0, train=train, step=warm_step, seed=task.seed))  # fmt: skip
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
             methods[k] = how(levels[-1], start is not None)
             if hessian[0] is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
                 methods[k] = ("explicit", methods[k][1])
             with _newton_phase(levels[-1], n, which) as newton_step:
-                result = self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                     newton_step, task.seed, methods[k], hessian[0])  # fmt: skip
+                options = NewtonOptions(level=len(levels) - 1, start=start, train=train, step=newton_step,
+                                        seed=task.seed, hessian=hessian[0],
+                                        outputs_on=None if train is None else held)  # fmt: skip
+                result = self._solve(shards, levels[-1], C, methods[k], options)
             hessian[0], result.hessian = result.hessian, None
             return result
 
@@ -350,7 +358,7 @@ class TwoStageSolver:
                         near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)), default=None)
                         solutions[k][c] = solve(k, c, train, None if near is None else _start_of(solutions[k][near]))
                         step.advance()
-            decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(len(targets))])
+            decisions = {c: np.column_stack([solutions[k][c].outputs for k in range(len(targets))])
                          for c in candidates}  # fmt: skip
             C, path = self._chosen_C(task, held, decisions, C)
         dual_coef = np.zeros((len(targets), len(landmarks)))
@@ -425,8 +433,9 @@ class TwoStageSolver:
             if hessian is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
                 methods[k] = ("explicit", methods[k][1])
             with _newton_phase(fmap, n, which(k)) as step:
-                result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
-                                     task.seed, methods[k], hessian)  # fmt: skip
+                options = NewtonOptions(level=level, start=start, train=fitted, step=step, seed=task.seed,
+                                        hessian=hessian, outputs_on=None if fitted is None else held)  # fmt: skip
+                result = self._solve(shards, fmap, c, methods[k], options)
             state["hessian"], state["hessian_of"], result.hessian = result.hessian, (k, level), None  # one at a time
             return result
 
@@ -448,7 +457,7 @@ class TwoStageSolver:
                     old.factor = None  # only the newest map's factor starts a solve
                 results.append(solve(k, level, C, train, start))
             fits.append(results)
-            decisions = np.column_stack([res.outputs[held] for res in results])
+            decisions = np.column_stack([res.outputs for res in results])
             losses.append(self._held_losses(task, held, decisions))
             errors.append(float(np.sum(losses[-1])))
             if level == len(levels) - 1 and max(residuals) > self.residual_tol:
@@ -481,7 +490,7 @@ class TwoStageSolver:
                         near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)))
                         solutions[k][c] = solve(k, chosen, c, train, _start_of(solutions[k][near]))
                         step.advance()
-            decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(K)]) for c in candidates}
+            decisions = {c: np.column_stack([solutions[k][c].outputs for k in range(K)]) for c in candidates}
             C, path = self._chosen_C(task, held, decisions, C)
         landmarks = order[: maps[0][chosen].n_columns]
         dual_coef = np.zeros((K, len(landmarks)))
@@ -510,19 +519,15 @@ class TwoStageSolver:
         args = (n_rows, fmap.n_columns, fmap.rank)
         return linear_method(*args, warm=warm, device=device, **cluster), linear_costs(*args, warm, device, **cluster)
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method,
-               hessian=None):  # fmt: skip
-        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards) by ``method``
-        (:meth:`_method`'s ``(method, costs)``); ``hessian``: an earlier explicit solve's sums on the same features
-        to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
-        method = "explicit" if hessian is not None else method[0]
+    def _solve(self, shards, fmap, C: float, method, options: NewtonOptions):
+        """One solve of the squared hinge on ``fmap``'s features (``options.level`` on the shards) by ``method``
+        (:meth:`_method`'s ``(method, costs)``); ``options.hessian``: an earlier explicit solve's sums on the same
+        features to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
+        method = "explicit" if options.hessian is not None else method[0]
+        step = options.step
         with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
-            if method == "cg":
-                return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
-                                       seed=seed, step=step)  # fmt: skip
-            return newton_solve(
-                shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step, hessian=hessian
-            )
+            solve = cg_newton_solve if method == "cg" else newton_solve
+            return solve(shards, fmap.basis, C, options)
 
     def _exact_stage(self, task: FitTask, unit: list, point_weights: list, C: float, check: bool,
                      clock: list) -> tuple[dict, float]:  # fmt: skip
