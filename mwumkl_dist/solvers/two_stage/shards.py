@@ -344,7 +344,7 @@ class LinearShard:
         parts = [p for p in self._map(part, range(len(self.blocks))) if p is not None]
         return np.vstack(parts) if parts else np.zeros((0, width))
 
-    def _outputs(self, d, level: int = -1) -> np.ndarray:
+    def direction(self, d, level: int = -1) -> np.ndarray:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
@@ -379,12 +379,12 @@ class LinearShard:
         """The state after ``log``'s steps: the same operations as when they were taken, so the same bits."""
         n = self.stop - self.start
         fitted = np.ones(n, dtype=bool) if log.fitted is None else self._mask(log.fitted)
-        o = np.zeros(n) if log.start is None else self._outputs(log.start, log.level)
+        o = np.zeros(n) if log.start is None else self.direction(log.start, log.level)
         state = ShardSolve(log.token, log.level, fitted, o, None, None)
         state.active = state.margins(self.y)
         synced = state.active if log.synced == 0 else None
         for s, (d, t) in enumerate(log.steps, 1):
-            state.o += t * self._outputs(d, log.level)
+            state.o += t * self.direction(d, log.level)
             state.active = state.margins(self.y)
             if log.synced == s:
                 synced = state.active
@@ -396,7 +396,7 @@ class LinearShard:
             synced = np.zeros(n, dtype=bool)
         state.was_active = synced
         if log.pending is not None:
-            state.delta = self._outputs(log.pending, log.level)
+            state.delta = self.direction(log.pending, log.level)
         return state
 
     def _keep_mask(self, token: int, mask) -> None:
@@ -421,7 +421,7 @@ class LinearShard:
 
     def solve_direction(self, d) -> list:
         """Keep the outputs of direction ``d`` (``F d[:r] + d[r]``); :meth:`solve_line` at steps 0 and 1."""
-        self.solve_.delta = self._outputs(d, self.solve_.level)
+        self.solve_.delta = self.direction(d, self.solve_.level)
         return self.solve_line((0.0, 1.0))
 
     def solve_line(self, ts) -> list:
