@@ -17,6 +17,7 @@ from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
+from mwumkl_dist.solvers.two_stage.columns import HostColumns
 from mwumkl_dist.solvers.two_stage.margins import ShardSolve, SolveLog, line_sums, row_keys
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
@@ -47,10 +48,6 @@ class GivenFeatures:
     def columns(self, X) -> np.ndarray:
         return np.asarray(X, dtype=np.float64)
 
-
-#: Rows of a block a pass widens to double precision at a time (fixed, so the sums' order, hence their bits, do not
-#: depend on the sharding): one chunk of columns per thread, not the block's (8192 x 4096 doubles are 268 MB).
-SUB_ROWS = 1024
 
 #: How a shard keeps its kernel columns (see :class:`LinearShard`).
 STORAGES = ("auto", "memory", "spill", "recompute")
@@ -96,11 +93,11 @@ class LinearShard:
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.storage = storage
         self.backend = backend_named(device)
-        self._device_columns = None
+        #: The kernel columns: the back-end's column store (a GPU's) or :class:`HostColumns` (None: none loaded).
+        self.store = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
         self._budget, self._scratch = feature_memory_budget(columns_budget), scratch_dir()
-        self.features_: FeatureBlocks | None = None
         self.feature_map = None
         self.width = 0
         self.dtype = np.dtype(np.float32)
@@ -139,14 +136,11 @@ class LinearShard:
         The columns are computed in chunks of landmarks, one per level (``bases``' widths), so that stored,
         extended and recomputed columns have the same bits.
         """
-        kept = self.features_ if extend and self.features_ is not None and self.dtype == np.dtype(dtype) else None
+        kept = self.store.kept(dtype) if extend and self.store is not None else None
         kept_width = self.width if kept is not None else 0
         if kept is None:
             self.close()
-        elif self._device_columns is not None:  # pragma: no cover - a GPU shard is never extended
-            self._device_columns.close()
-            self._device_columns = None
-        self.features_ = None
+        self.store = None
         self.bases = list(bases) if bases is not None else [feature_map.basis]
         self.width = max(b.width for b in self.bases)
         self.feature_map = feature_map
@@ -157,48 +151,42 @@ class LinearShard:
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
         self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
-        columns = self.backend.column_store(feature_map, self.width, self.dtype)
-        if columns is not None:
-            if kept is not None:
-                kept.close()
-            return self._load_on_device(columns, step)
-        storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
-        if storage == "recompute":  # every pass computes them: nothing to do now
-            if kept is not None:
-                kept.close()
-            if step is not None:
-                step.advance(sum(sizes))
-            return storage
-        self.features_ = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
+        device = self.backend.column_store(feature_map, self.width, self.dtype)
+        storage = "device" if device is not None else self._storage(sum(sizes) * self.width * self.dtype.itemsize)
+        if storage in ("memory", "spill"):
+            stored = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
+            self.store = HostColumns(sizes, self._block_rows, self._computed, stored)
+        else:  # a GPU's, or computed at every pass (nothing kept now)
+            self.store = device if device is not None else HostColumns(sizes, self._block_rows, self._computed)
 
         def build(i):
             lo, hi = self.blocks[i]
             X = self._read(lo, hi)
-            if kept is None:
-                block = self._computed(X)
-            else:  # the kept columns, then the new landmarks' chunks
+            if storage == "device":
+                self.store.put(i, X)
+            elif storage != "recompute" and kept is None:
+                stored.put(i, self._computed(X))
+            elif storage != "recompute":  # the kept columns, then the new landmarks' chunks
                 block = np.empty((hi - lo, self.width), dtype=self.dtype)
                 block[:, :kept_width] = kept.get(i)
                 block[:, kept_width:] = self._computed(X, kept_width)
-            self.features_.put(i, block)
+                stored.put(i, block)
             self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
             if step is not None:
                 step.advance(hi - lo)
 
-        with one_blas_thread():
-            ordered_map(build, range(len(self.blocks)))
+        if storage == "recompute":
+            if step is not None:
+                step.advance(sum(sizes))
+        else:
+            with one_blas_thread():
+                self._map(build, range(len(self.blocks)))
         if kept is not None:
             kept.close()
         return storage
 
-    def _load_on_device(self, columns, step) -> str:
-        self._device_columns = columns
-        for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
-            self._device_columns.put(i, self._read(lo, hi))
-            self.rows_done += hi - lo
-            if step is not None:
-                step.advance(hi - lo)
-        return "device"
+    def _block_rows(self, i: int):
+        return self._read(*self.blocks[i])
 
     def _storage(self, nbytes: int) -> str:
         if self.storage != "auto":
@@ -223,32 +211,7 @@ class LinearShard:
 
     def columns(self, i: int, rows=None) -> np.ndarray:
         """Block ``i``'s kernel columns (``rows``: only those of its rows, local indices), stored or computed again."""
-        if self._device_columns is not None:
-            return self._device_columns.host(i, rows)
-        if self.features_ is not None:
-            block = self.features_.get(i)
-            return block if rows is None else block[rows]
-        lo, hi = self.blocks[i]
-        X = self._read(lo, hi)
-        return self._computed(X if rows is None else X[rows])
-
-    def _chunks(self, i: int, rows):
-        """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
-        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
-        stored = X = None
-        if self._device_columns is None:
-            if self.features_ is not None:
-                stored = self.features_.get(i)
-            else:
-                X = self._read(*self.blocks[i])
-        for lo in range(0, len(rows), SUB_ROWS):
-            chunk = rows[lo : lo + SUB_ROWS]
-            if stored is not None:
-                yield chunk, stored[chunk]
-            elif X is not None:
-                yield chunk, self._computed(X[chunk])
-            else:
-                yield chunk, self._device_columns.host(i, chunk)
+        return self.store.host(i, rows)
 
     def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
         """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
@@ -274,7 +237,7 @@ class LinearShard:
                 return None
             out = np.zeros((k + 2, k + 1))
             for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
-                for chunk, columns in self._chunks(i, rows):  # a chunk's Z in memory, not the block's
+                for chunk, columns in self.store.chunks(i, rows):  # a chunk's Z in memory, not the block's
                     y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
                     Z = np.empty((len(chunk), k + 1))
                     Z[:, :k] = columns[:, :k] if on_columns else basis.features(columns)
@@ -312,19 +275,7 @@ class LinearShard:
             rows = np.flatnonzero(active[local])
             if not len(rows):
                 return None
-            if self._device_columns is not None:
-                return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
-                                                        labels)  # fmt: skip
-            out = np.zeros(width + 1)
-            for chunk, columns in self._chunks(i, rows):  # one chunk's columns in double at a time
-                K = np.asarray(columns[:, :width], dtype=np.float64)
-                t = K @ beta + bias
-                if labels:
-                    t -= self.y[local][chunk]
-                t *= self.cw[local][chunk]
-                out[:width] += t @ K
-                out[width] += np.sum(t)
-            return out
+            return self.store.active_sums(i, active[local], beta[:width], bias, self.y[local], self.cw[local], labels)
 
         with one_blas_thread():
             return self._tree_sums(part)
@@ -348,19 +299,8 @@ class LinearShard:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
-        if self._device_columns is not None:
-            parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
-            return np.concatenate(parts) if parts else np.zeros(0)
-
-        def part(i):
-            lo, hi = self.blocks[i]
-            out = np.empty(hi - lo)
-            for chunk, columns in self._chunks(i, np.arange(hi - lo)):  # one chunk's columns in double at a time
-                out[chunk] = np.asarray(columns[:, : basis.width], dtype=np.float64) @ beta
-            return out + d[basis.rank]
-
-        with one_blas_thread():
-            parts = ordered_map(part, range(len(self.blocks)))
+        with one_blas_thread():  # one chunk's columns in double at a time
+            parts = self._map(lambda i: self.store.times(i, beta, d[basis.rank]), range(len(self.blocks)))
         return np.concatenate(parts) if parts else np.zeros(0)
 
     # ------------------------------------------------------------------ a Newton solve's state (see .margins)
@@ -477,7 +417,7 @@ class LinearShard:
 
     def _map(self, fn, items) -> list:
         """``ordered_map`` over the blocks; on a GPU shard one block after the other (the GPU is one device)."""
-        return ordered_map(fn, items) if self._device_columns is None else [fn(i) for i in items]
+        return ordered_map(fn, items) if self.store is None or self.store.parallel else [fn(i) for i in items]
 
     def _mask(self, bits) -> np.ndarray:
         return np.unpackbits(bits, count=self.stop - self.start).astype(bool)
@@ -506,12 +446,9 @@ class LinearShard:
         return out
 
     def close(self) -> None:
-        if self.features_ is not None:
-            self.features_.close()
-            self.features_ = None
-        if self._device_columns is not None:
-            self._device_columns.close()
-            self._device_columns = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
 
 #: The cost model of a pass over kernel columns that are not in memory (seconds per column entry, one core of the
