@@ -17,9 +17,10 @@ script with ``--one``), so peak memory is that layout's alone:
 
 Recorded per layout (one JSON line each): fit wall seconds; CPU seconds of the client process and of the workers
 (their process time before and after, by ``client.run``); peak RSS (``VmHWM``) of the client and of each worker;
-test error; ``n_components_``, ``linear_method_``, ``shard_layout_``; the longest stretch without a progress event
-as a share of the fit (the fit's callback; "progress all the way") and the phases of the events around it;
-whether the predictions equal the first layout's (the local fit's); the load average before and after.  Presets:
+test error; the client's peak after the fit alone (``client_fit_peak_rss``; ``client_peak_rss`` includes the
+test rows' prediction); ``n_components_``, ``linear_method_``, ``shard_layout_``; the longest stretch without a
+progress event as a share of the fit (the fit's callback; "progress all the way") and the phases of the events around
+it; whether the predictions equal the first layout's (the local fit's); the load average before and after.  Presets:
 
 ``e7``      the issue's 2-core measurement: 10^6 and 10^7 rows; local (2 threads), 1x1 and 2x1 workers, 4GB each;
 ``16core``  for a 16-core machine, at most about 8 minutes: 10^6 rows local (16 threads), 1x2, 2x2, 4x2, 8x2
@@ -128,7 +129,7 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         c0, t0 = time.process_time(), time.perf_counter()
         est.fit(data)
         t1 = time.perf_counter()
-        out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0)
+        out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0, client_fit_peak_rss=_vm_hwm())
         if client is not None:
             w1 = client.run(_cpu)
             out["workers_cpu_s"] = sum(w1[k] - w0[k] for k in w0)

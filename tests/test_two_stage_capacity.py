@@ -132,12 +132,13 @@ def test_newton_matches_an_exact_convex_solver_on_a_nystroem_basis(C):
         _objective, np.zeros(fmap.rank + 1), args=(F, y, C, c), method="L-BFGS-B",
         jac=lambda v, *a: _gradient(v, *a), options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 20000},
     )  # fmt: skip
+    every = np.ones(len(y), dtype=bool)
     with _pool(columns, y, c, [small.basis, fmap.basis], n_shards=3) as pool:
-        cold = two_stage.newton_solve(pool, fmap.basis, y, C, c, level=1)
-        warm_small = two_stage.newton_solve(pool, small.basis, y, C, c, level=0)
+        cold = two_stage.newton_solve(pool, fmap.basis, C, level=1, outputs_on=every)
+        warm_small = two_stage.newton_solve(pool, small.basis, C, level=0, outputs_on=every)
         start = np.append(fmap.coefficients(small.expansion(warm_small.coef)), warm_small.intercept)
-        warm = two_stage.newton_solve(pool, fmap.basis, y, C, c, level=1, start=start)
-        cg = two_stage.cg_newton_solve(pool, fmap.basis, y, C, c, level=1, start=start, gtol=1e-10)
+        warm = two_stage.newton_solve(pool, fmap.basis, C, level=1, start=start, outputs_on=every)
+        cg = two_stage.cg_newton_solve(pool, fmap.basis, C, level=1, start=start, gtol=1e-10, outputs_on=every)
     for result in (cold, warm, cg):
         v = np.append(result.coef, result.intercept)
         assert _objective(v, F, y, C, c) <= ref.fun * (1 + 1e-10)
@@ -160,9 +161,12 @@ def test_newton_on_some_rows_is_the_solve_on_those_rows():
     y = np.where(F[:, 0] + 0.5 * rng.standard_normal(400) > 0, 1.0, -1.0)
     c = np.ones(400)
     train = rng.random(400) < 0.7
+    every = np.ones(400, dtype=bool)
     with _pool(F, y, c, None, n_shards=2) as pool:
-        part = two_stage.newton_solve(pool, two_stage.Basis(7, None), y, 2.0, c, train=train)
-        by_cg = two_stage.cg_newton_solve(pool, two_stage.Basis(7, None), y, 2.0, c, train=train, gtol=1e-12)
+        part = two_stage.newton_solve(pool, two_stage.Basis(7, None), 2.0, train=train, outputs_on=every)
+        by_cg = two_stage.cg_newton_solve(
+            pool, two_stage.Basis(7, None), 2.0, train=train, gtol=1e-12, outputs_on=every
+        )
     alone = two_stage.fit_squared_hinge(F[train], y[train], 2.0)
     for result in (part, by_cg):
         np.testing.assert_allclose(result.coef, alone[0], atol=1e-9)

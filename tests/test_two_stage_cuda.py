@@ -149,7 +149,7 @@ def case_columns():
             assert storage == ("device" if device == "cuda" else "memory"), storage
             shards[device] = shard
         cpu, gpu = shards["cpu"], shards["cuda"]
-        assert gpu._device_columns is not None and len(gpu._device_columns.blocks) == len(cpu.blocks) == 6
+        assert gpu.store is not None and len(gpu.store.blocks) == len(cpu.blocks) == 6
         host = [np.asarray(gpu.columns(i), dtype=np.float64) for i in range(len(gpu.blocks))]
         for i, block in enumerate(host):
             assert block.shape == (len(range(*gpu.blocks[i])), 11) and gpu.columns(i).dtype == np.float32
@@ -167,7 +167,7 @@ def case_columns():
             np.testing.assert_allclose(gpu.direction(d, level), want, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(gpu.direction(d, level), cpu.direction(d, level), rtol=1e-5, atol=1e-6)
             for i in range(len(gpu.blocks)):  # DeviceColumns itself, block by block
-                got = gpu._device_columns.times(i, beta, d[-1])
+                got = gpu.store.times(i, beta, d[-1])
                 np.testing.assert_allclose(got, host[i][:, :w] @ beta + d[-1], rtol=1e-12, atol=1e-12)
             beta = rng.normal(size=w)
             for labels in (False, True):
@@ -190,7 +190,7 @@ def case_columns():
                 b = _tree(cpu.gram_parts(level, entering, leaving, on_columns))
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
         gpu.close()
-        assert gpu._device_columns is None
+        assert gpu.store is None
 
 
 def case_products():

@@ -108,7 +108,7 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     ) as pool:
         pool.call("load_problem", lambda r: (two_stage.GivenFeatures(6), y[r[0] : r[1]], c[r[0] : r[1]], None, None,
                                              "float64"))  # fmt: skip
-        three = two_stage.solve_squared_hinge(pool, 6, y, 3.0, c)
+        three = two_stage.solve_squared_hinge(pool, 6, 3.0)
     np.testing.assert_array_equal(one[0], three[0])
     assert one[1] == three[1]
 
@@ -168,9 +168,9 @@ def test_dask_rebuilds_a_lost_linear_shard(small_blocks, client, monkeypatch):
     original = DaskPool.call
 
     def flaky(self, method, args_for=None, **options):
-        if method == "direction":
+        if method == "solve_direction":
             calls["n"] += 1
-        if method == "direction" and calls["n"] == 2:  # drop one shard's channel before the second Newton step
+        if method == "solve_direction" and calls["n"] == 2:  # drop one shard's channel before the second Newton step
             self.blocks[1].conn.close()
         return original(self, method, args_for, **options)
 

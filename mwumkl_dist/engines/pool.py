@@ -124,17 +124,9 @@ class LocalPool:
         self.slots = list(slots)
         self.shards = [factory_for(slot)() for slot in self.slots]
 
-    def call(
-        self,
-        method,
-        args_for=None,
-        *,
-        shared=False,
-        shards: Sequence[int] | None = None,
-        keep=False,
-        superstep=False,
-        progress=None,
-    ) -> list:
+    def call(self, method, args_for=None, *, shared=False, shards: Sequence[int] | None = None, **_nothing_to_lose):
+        """See :meth:`ShardPool.call`; ``keep``, ``superstep`` and ``progress`` mean nothing here (no shard is
+        lost, each local shard advances its own progress)."""
         targets = range(len(self.shards)) if shards is None else shards
         args = call_args(self.slots, targets, args_for, shared)
         return [invoke(self.shards[i], method, a) for i, (_, a) in zip(targets, args)]

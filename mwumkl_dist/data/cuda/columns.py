@@ -28,6 +28,10 @@ class DeviceColumns:
     agree with the CPU shard's to rounding (its columns come from BLAS dot products), not bit for bit.
     """
 
+    #: The blocks' passes run one after the other (the GPU is one device); see the CPU shard's store,
+    #: :class:`~mwumkl_dist.solvers.two_stage.columns.HostColumns`, the same interface.
+    parallel = False
+
     def __init__(self, kernel_set, landmarks, weights, width: int):
         self._k = _kernels()
         self.cuda = check_device()
@@ -68,6 +72,16 @@ class DeviceColumns:
         """Block ``i``'s columns on the host, ``(rows, width)`` single precision (``rows``: only those)."""
         block = self.blocks[i].copy_to_host().T
         return np.ascontiguousarray(block if rows is None else block[rows])
+
+    def kept(self, dtype) -> None:
+        """A GPU shard keeps no columns for a load of more landmarks (it computes them all again)."""
+        return None
+
+    def chunks(self, i: int, rows, size: int = 1024):
+        """``(chunk, columns)`` of block ``i``'s ``rows`` on the host, ``size`` rows at a time."""
+        for lo in range(0, len(rows), size):
+            chunk = rows[lo : lo + size]
+            yield chunk, self.host(i, chunk)
 
     def times(self, i: int, beta, bias: float) -> np.ndarray:
         """``K_i beta + bias`` of block ``i`` (double precision) on its first ``len(beta)`` columns, on the GPU."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mwumkl_dist.core.partition import ROW_BLOCK
 from mwumkl_dist.devices.memory import format_bytes
-from mwumkl_dist.solvers.two_stage.shards import SUB_ROWS
+from mwumkl_dist.solvers.two_stage.columns import SUB_ROWS
 
 __all__ = ["MemoryLimitError", "MemoryPlan", "memory_plan", "solve_bytes", "WEIGHT_STAGE_MEMORY"]
 

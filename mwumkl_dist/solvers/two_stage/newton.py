@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.linalg
@@ -13,10 +13,12 @@ import scipy.linalg
 from mwumkl_dist.core.partition import tree_total
 from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.engines.pool import LocalPool
+from mwumkl_dist.solvers.two_stage.margins import LINE_FIELDS, SolveLog, exact_step
 from mwumkl_dist.solvers.two_stage.nystroem import Basis, blocked_product
 from mwumkl_dist.solvers.two_stage.shards import GivenFeatures, LinearShard
 
 __all__ = [
+    "NewtonOptions",
     "NewtonResult",
     "cg_newton_solve",
     "linear_costs",
@@ -47,108 +49,141 @@ def fit_linear(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-4, max_
     return svc.coef_[0].copy(), float(svc.intercept_[0])
 
 
-def _line_search(vd, dd, m, q, cw, C) -> float:
-    """The exact minimiser ``t >= 0`` of the piecewise quadratic ``f(v + t d)`` (see :func:`fit_squared_hinge`).
+@dataclass(frozen=True)
+class NewtonOptions:
+    """The options of a Newton solve (:func:`newton_solve`, :func:`cg_newton_solve`; narrow them with
+    :func:`dataclasses.replace` or as keywords of the solve).
 
-    ``f'(t) = vd + t dd - C sum_j cw_j q_j max(0, m_j - t q_j)``: increasing and
-    piecewise linear; its pieces change where a point enters or leaves the
-    active set (``t_j = m_j / q_j``).  The root is found on the sorted breakpoints.
+    ``level``: the features' level on the shards (the index of their basis); ``start``: starting coefficients
+    ``[w, b]`` (default 0); ``train``: a boolean mask of the rows fitted (the others get outputs and no loss;
+    default all); ``outputs_on``: a boolean mask of the rows whose outputs ``F w + b`` the result carries (the
+    shards send only those; default none); ``tol``: the objective's relative decrease that ends the solve;
+    ``max_iter``: the most Newton steps; ``step``: a progress phase advanced by each Newton step (the conjugate
+    gradients': by each pass over the columns); ``hessian``: the :attr:`NewtonResult.hessian` of an earlier
+    explicit solve on the same features to start from.  The conjugate gradients' own: ``seed`` (the
+    preconditioner's rows), ``gtol`` (the gradient's relative norm that ends the solve), ``max_cg`` (the most
+    products per step).
     """
-    active = (m > 0) | ((m == 0) & (q < 0))
-    alpha = vd - C * np.sum((cw * q * m)[active])
-    beta = dd + C * np.sum((cw * q * q)[active])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tj = m / q
-    leaving = active & (q > 0)
-    entering = ~active & (q < 0)
-    events = np.flatnonzero((leaving | entering) & (tj > 0))
-    order = events[np.argsort(tj[events], kind="stable")]
-    sign = np.where(leaving[order], 1.0, -1.0)  # leaving: alpha += C c q m, beta -= C c q^2
-    da = sign * C * (cw * q * m)[order]
-    db = -sign * C * (cw * q * q)[order]
-    alphas = alpha + np.concatenate(([0.0], np.cumsum(da)))
-    betas = beta + np.concatenate(([0.0], np.cumsum(db)))
-    nxt = np.concatenate((tj[order], [np.inf]))
-    with np.errstate(invalid="ignore", over="ignore"):
-        g = np.where(np.isinf(nxt), np.inf, alphas + betas * nxt)
-    k = int(np.flatnonzero(g >= 0)[0])
-    return float(-alphas[k] / betas[k]) if betas[k] > 0 else 0.0
+
+    level: int = -1
+    start: np.ndarray | None = None
+    train: np.ndarray | None = None
+    outputs_on: np.ndarray | None = None
+    tol: float = 1e-10
+    max_iter: int = 100
+    step: object = None
+    hessian: tuple | None = None
+    seed: int = 0
+    gtol: float = 1e-7
+    max_cg: int = 500
 
 
 @dataclass
 class NewtonResult:
-    """A solve's coefficients ``v = [w, b]``, the outputs ``o = F w + b`` on every row, and its Newton steps.
+    """A solve's coefficients ``v = [w, b]``, its outputs ``o = F w + b`` on the rows asked for
+    (:attr:`NewtonOptions.outputs_on`; None: none), and its Newton steps.
 
-    ``hessian``: the explicit solve's sums over its last active rows ``(gram, active)`` (see
-    :func:`newton_solve`), to start another solve on the same features from (None from the CG solve).
+    ``hessian``: the explicit solve's sums over its last active rows and the log the shards rebuild those rows
+    from, ``(gram, log)`` (see :func:`newton_solve`), to start another solve on the same features from (None
+    from the CG solve).
     """
 
     coef: np.ndarray
     intercept: float
-    outputs: np.ndarray
+    outputs: np.ndarray | None
     n_iter: int
     hessian: tuple | None = None
 
 
-class _Problem:
-    """What both Newton solves share: the shards' rows, labels, weights, ``C``, the fitted rows and the progress."""
+def _total(answers):
+    """The tree-ordered total of the shards' node sums (:func:`~mwumkl_dist.core.partition.tree_total`)."""
+    nodes = dict(node for parts in answers if parts is not None for node in parts)
+    return tree_total(nodes, max(hi for _, hi in nodes)) if nodes else None
 
-    def __init__(self, shards, level: int, y_pm, C: float, sample_weight, train, step, count_outputs: bool):
-        self.shards, self.level, self.step, self.count_outputs = shards, level, step, count_outputs
-        self.y = np.asarray(y_pm, dtype=np.float64)
-        self.n = len(self.y)
-        self.cw = np.ones(self.n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        self.C = float(C)
-        self.fitted = np.ones(self.n, dtype=bool) if train is None else np.asarray(train, dtype=bool)
-        self.yf, self.cf = self.y[self.fitted], self.cw[self.fitted]
+
+class _Problem:
+    """What both Newton solves share: the shards (each keeping its rows' state, :mod:`.margins`), ``C``, the
+    options, the solve's log and the progress.  Every call sends ``r``-sized values and gets sums back."""
+
+    def __init__(self, shards, C: float, options: NewtonOptions, count_outputs: bool):
+        self.shards, self.C, self.options, self.count_outputs = shards, float(C), options, count_outputs
+        self.log: SolveLog | None = None
 
     def advance(self):
-        if self.step is not None:
-            self.step.advance()
+        if self.options.step is not None:
+            self.options.step.advance()
 
-    def outputs(self, d) -> np.ndarray:
-        """``F d`` on every row: one pass over the shards (a progress pass where the solve counts them)."""
-        level = self.level
-        out = np.concatenate(self.shards.call("direction", lambda rows, d=d: (d, level), shared=True, superstep=True))
+    def call(self, method, *args, superstep: bool = True):
+        """The tree total of ``method(*args)`` on every shard (the same arguments to each)."""
+        return _total(self.shards.call(method, lambda rows: args, shared=True, superstep=superstep))
+
+    def begin(self, from_log) -> np.ndarray:
+        """Start the solve on the shards: its status there (``[loss, active rows, rows changed]``)."""
+        options = self.options
+        start = None if options.start is None else np.asarray(options.start, dtype=np.float64).copy()
+        train = None if options.train is None else np.asarray(options.train, dtype=bool)
+        if from_log is not None:  # the rows of an earlier solve: its own start does not matter here
+            from_log = replace(from_log, from_log=None, pending=None)
+        self.log = log = SolveLog(options.level, train, start, from_log)
+        # kept: a rebuilt shard replays the log as it is then (every step taken so far)
+        status = _total(self.shards.call("solve_begin", lambda rows, log=log: (log.for_rows(*rows),), keep=True))
+        if start is not None and self.count_outputs:
+            self.advance()
+        return status
+
+    def objective(self, v, status) -> float:
+        return 0.5 * v @ v + 0.5 * self.C * float(status[0])
+
+    def line_search(self, v, d) -> float:
+        """The exact step along ``d`` (:func:`~.margins.exact_step`): the shards keep ``F d``; steps go to them."""
+        first = self.call("solve_direction", d).reshape(-1, LINE_FIELDS)
+        self.log.pending = d
         if self.count_outputs:
             self.advance()
-        return out
+        return exact_step(float(v @ d), float(d @ d), self.C, first,
+                          lambda ts: self.call("solve_line", tuple(ts)).reshape(-1, LINE_FIELDS))  # fmt: skip
 
-    def objective(self, v, o) -> float:
-        h = np.maximum(0.0, 1.0 - self.yf * o[self.fitted])
-        return 0.5 * v @ v + 0.5 * self.C * np.sum(self.cf * h * h)
+    def step(self, t: float) -> np.ndarray:
+        """``v + t d`` on the shards: the status there."""
+        status = self.call("solve_step", float(t))
+        self.log.steps.append((self.log.pending, float(t)))
+        self.log.pending = None
+        return status
+
+    def outputs(self):
+        """The outputs on :attr:`NewtonOptions.outputs_on`'s rows (None: none asked for)."""
+        mask = self.options.outputs_on
+        if mask is None:
+            return None
+        mask = np.asarray(mask, dtype=bool)
+        parts = self.shards.call("solve_outputs", lambda rows: (np.packbits(mask[rows[0] : rows[1]]),))
+        return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _newton_loop(problem: _Problem, direction, start, tol: float, max_iter: int):
-    """The Newton steps shared by both solves: ``(v, o, steps)``.
+def _newton_loop(problem: _Problem, direction):
+    """The Newton steps shared by both solves: ``(v, steps)``.
 
     Each step asks ``direction`` for a step ``d`` on the active rows (None: converged by its own test), takes
-    the exact line search (:func:`_line_search`) along it, and ends when the direction's own rule says so
-    (:meth:`end_step`), when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.
+    the exact line search along it, and ends when the direction's own rule says so (:meth:`end_step`), when the
+    objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.
     """
-    y, fitted, yf, C = problem.y, problem.fitted, problem.yf, problem.C
-    if start is None:
-        v, o = np.zeros(direction.size), np.zeros(problem.n)
-    else:
-        v = np.asarray(start, dtype=np.float64).copy()
-        o = problem.outputs(v)
-    f_old = problem.objective(v, o)
+    options = problem.options
+    v = np.zeros(direction.size) if options.start is None else np.asarray(options.start, dtype=np.float64).copy()
+    status = problem.begin(direction.from_log)
+    f_old = problem.objective(v, status)
     steps = 0
-    for steps in range(1, max_iter + 1):
-        active = (y * o < 1.0) & fitted
-        d = direction(active, v)
+    for steps in range(1, options.max_iter + 1):
+        d = direction(status, v)
         if d is None:
             break
-        delta = problem.outputs(d)
-        t = _line_search(v @ d, d @ d, 1.0 - yf * o[fitted], yf * delta[fitted], problem.cf, C)
-        t = min(max(t, 0.0), 1.0) if np.isfinite(t) else 1.0
+        t = problem.line_search(v, d)
         v = v + t * d
-        o = o + t * delta
-        f_new = problem.objective(v, o)
-        if direction.end_step(steps, active, t, f_new) or f_old - f_new <= tol * max(f_old, 1e-300):
+        status = problem.step(t)
+        f_new = problem.objective(v, status)
+        if direction.end_step(steps, t, f_new) or f_old - f_new <= options.tol * max(f_old, 1e-300):
             break
         f_old = f_new
-    return v, o, steps
+    return v, steps
 
 
 class _CholeskyDirection:
@@ -163,10 +198,10 @@ class _CholeskyDirection:
             self.lift[: basis.width, :r] = basis.projection
             self.lift[basis.width, r] = 1.0
         if hessian is not None:  # sum over the active rows of c [z z' ; y z'], z = [f, 1]: kept from an earlier solve
-            self.gram, self.was_active = hessian[0].copy(), np.asarray(hessian[1], dtype=bool).copy()
+            self.gram, self.from_log = hessian[0].copy(), hessian[1]
         else:
-            self.gram, self.was_active = np.zeros((r + 2, r + 1)), np.zeros(problem.n, dtype=bool)
-        self.previous, self.changed = None, 0
+            self.gram, self.from_log = np.zeros((r + 2, r + 1)), None
+        self.changed = self.n_active = 0
 
     @property
     def size(self) -> int:
@@ -174,32 +209,24 @@ class _CholeskyDirection:
 
     @property
     def hessian(self) -> tuple:
-        return self.gram, self.was_active
+        return self.gram, self.problem.log
 
-    def _update(self, entering, leaving):
+    def _update(self, changed: int):
         """Add the Gram parts of the rows that entered the active set and take away those that left."""
-        r, level = self.basis.rank, self.problem.level
-        on_columns = self.basis.projection is not None and np.count_nonzero(entering | leaving) > r
-
-        def masks(rows, entering=entering, leaving=leaving, on_columns=on_columns):
-            lo, hi = rows
-            return level, np.packbits(entering[lo:hi]), np.packbits(leaving[lo:hi]), on_columns
-
-        nodes = dict(node for parts in self.problem.shards.call("gram_parts", masks, superstep=True) for node in parts)
-        change = tree_total(nodes, max(hi for _, hi in nodes))
+        on_columns = self.basis.projection is not None and changed > self.basis.rank
+        change = self.problem.call("solve_gram", on_columns)
+        self.problem.log.synced = len(self.problem.log.steps)
         if change is not None and on_columns:  # O(r^3): in fixed row blocks over the threads
             lift = self.lift
             change = np.vstack([blocked_product(blocked_product(lift.T, change[:-1]), lift), change[-1] @ lift])
         if change is not None:
             self.gram += change
 
-    def __call__(self, active, v):
+    def __call__(self, status, v):
         r, C = self.basis.rank, self.problem.C
-        entering, leaving = active & ~self.was_active, self.was_active & ~active
-        if entering.any() or leaving.any():
-            self._update(entering, leaving)
-        self.changed = np.count_nonzero(entering | leaving)
-        self.was_active = active
+        self.n_active, self.changed = int(status[1]), int(status[2])
+        if self.changed:
+            self._update(self.changed)
         H = C * self.gram[: r + 1]
         H[np.diag_indices(r + 1)] += 1.0
         factor = scipy.linalg.cho_factor(H, lower=True, overwrite_a=True, check_finite=False)
@@ -207,15 +234,12 @@ class _CholeskyDirection:
         target = scipy.linalg.cho_solve(factor, C * self.gram[r + 1], check_finite=False)
         return target - v
 
-    def end_step(self, steps: int, active, t: float, f_new: float) -> bool:
+    def end_step(self, steps: int, t: float, f_new: float) -> bool:
         """Log and count the step; True where the active set repeats with a full step (the exact optimum)."""
         logger.debug("newton: step %d, %d active rows, %d changed, step length %.3g, objective %.10g",
-                     steps, np.count_nonzero(active), self.changed, t, f_new)  # fmt: skip
+                     steps, self.n_active, self.changed, t, f_new)  # fmt: skip
         self.problem.advance()
-        A = np.flatnonzero(active)
-        same = self.previous is not None and np.array_equal(A, self.previous)
-        self.previous = A
-        return t == 1.0 and same
+        return t == 1.0 and steps > 1 and self.changed == 0
 
 
 class _ConjugateGradientDirection:
@@ -223,9 +247,12 @@ class _ConjugateGradientDirection:
     Hessian on random active rows (see :func:`cg_newton_solve`)."""
 
     hessian = None
+    from_log = None
 
-    def __init__(self, problem: _Problem, basis, seed: int, gtol: float, max_cg: int):
-        self.problem, self.basis, self.seed, self.gtol, self.max_cg = problem, basis, seed, gtol, max_cg
+    def __init__(self, problem: _Problem, basis):
+        options = problem.options
+        self.problem, self.basis = problem, basis
+        self.seed, self.gtol, self.max_cg = options.seed, options.gtol, options.max_cg
         self.g0, self.built_at, self.factor = None, -1, None
         self.n_active, self.g_norm = 0, 0.0
 
@@ -233,94 +260,67 @@ class _ConjugateGradientDirection:
     def size(self) -> int:
         return self.basis.rank + 1
 
-    def _loss_sums(self, active, u, labels):
-        """``C Z_A' D (Z_A u - [y_A])`` in the features' space (one pass)."""
-        r, M, level = self.basis.rank, self.basis.projection, self.problem.level
+    def _loss_sums(self, u, labels: bool):
+        """``C Z_A' D (Z_A u - [y_A])`` in the features' space (one pass over the active rows)."""
+        r, M = self.basis.rank, self.basis.projection
         beta = M @ u[:r] if M is not None else u[:r]
-
-        def args(rows, beta=beta):
-            lo, hi = rows
-            return level, np.packbits(active[lo:hi]), beta, float(u[r]), labels
-
-        nodes = dict(node for parts in self.problem.shards.call("active_sums", args, superstep=True) for node in parts)
-        total = tree_total(nodes, max(hi for _, hi in nodes))
+        total = self.problem.call("solve_products", beta, float(u[r]), labels)
         self.problem.advance()
         if total is None:
             return np.zeros(r + 1)
         return self.problem.C * np.append(M.T @ total[:-1] if M is not None else total[:-1], total[-1])
 
-    def _sketch(self, active):
+    def _sketch(self, n_active: int):
         """The preconditioner's Cholesky factor from ``s`` random active rows (None: no active row)."""
-        r, M, level, problem = self.basis.rank, self.basis.projection, self.problem.level, self.problem
-        rows = np.flatnonzero(active)
-        if not len(rows):
+        r, M, problem = self.basis.rank, self.basis.projection, self.problem
+        if not n_active:
             return None
-        size = min(len(rows), 2 * (r + 1))
-        chosen = np.zeros(problem.n, dtype=bool)
-        chosen[np.random.default_rng(self.seed).choice(rows, size=size, replace=False)] = True
-
-        def args(rows, chosen=chosen):
-            lo, hi = rows
-            return level, np.packbits(chosen[lo:hi])
-
-        K = np.vstack(problem.shards.call("selected_columns", args))
+        size = min(n_active, 2 * (r + 1))
+        answers = problem.shards.call("solve_sample", lambda rows: (self.seed, size), shared=True)
+        keys, rows, columns, cw = (np.concatenate([a[i] for a in answers]) for i in range(4))
+        pick = np.sort(np.lexsort((rows, keys))[:size])  # the smallest keys of all, in row order
+        K = columns[pick]
         Z = np.empty((size, r + 1))
         Z[:, :r] = K @ M if M is not None else K
         Z[:, r] = 1.0
-        Z *= np.sqrt(problem.cw[chosen])[:, None]
-        P = (problem.C * len(rows) / size) * (Z.T @ Z)
+        Z *= np.sqrt(cw[pick])[:, None]
+        P = (problem.C * n_active / size) * (Z.T @ Z)
         P[np.diag_indices(r + 1)] += 1.0
         return scipy.linalg.cho_factor(P, lower=True, check_finite=False)
 
-    def __call__(self, active, v):
+    def __call__(self, status, v):
         """The step solving ``H d = -g`` to the forcing tolerance (None: the gradient is below ``gtol``)."""
-        self.n_active = n_active = int(np.count_nonzero(active))
-        g = v + self._loss_sums(active, v, True)
+        self.n_active = n_active = int(status[1])
+        g = v + self._loss_sums(v, True)
         self.g_norm = g_norm = float(np.linalg.norm(g))
         self.g0 = g0 = g_norm if self.g0 is None else self.g0
         if g_norm <= self.gtol * max(g0, 1e-300):
             return None
         if self.built_at < 0 or not self.built_at / 2 <= n_active <= 2 * self.built_at:
-            self.factor, self.built_at = self._sketch(active), n_active
+            self.factor, self.built_at = self._sketch(n_active), n_active
 
         def precondition(x, factor=self.factor):
             return x if factor is None else scipy.linalg.cho_solve(factor, x, check_finite=False)
 
-        return _conjugate_gradients(lambda u, active=active: u + self._loss_sums(active, u, False), -g, precondition,
+        return _conjugate_gradients(lambda u: u + self._loss_sums(u, False), -g, precondition,
                                     min(0.1, math.sqrt(g_norm / g0)), self.max_cg)  # fmt: skip
 
-    def end_step(self, steps: int, active, t: float, f_new: float) -> bool:
+    def end_step(self, steps: int, t: float, f_new: float) -> bool:
         """Log the step; the conjugate gradients' solve has no stopping rule of its own here."""
         logger.debug("newton-cg: step %d, %d active rows, step length %.3g, gradient %.3g, objective %.10g",
                      steps, self.n_active, t, self.g_norm, f_new)  # fmt: skip
         return False
 
 
-def newton_solve(
-    shards,
-    basis,
-    y_pm,
-    C: float,
-    sample_weight=None,
-    *,
-    level: int = -1,
-    start=None,
-    train=None,
-    tol: float = 1e-10,
-    max_iter: int = 100,
-    step=None,
-    hessian=None,
-) -> NewtonResult:
+def newton_solve(shards, basis, C: float, options: NewtonOptions | None = None, **changes) -> NewtonResult:
     """The 2-norm soft-margin SVM on the shards' features by a finite Newton method (:func:`solve_squared_hinge`).
 
-    ``basis``: the shards' :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` at
-    ``level`` (its index in their list), whose features are fitted; ``start``: starting coefficients
-    ``[w, b]`` (default 0); ``train``: a boolean mask of the rows fitted (the
-    others get outputs and no loss; default all); ``step``: a progress phase advanced by each Newton step;
-    ``hessian``: the :attr:`NewtonResult.hessian` of an earlier solve on the same features (another ``C``, other
-    training rows): its sums over its active rows are kept and only the rows that changed sides since are added
-    or taken away (the sums do not depend on ``C``), so a warm solve does not form the Hessian again.
-    Returns the solution and its outputs on every row.
+    ``basis``: the shards' :class:`~mwumkl_dist.solvers.two_stage.nystroem.Basis` at ``options.level`` (its index
+    in their list), whose features are fitted, with the labels and weights the shards were loaded with;
+    ``options``: :class:`NewtonOptions` (``changes``: keywords replacing some of them).  ``options.hessian``: the
+    :attr:`NewtonResult.hessian` of an earlier solve on the same features (another ``C``, other training rows):
+    its sums over its active rows are kept and only the rows that changed sides since are added or taken away
+    (the sums do not depend on ``C``), so a warm solve does not form the Hessian again.
 
     The Hessian is formed explicitly, ``I + C Z_A' D Z_A``, and updated by the
     rows that enter or leave the active set only (after the first steps a
@@ -336,29 +336,19 @@ def newton_solve(
     spectrum better) took 18.6 s against 2.3 s for the explicit Hessian; a
     product streams the ``n x r`` features from memory, the Hessian is one
     compute-bound ``syrk`` on the changed rows.
+
+    The state on the rows (outputs, the direction's outputs, the active rows) stays on the shards
+    (:mod:`.margins`): per step the client sends the direction and a few step lengths and gets back the Gram
+    parts, the loss and the line search's sums, never an ``n``-vector.
     """
-    problem = _Problem(shards, level, y_pm, C, sample_weight, train, step, count_outputs=False)
-    direction = _CholeskyDirection(problem, basis, hessian)
-    return _result(basis, *_newton_loop(problem, direction, start, tol, max_iter), direction.hessian)
+    options = replace(options or NewtonOptions(), **changes)
+    problem = _Problem(shards, C, options, count_outputs=False)
+    direction = _CholeskyDirection(problem, basis, options.hessian)
+    v, steps = _newton_loop(problem, direction)
+    return _result(basis, v, problem.outputs(), steps, direction.hessian)
 
 
-def cg_newton_solve(
-    shards,
-    basis,
-    y_pm,
-    C: float,
-    sample_weight=None,
-    *,
-    level: int = -1,
-    start=None,
-    train=None,
-    seed: int = 0,
-    tol: float = 1e-10,
-    gtol: float = 1e-7,
-    max_iter: int = 100,
-    max_cg: int = 500,
-    step=None,
-) -> NewtonResult:
+def cg_newton_solve(shards, basis, C: float, options: NewtonOptions | None = None, **changes) -> NewtonResult:
     """:func:`newton_solve`'s problem by a truncated Newton method: each step's system by preconditioned conjugate
     gradients (CG), never forming the Hessian.
 
@@ -367,26 +357,28 @@ def cg_newton_solve(
     ``O(n_A r)``, summed in tree order: the same bits for any sharding), against ``O(n_A r^2)`` to form it
     and ``O(r^3)`` per step to factor it.  The preconditioner is a sketch of ``H`` in the spirit of Falkon
     (Rudi, Carratino, Rosasco 2017): ``I + C (n_A / s) Z_S' D Z_S`` on ``s = min(n_A, 2 (r + 1))`` active
-    rows drawn with ``seed`` (their columns fetched once, :meth:`LinearShard.selected_columns`;
-    ``O(s r^2 + r^3 / 3)``), built at the first step and again when the active set has grown or shrunk by
-    half since.  (The landmarks themselves are no sample for it: a landmark's own feature is far larger than
-    the other rows' there; on 6000 rows at rank 400 that estimate left a condition number of 6.6e11 where 800
-    random active rows leave 7.)
+    rows drawn with ``options.seed`` (the smallest :func:`~.margins.row_keys`, their columns fetched once,
+    :meth:`LinearShard.solve_sample`; ``O(s r^2 + r^3 / 3)``), built at the first step and again when the active
+    set has grown or shrunk by half since.  (The landmarks themselves are no sample for it: a landmark's own
+    feature is far larger than the other rows' there; on 6000 rows at rank 400 that estimate left a condition
+    number of 6.6e11 where 800 random active rows leave 7.)
 
     Each step solves ``H d = -g`` to the relative residual ``min(0.1, sqrt(|g| / |g_0|))`` (at most
     ``max_cg`` products; truncated Newton's forcing sequence: superlinear convergence), then the exact line
     search of :func:`newton_solve`.  It ends when the gradient falls below ``gtol`` times its first norm,
-    when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.  ``step``: a progress
-    phase advanced once per pass over the columns (each product, each step's outputs).
+    when the objective stops decreasing (relative ``tol``), or after ``max_iter`` steps.  The progress phase is
+    advanced once per pass over the columns (each product, each step's outputs).
     """
-    problem = _Problem(shards, level, y_pm, C, sample_weight, train, step, count_outputs=True)
-    direction = _ConjugateGradientDirection(problem, basis, seed, gtol, max_cg)
-    return _result(basis, *_newton_loop(problem, direction, start, tol, max_iter), direction.hessian)
+    options = replace(options or NewtonOptions(), **changes)
+    problem = _Problem(shards, C, options, count_outputs=True)
+    direction = _ConjugateGradientDirection(problem, basis)
+    v, steps = _newton_loop(problem, direction)
+    return _result(basis, v, problem.outputs(), steps, direction.hessian)
 
 
-def _result(basis, v, o, steps: int, hessian) -> NewtonResult:
+def _result(basis, v, outputs, steps: int, hessian) -> NewtonResult:
     r = basis.rank
-    return NewtonResult(v[:r].copy(), float(v[r]), o, steps, hessian)
+    return NewtonResult(v[:r].copy(), float(v[r]), outputs, steps, hessian)
 
 
 def _conjugate_gradients(product, b, precondition, rtol: float, max_iter: int) -> np.ndarray:
@@ -466,13 +458,11 @@ def linear_method(n_rows: int, width: int, rank: int, warm: bool = False, device
     return "cg" if costs["cg"] < costs["explicit"] else "explicit"
 
 
-def solve_squared_hinge(
-    shards, rank: int, y_pm, C: float, sample_weight=None, *, tol: float = 1e-10, max_iter: int = 100, **options
-):
+def solve_squared_hinge(shards, rank: int, C: float, *, tol: float = 1e-10, max_iter: int = 100, **options):
     """The 2-norm soft-margin SVM on the shards' loaded features by a finite Newton method: ``(coef, intercept)``.
 
     Minimises ``1/2 (|w|^2 + b^2) + C/2 sum_j c_j max(0, 1 - y_j (w' f_j + b))^2``
-    (``c_j`` = ``sample_weight``, 1 by default; the bias regularised as
+    (``y_j``, ``c_j``: the labels and weights the shards were loaded with; the bias regularised as
     LIBLINEAR does it, so this is ``LinearSVC(C=C/2, loss="squared_hinge")``'s
     problem) by L2-SVM-MFN (Keerthi & DeCoste, JMLR 2005): Newton steps on the
     active set ``A = {j : y_j o_j < 1}``, ``(I + C Z_A' D_A Z_A) v = C Z_A' D_A y_A``
@@ -480,12 +470,12 @@ def solve_squared_hinge(
     active set repeats with a full step (the exact optimum), when the objective
     stops decreasing (relative ``tol``), or after ``max_iter`` steps.  Per step
     the shards add the Gram parts of the rows that changed sides (in tree
-    order over the row blocks) and return ``F d`` (``n`` values); the driver
-    keeps the outputs ``o`` (``O(n)``).  ``shards``: a shard pool
+    order over the row blocks) and keep ``F d`` and the outputs ``o`` on their rows (:mod:`.margins`); the driver
+    holds ``r``-sized state.  ``shards``: a shard pool
     (:mod:`mwumkl_dist.engines.pool`) of :class:`LinearShard`, their slots their
-    row ranges, their problems loaded with ``c``.  ``options``: :func:`newton_solve`'s.
+    row ranges, their problems loaded.  ``options``: :class:`NewtonOptions`' fields.
     """
-    result = newton_solve(shards, Basis(int(rank), None), y_pm, C, sample_weight, tol=tol, max_iter=max_iter, **options)
+    result = newton_solve(shards, Basis(int(rank), None), C, tol=tol, max_iter=max_iter, **options)
     return result.coef, result.intercept
 
 
@@ -496,4 +486,4 @@ def fit_squared_hinge(F, y_pm, C: float, sample_weight=None, *, tol: float = 1e-
     cw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     with LocalPool([(0, F.shape[0])], lambda rows: functools.partial(LinearShard, F, *rows, storage="memory")) as pool:
         pool.call("load_problem", lambda rows: (GivenFeatures(F.shape[1]), y, cw, None, None, "float64"))
-        return solve_squared_hinge(pool, F.shape[1], y, C, cw, tol=tol, max_iter=max_iter)
+        return solve_squared_hinge(pool, F.shape[1], C, tol=tol, max_iter=max_iter)

@@ -17,6 +17,8 @@ from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
+from mwumkl_dist.solvers.two_stage.columns import HostColumns
+from mwumkl_dist.solvers.two_stage.margins import ShardSolve, SolveLog, line_sums, row_keys
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
 
@@ -47,10 +49,6 @@ class GivenFeatures:
         return np.asarray(X, dtype=np.float64)
 
 
-#: Rows of a block a pass widens to double precision at a time (fixed, so the sums' order, hence their bits, do not
-#: depend on the sharding): one chunk of columns per thread, not the block's (8192 x 4096 doubles are 268 MB).
-SUB_ROWS = 1024
-
 #: How a shard keeps its kernel columns (see :class:`LinearShard`).
 STORAGES = ("auto", "memory", "spill", "recompute")
 
@@ -77,8 +75,9 @@ class LinearShard:
     ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
     GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
     ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
-    The shard keeps no iteration state (the active rows come with each call),
-    so a lost shard is rebuilt by loading its problem again.
+    A Newton solve's state on the shard's rows (outputs, the direction's outputs, active rows; :mod:`.margins`)
+    stays here, the client sending ``r``-vectors and getting sums back (the ``solve_*`` methods); a lost shard is
+    rebuilt by loading its problem again and replaying the solve's log (:meth:`solve_begin`).
     """
 
     def __init__(self, rows, start: int, stop: int, kernel_set=None, row_block: int | None = None, storage="auto",
@@ -94,17 +93,19 @@ class LinearShard:
         self.blocks = row_blocks(self.start, self.stop, row_block)
         self.storage = storage
         self.backend = backend_named(device)
-        self._device_columns = None
+        #: The kernel columns: the back-end's column store (a GPU's) or :class:`HostColumns` (None: none loaded).
+        self.store = None
         # Where it is built: on a Dask worker's task thread (its calls later run on the shard server's thread,
         # which cannot see the worker's memory limit or local directory).
         self._budget, self._scratch = feature_memory_budget(columns_budget), scratch_dir()
-        self.features_: FeatureBlocks | None = None
         self.feature_map = None
         self.width = 0
         self.dtype = np.dtype(np.float32)
         self.bases: list[Basis] = []
         self._landmark_chunks = [0]
         self.y = self.cw = None
+        self.solve_: ShardSolve | None = None  # the solve in progress
+        self._masks: dict = {}  # the Hessian's active rows of the last explicit solves, by their token
         #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
         self.rows_done = 0
 
@@ -135,65 +136,57 @@ class LinearShard:
         The columns are computed in chunks of landmarks, one per level (``bases``' widths), so that stored,
         extended and recomputed columns have the same bits.
         """
-        kept = self.features_ if extend and self.features_ is not None and self.dtype == np.dtype(dtype) else None
+        kept = self.store.kept(dtype) if extend and self.store is not None else None
         kept_width = self.width if kept is not None else 0
         if kept is None:
             self.close()
-        elif self._device_columns is not None:  # pragma: no cover - a GPU shard is never extended
-            self._device_columns.close()
-            self._device_columns = None
-        self.features_ = None
+        self.store = None
         self.bases = list(bases) if bases is not None else [feature_map.basis]
         self.width = max(b.width for b in self.bases)
         self.feature_map = feature_map
         self.dtype = np.dtype(dtype)
         self.y = np.asarray(y, dtype=np.float64)
         self.cw = np.asarray(cw, dtype=np.float64)
+        self.solve_, self._masks = None, {}
         sizes = [hi - lo for lo, hi in self.blocks]
         self.rows_done = 0
         self._landmark_chunks = sorted({0, *(b.width for b in self.bases)})
-        columns = self.backend.column_store(feature_map, self.width, self.dtype)
-        if columns is not None:
-            if kept is not None:
-                kept.close()
-            return self._load_on_device(columns, step)
-        storage = self._storage(sum(sizes) * self.width * self.dtype.itemsize)
-        if storage == "recompute":  # every pass computes them: nothing to do now
-            if kept is not None:
-                kept.close()
-            if step is not None:
-                step.advance(sum(sizes))
-            return storage
-        self.features_ = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
+        device = self.backend.column_store(feature_map, self.width, self.dtype)
+        storage = "device" if device is not None else self._storage(sum(sizes) * self.width * self.dtype.itemsize)
+        if storage in ("memory", "spill"):
+            stored = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
+            self.store = HostColumns(sizes, self._block_rows, self._computed, stored)
+        else:  # a GPU's, or computed at every pass (nothing kept now)
+            self.store = device if device is not None else HostColumns(sizes, self._block_rows, self._computed)
 
         def build(i):
             lo, hi = self.blocks[i]
             X = self._read(lo, hi)
-            if kept is None:
-                block = self._computed(X)
-            else:  # the kept columns, then the new landmarks' chunks
+            if storage == "device":
+                self.store.put(i, X)
+            elif storage != "recompute" and kept is None:
+                stored.put(i, self._computed(X))
+            elif storage != "recompute":  # the kept columns, then the new landmarks' chunks
                 block = np.empty((hi - lo, self.width), dtype=self.dtype)
                 block[:, :kept_width] = kept.get(i)
                 block[:, kept_width:] = self._computed(X, kept_width)
-            self.features_.put(i, block)
+                stored.put(i, block)
             self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
             if step is not None:
                 step.advance(hi - lo)
 
-        with one_blas_thread():
-            ordered_map(build, range(len(self.blocks)))
+        if storage == "recompute":
+            if step is not None:
+                step.advance(sum(sizes))
+        else:
+            with one_blas_thread():
+                self._map(build, range(len(self.blocks)))
         if kept is not None:
             kept.close()
         return storage
 
-    def _load_on_device(self, columns, step) -> str:
-        self._device_columns = columns
-        for i, (lo, hi) in enumerate(self.blocks):  # one thread: the GPU works on one block at a time
-            self._device_columns.put(i, self._read(lo, hi))
-            self.rows_done += hi - lo
-            if step is not None:
-                step.advance(hi - lo)
-        return "device"
+    def _block_rows(self, i: int):
+        return self._read(*self.blocks[i])
 
     def _storage(self, nbytes: int) -> str:
         if self.storage != "auto":
@@ -218,32 +211,7 @@ class LinearShard:
 
     def columns(self, i: int, rows=None) -> np.ndarray:
         """Block ``i``'s kernel columns (``rows``: only those of its rows, local indices), stored or computed again."""
-        if self._device_columns is not None:
-            return self._device_columns.host(i, rows)
-        if self.features_ is not None:
-            block = self.features_.get(i)
-            return block if rows is None else block[rows]
-        lo, hi = self.blocks[i]
-        X = self._read(lo, hi)
-        return self._computed(X if rows is None else X[rows])
-
-    def _chunks(self, i: int, rows):
-        """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
-        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
-        stored = X = None
-        if self._device_columns is None:
-            if self.features_ is not None:
-                stored = self.features_.get(i)
-            else:
-                X = self._read(*self.blocks[i])
-        for lo in range(0, len(rows), SUB_ROWS):
-            chunk = rows[lo : lo + SUB_ROWS]
-            if stored is not None:
-                yield chunk, stored[chunk]
-            elif X is not None:
-                yield chunk, self._computed(X[chunk])
-            else:
-                yield chunk, self._device_columns.host(i, chunk)
+        return self.store.host(i, rows)
 
     def gram_parts(self, level: int, entering_bits, leaving_bits, on_columns: bool = False) -> list:
         """The change of ``(Z_A' D Z_A, Z_A' D y_A)`` when rows enter or leave the active set, per tree node.
@@ -256,7 +224,9 @@ class LinearShard:
         ``part`` a ``(k + 2, k + 1)`` array (the Gram matrix's rows, then the
         vector's; ``k`` the rank or width) summed over the node's blocks in tree order, or None.
         """
-        entering, leaving = self._mask(entering_bits), self._mask(leaving_bits)
+        return self._gram_parts(level, self._mask(entering_bits), self._mask(leaving_bits), on_columns)
+
+    def _gram_parts(self, level: int, entering, leaving, on_columns: bool) -> list:
         basis = self.bases[level]
         k = basis.width if on_columns else basis.rank
 
@@ -267,7 +237,7 @@ class LinearShard:
                 return None
             out = np.zeros((k + 2, k + 1))
             for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
-                for chunk, columns in self._chunks(i, rows):  # a chunk's Z in memory, not the block's
+                for chunk, columns in self.store.chunks(i, rows):  # a chunk's Z in memory, not the block's
                     y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
                     Z = np.empty((len(chunk), k + 1))
                     Z[:, :k] = columns[:, :k] if on_columns else basis.features(columns)
@@ -294,7 +264,9 @@ class LinearShard:
         columns.  Returns ``[((lo, hi), part)]`` as :meth:`gram_parts`, ``part`` a ``(width + 1,)``
         array (None for a node without active rows).
         """
-        active = self._mask(active_bits)
+        return self._active_sums(level, self._mask(active_bits), beta, bias, labels)
+
+    def _active_sums(self, level: int, active, beta, bias: float, labels: bool) -> list:
         width = self.bases[level].width
         beta = np.asarray(beta, dtype=np.float64)
 
@@ -303,19 +275,7 @@ class LinearShard:
             rows = np.flatnonzero(active[local])
             if not len(rows):
                 return None
-            if self._device_columns is not None:
-                return self._device_columns.active_sums(i, active[local], beta, bias, self.y[local], self.cw[local],
-                                                        labels)  # fmt: skip
-            out = np.zeros(width + 1)
-            for chunk, columns in self._chunks(i, rows):  # one chunk's columns in double at a time
-                K = np.asarray(columns[:, :width], dtype=np.float64)
-                t = K @ beta + bias
-                if labels:
-                    t -= self.y[local][chunk]
-                t *= self.cw[local][chunk]
-                out[:width] += t @ K
-                out[width] += np.sum(t)
-            return out
+            return self.store.active_sums(i, active[local], beta[:width], bias, self.y[local], self.cw[local], labels)
 
         with one_blas_thread():
             return self._tree_sums(part)
@@ -323,7 +283,9 @@ class LinearShard:
     def selected_columns(self, level: int, selected_bits) -> np.ndarray:
         """The kernel columns of ``bases[level]`` of the selected rows (``np.packbits`` of the shard's mask), in row
         order, ``(selected, width)`` in double precision."""
-        selected = self._mask(selected_bits)
+        return self._selected_columns(level, self._mask(selected_bits))
+
+    def _selected_columns(self, level: int, selected) -> np.ndarray:
         width = self.bases[level].width
 
         def part(i):
@@ -337,24 +299,125 @@ class LinearShard:
         """``F d[:r] + d[r]`` on the shard's rows, ``F`` the features of ``bases[level]``."""
         basis = self.bases[level]
         beta = basis.lift(d[: basis.rank])
-        if self._device_columns is not None:
-            parts = [self._device_columns.times(i, beta, d[basis.rank]) for i in range(len(self.blocks))]
-            return np.concatenate(parts) if parts else np.zeros(0)
+        with one_blas_thread():  # one chunk's columns in double at a time
+            parts = self._map(lambda i: self.store.times(i, beta, d[basis.rank]), range(len(self.blocks)))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    # ------------------------------------------------------------------ a Newton solve's state (see .margins)
+    def solve_begin(self, log: SolveLog):
+        """Start the solve of ``log`` (a rebuilt shard: replay it, with the log its Hessian's rows start from):
+        :meth:`_status` at its point (None where no problem is loaded: a rebuilt shard replaying a solve of
+        the problem before, whose reload follows)."""
+        if self.y is None:
+            return None
+        if log.from_log is not None and log.from_log.token not in self._masks:
+            self._replayed(log.from_log)
+        self.solve_ = self._replayed(log)
+        return self._status()
+
+    def _replayed(self, log: SolveLog) -> ShardSolve:
+        """The state after ``log``'s steps: the same operations as when they were taken, so the same bits."""
+        n = self.stop - self.start
+        fitted = np.ones(n, dtype=bool) if log.fitted is None else self._mask(log.fitted)
+        o = np.zeros(n) if log.start is None else self.direction(log.start, log.level)
+        state = ShardSolve(log.token, log.level, fitted, o, None, None)
+        state.active = state.margins(self.y)
+        synced = state.active if log.synced == 0 else None
+        for s, (d, t) in enumerate(log.steps, 1):
+            state.o += t * self.direction(d, log.level)
+            state.active = state.margins(self.y)
+            if log.synced == s:
+                synced = state.active
+        if synced is not None:
+            self._keep_mask(log.token, synced)
+        elif log.from_log is not None:
+            synced = self._masks[log.from_log.token]
+        else:
+            synced = np.zeros(n, dtype=bool)
+        state.was_active = synced
+        if log.pending is not None:
+            state.delta = self.direction(log.pending, log.level)
+        return state
+
+    def _keep_mask(self, token: int, mask) -> None:
+        self._masks[token] = mask
+        while len(self._masks) > 4:  # the client starts a solve from one of its last ones
+            self._masks.pop(next(iter(self._masks)))
+
+    def _status(self) -> list:
+        """Per tree node ``[loss, active rows, rows changed since the Hessian's sums]``: ``sum c h^2`` over the
+        fitted rows (``h = max(0, 1 - y o)``), the active rows and those not in ``was_active`` or left it."""
+        state = self.solve_
 
         def part(i):
-            lo, hi = self.blocks[i]
-            out = np.empty(hi - lo)
-            for chunk, columns in self._chunks(i, np.arange(hi - lo)):  # one chunk's columns in double at a time
-                out[chunk] = np.asarray(columns[:, : basis.width], dtype=np.float64) @ beta
-            return out + d[basis.rank]
+            local = self._local(i)
+            fitted = state.fitted[local]
+            h = np.maximum(0.0, 1.0 - self.y[local][fitted] * state.o[local][fitted])
+            active, was = state.active[local], state.was_active[local]
+            return np.array([np.sum(self.cw[local][fitted] * h * h), np.count_nonzero(active),
+                             np.count_nonzero(active != was)])  # fmt: skip
 
-        with one_blas_thread():
-            parts = ordered_map(part, range(len(self.blocks)))
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return self._tree_sums(part)
+
+    def solve_direction(self, d) -> list:
+        """Keep the outputs of direction ``d`` (``F d[:r] + d[r]``); :meth:`solve_line` at steps 0 and 1."""
+        self.solve_.delta = self.direction(d, self.solve_.level)
+        return self.solve_line((0.0, 1.0))
+
+    def solve_line(self, ts) -> list:
+        """:func:`~.margins.line_sums` of the fitted rows at the steps ``ts`` per tree node."""
+        state = self.solve_
+
+        def part(i):
+            local = self._local(i)
+            fitted = state.fitted[local]
+            y = self.y[local][fitted]
+            return line_sums(1.0 - y * state.o[local][fitted], y * state.delta[local][fitted],
+                             self.cw[local][fitted], ts)  # fmt: skip
+
+        return self._tree_sums(part)
+
+    def solve_step(self, t: float) -> list:
+        """Step ``t`` along the direction: ``o += t F d``; :meth:`_status` there."""
+        state = self.solve_
+        state.o += t * state.delta
+        state.active, state.delta = state.margins(self.y), None
+        return self._status()
+
+    def solve_gram(self, on_columns: bool) -> list:
+        """:meth:`gram_parts` of the rows that entered or left the active set since the Hessian's sums, which
+        then hold the active rows (kept under the solve's token for a solve started from them)."""
+        state = self.solve_
+        entering, leaving = state.active & ~state.was_active, state.was_active & ~state.active
+        parts = self._gram_parts(state.level, entering, leaving, on_columns)
+        state.was_active = state.active
+        self._keep_mask(state.token, state.active)
+        return parts
+
+    def solve_products(self, beta, bias: float, labels: bool) -> list:
+        """:meth:`active_sums` over the active rows."""
+        return self._active_sums(self.solve_.level, self.solve_.active, beta, bias, labels)
+
+    def solve_sample(self, seed: int, size: int) -> tuple:
+        """The ``size`` active rows with the smallest :func:`~.margins.row_keys`: ``(keys, rows, columns, c)``, in
+        row order (the client keeps the smallest ``size`` of all shards': a random sample of the active rows, the
+        same for any sharding)."""
+        state = self.solve_
+        rows = np.flatnonzero(state.active)
+        keys = row_keys(seed, rows + self.start)
+        pick = np.sort(rows[np.lexsort((rows, keys))[:size]])
+        chosen = np.zeros(len(state.active), dtype=bool)
+        chosen[pick] = True
+        columns = self._selected_columns(state.level, chosen)
+        return row_keys(seed, pick + self.start), pick + self.start, columns, self.cw[pick]
+
+    def solve_outputs(self, selected_bits) -> np.ndarray:
+        """The outputs ``o`` of the selected rows (``np.packbits`` of the shard's mask), in row order."""
+        return self.solve_.o[self._mask(selected_bits)]
 
     def _map(self, fn, items) -> list:
         """``ordered_map`` over the blocks; on a GPU shard one block after the other (the GPU is one device)."""
-        return ordered_map(fn, items) if self._device_columns is None else [fn(i) for i in items]
+        return ordered_map(fn, items) if self.store is None or self.store.parallel else [fn(i) for i in items]
 
     def _mask(self, bits) -> np.ndarray:
         return np.unpackbits(bits, count=self.stop - self.start).astype(bool)
@@ -383,12 +446,9 @@ class LinearShard:
         return out
 
     def close(self) -> None:
-        if self.features_ is not None:
-            self.features_.close()
-            self.features_ = None
-        if self._device_columns is not None:
-            self._device_columns.close()
-            self._device_columns = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
 
 #: The cost model of a pass over kernel columns that are not in memory (seconds per column entry, one core of the

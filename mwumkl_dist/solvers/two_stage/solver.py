@@ -24,7 +24,13 @@ from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
-from mwumkl_dist.solvers.two_stage.newton import cg_newton_solve, linear_costs, linear_method, newton_solve
+from mwumkl_dist.solvers.two_stage.newton import (
+    NewtonOptions,
+    cg_newton_solve,
+    linear_costs,
+    linear_method,
+    newton_solve,
+)
 from mwumkl_dist.solvers.two_stage.nystroem import (
     COLUMN_MEMORY,
     N_COMPONENTS,
@@ -238,27 +244,14 @@ class TwoStageSolver:
             attrs, C = self._exact_stage(task, unit, point_weights, C, check, clock)
             ranks, residuals, spilled, reason = [n] * len(task.targets), [0.0] * len(task.targets), False, "exact"
         elif grow:
-            cap_reason = (
-                "memory_limit" if plan.rank_cap < rank_budget(n, np.dtype(self.precision).itemsize) else "budget"
-            )
-            attrs, C, ranks, residuals, spilled, reason, rank_path = self._grow_stage(
-                task,
-                shards,
-                maps,
-                residuals,
-                unit,
-                order,
-                cap,
-                point_weights,
-                C,
-                check,
-                clock,
-                task.backend,
-                cap_reason,
-            )
+            itemsize = np.dtype(self.precision).itemsize
+            cap_reason = "memory_limit" if plan.rank_cap < rank_budget(n, itemsize) else "budget"
+            stage = _LinearStage(self, task, shards, point_weights, clock)
+            grown = self._grow_stage(stage, maps, residuals, unit, order, cap, cap_reason, C, check)
+            attrs, C, ranks, residuals, spilled, reason, rank_path = grown
         else:
-            attrs, C, ranks, spilled = self._nystroem_stage(task, shards, maps, point_weights, C, check, clock,
-                                                            task.backend)  # fmt: skip
+            stage = _LinearStage(self, task, shards, point_weights, clock)
+            attrs, C, ranks, spilled = self._nystroem_stage(stage, maps, C, check)
             if n_components is not None:
                 reason = "given"
             elif max(residuals) <= self.residual_tol:
@@ -290,91 +283,37 @@ class TwoStageSolver:
             warnings.warn(out["fit_warnings_"][-1], ResidualWarning, stacklevel=6)
         return out
 
-    def _nystroem_stage(self, task: FitTask, shards, maps: list, point_weights: list, C: float, check: bool,
-                        clock: list, device="cpu") -> tuple[dict, float, list, bool]:  # fmt: skip
-        """The linear stage on the Nystroem features: ``(attributes, C, ranks, spilled)``."""
-        data, n = task.data, task.data.n_samples
-        order = landmark_order(n, task.seed)
-        landmarks = order[: maps[0][-1].n_columns]
-        targets = task.targets
-        labels = [np.where(data.y == target, 1.0, -1.0) for target in targets]
-        held = self._held_out(task) if check else None
-        candidates = _C_candidates(C) if check else [C]
-        solutions: list = [{} for _ in targets]  # per problem: C -> NewtonResult (on the training rows)
-        loaded = -1
-        spilled = False
-        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
-        storage = "memory"
-        methods: list = [None] * len(targets)  # each problem's last solve: (method, costs)
+    def _nystroem_stage(self, stage: _LinearStage, maps: list, C: float, check: bool) -> tuple[dict, float, list, bool]:
+        """The linear stage on the Nystroem features: ``(attributes, C, ranks, spilled)``.
 
-        def load(k):
-            nonlocal loaded, spilled, storage
-            if loaded != k:
-                which = f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
-                storage = _load_problem(shards, maps[k][-1], labels[k], point_weights[k], [m.basis for m in maps[k]],
-                                        which, self.precision)  # fmt: skip
-                spilled |= storage == "spill"
-                clock.append(time.process_time())
-                loaded = k
-                hessian[0] = None
+        A problem's first solve starts from the model of its smaller map (the first landmarks), where it has one;
+        ``C="auto"``'s candidates (``check``) each start from the nearest solved one's solution."""
+        task, n = stage.task, stage.n
+        landmarks = landmark_order(n, task.seed)[: maps[0][-1].n_columns]
+        solutions: list = [{} for _ in range(stage.K)]  # per problem: C -> NewtonResult (on the training rows)
 
-        hessian = [None]  # the last explicit solve's sums on the loaded problem's top level (they do not depend on C)
-
-        def how(fmap, warm):
-            entry = _entry_seconds(fmap, storage, self.precision)
-            return self._method(len(labels[0]), fmap, warm, device, entry_seconds=entry, **cluster)
-
-        def solve(k, C, train=None, start=None, step=None):
-            levels, which = maps[k], f", class {k + 1} of {len(targets)}" if len(targets) > 1 else ""
+        def solve(k, c, fitted, start):
+            levels = maps[k]
+            stage.load(k, len(levels) - 1, levels)
             if start is None and len(levels) > 1:  # the smaller map's model on the first landmarks starts the solve
-                with _newton_phase(levels[0], n, which) as warm_step:
-                    warm = self._solve(shards, levels[0], 0, labels[k], C, point_weights[k], train, None, warm_step,
-                                       task.seed, how(levels[0], False))  # fmt: skip
+                with _newton_phase(levels[0], n, stage.which(k)) as warm_step:
+                    options = NewtonOptions(level=0, train=~stage.held if fitted else None, step=warm_step,
+                                            seed=task.seed)  # fmt: skip
+                    warm = self._solve(stage.shards, levels[0], c, stage.method(levels[0], False), options)
                 start = np.append(levels[-1].coefficients(levels[0].expansion(warm.coef)), warm.intercept)
-            methods[k] = how(levels[-1], start is not None)
-            if hessian[0] is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
-                methods[k] = ("explicit", methods[k][1])
-            with _newton_phase(levels[-1], n, which) as newton_step:
-                result = self._solve(shards, levels[-1], len(levels) - 1, labels[k], C, point_weights[k], train, start,
-                                     newton_step, task.seed, methods[k], hessian[0])  # fmt: skip
-            hessian[0], result.hessian = result.hessian, None
-            return result
+            return stage.solve(k, len(levels) - 1, levels[-1], c, fitted, start)
 
         if check:
-            train = ~held
-            description = f"C at the final size: {len(candidates)} candidates on {n - held.sum()} rows, " \
-                          f"{held.sum()} held out"  # fmt: skip
-            with progress.phase("check-C", len(candidates) * len(targets), unit="solves",
-                                description=description) as step:  # fmt: skip
-                for k in range(len(targets)):
-                    load(k)
-                    for c in candidates:  # each from the nearest solved one's solution
-                        near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)), default=None)
-                        solutions[k][c] = solve(k, c, train, None if near is None else _start_of(solutions[k][near]))
-                        step.advance()
-            decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(len(targets))])
-                         for c in candidates}  # fmt: skip
-            C, path = self._chosen_C(task, held, decisions, C)
-        dual_coef = np.zeros((len(targets), len(landmarks)))
-        intercept = np.zeros(len(targets))
-        ranks = []
-        for k in range(len(targets)):
-            load(k)
-            start = _start_of(solutions[k][C]) if C in solutions[k] else None
-            result = solve(k, C, None, start)
-            intercept[k] = result.intercept
-            clock.append(time.process_time())
-            fmap = maps[k][-1]
-            dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
-            ranks.append(fmap.rank)
-        attrs = _linear_attributes(landmarks, maps[0][-1].landmarks, dual_coef, intercept, methods, shards.layout)
+            C, path = stage.check_C(C, solutions, solve, "")
+        dual_coef, intercept, ranks = stage.final_models(C, solutions, solve, [m[-1] for m in maps])
+        attrs = _linear_attributes(landmarks, maps[0][-1].landmarks, dual_coef, intercept, stage.methods,
+                                   stage.shards.layout)  # fmt: skip
         if check:
             attrs["final_C_path_"] = path
-        return attrs, C, ranks, spilled
+        return attrs, C, ranks, stage.spilled
 
-    def _grow_stage(self, task: FitTask, shards, first: list, residuals: list, unit: list, order: np.ndarray, cap: int,
-                    point_weights: list, C: float, check: bool, clock: list, device: str,
-                    cap_reason: str) -> tuple:  # fmt: skip
+    def _grow_stage(self, stage: _LinearStage, first: list, residuals: list, unit: list, order: np.ndarray,
+                    cap: int, cap_reason: str, C: float, check: bool) -> tuple:  # fmt: skip
         """The linear stage with the rank chosen by the held-out error: ``(attributes, C, ranks, residuals, spilled,
         rank_stop_reason, rank_path)``.
 
@@ -389,49 +328,12 @@ class TwoStageSolver:
         solution and the last solve's Hessian sums, and the final model on all rows from the chosen ``C``'s.
         ``rank_path``: the held-out error at each rank tried.
         """
-        data, n = task.data, task.data.n_samples
-        targets, K = task.targets, len(task.targets)
-        labels = [np.where(data.y == target, 1.0, -1.0) for target in targets]
-        held = self._held_out(task)
-        train = ~held
+        data, n, K = stage.task.data, stage.n, stage.K
         levels = rank_levels(N_COMPONENTS, cap)
         L = data.support_vectors(order[: levels[-1]])
         sample = order[max(levels[-1], n - RESIDUAL_POINTS) :]
         S = data.support_vectors(sample) if len(sample) else None
         maps = [[m[0]] for m in first]  # per problem, the map of each level tried
-        state = {"loaded": None, "spilled": False, "hessian": None, "hessian_of": None, "storage": "memory"}
-        cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
-        methods: list = [None] * K  # each problem's last solve: (method, costs)
-
-        def which(k):
-            return f", class {k + 1} of {K}" if K > 1 else ""
-
-        def load(k, level):
-            """Problem ``k``'s columns up to ``level`` on the shards (extended where the last level's are there)."""
-            if state["loaded"] == (k, level):
-                return
-            extend = state["loaded"] is not None and state["loaded"][0] == k and state["loaded"][1] < level
-            fmap = maps[k][level]
-            state["storage"] = _load_problem(shards, fmap, labels[k], point_weights[k],
-                                             [m.basis for m in maps[k][: level + 1]], which(k), self.precision,
-                                             extend=extend)  # fmt: skip
-            state["spilled"] |= state["storage"] == "spill"
-            clock.append(time.process_time())
-            state["loaded"], state["hessian"] = (k, level), None
-
-        def solve(k, level, c, fitted, start):
-            fmap = maps[k][level]
-            hessian = state["hessian"] if state["hessian_of"] == (k, level) else None  # sums on these features only
-            entry = _entry_seconds(fmap, state["storage"], self.precision)
-            methods[k] = self._method(n, fmap, start is not None, device, entry_seconds=entry, **cluster)
-            if hessian is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
-                methods[k] = ("explicit", methods[k][1])
-            with _newton_phase(fmap, n, which(k)) as step:
-                result = self._solve(shards, fmap, level, labels[k], c, point_weights[k], fitted, start, step,
-                                     task.seed, methods[k], hessian)  # fmt: skip
-            state["hessian"], state["hessian_of"], result.hessian = result.hessian, (k, level), None  # one at a time
-            return result
-
         fits, errors, losses, reason = [], [], [], None
         for level, r in enumerate(levels):
             if level > 0:
@@ -442,23 +344,17 @@ class TwoStageSolver:
                         step.advance()
             results = []
             for k in range(K):
-                load(k, level)
                 start = None
                 if level > 0:  # the last rank's model, as nearly as this rank's features give it
                     old, new = maps[k][level - 1], maps[k][level]
                     start = np.append(new.coefficients(old.expansion(fits[-1][k].coef)), fits[-1][k].intercept)
                     old.factor = None  # only the newest map's factor starts a solve
-                results.append(solve(k, level, C, train, start))
+                stage.load(k, level, maps[k])
+                results.append(stage.solve(k, level, maps[k][level], C, True, start))
             fits.append(results)
-            decisions = np.column_stack([res.outputs[held] for res in results])
-            losses.append(self._held_losses(task, held, decisions))
+            losses.append(self._held_losses(stage.task, stage.held, np.column_stack([r.outputs for r in results])))
             errors.append(float(np.sum(losses[-1])))
-            if level == len(levels) - 1 and max(residuals) > self.residual_tol:
-                reason = cap_reason  # the cap stopped it, whatever the last step's gain: more memory may help
-            elif level > 0 and errors[-2] - errors[-1] <= standard_error_of_sum(losses[-2] - losses[-1]):
-                reason = "gain"
-            elif max(residuals) <= self.residual_tol:
-                reason = "residual"
+            reason = self._rank_stop(level == len(levels) - 1, errors, losses, max(residuals), cap_reason)
             if reason is not None:
                 break
         chosen = len(fits) - 1
@@ -469,40 +365,31 @@ class TwoStageSolver:
         if chosen < len(fits) - 1:  # the residual of the chosen level's maps
             final_residuals = [nystroem_residual(maps[k][chosen], S) if S is not None else 0.0 for k in range(K)]
         solutions: list = [{C: fits[chosen][k]} for k in range(K)]  # per problem: C -> result on the training rows
+
+        def solve(k, c, fitted, start):
+            stage.load(k, chosen, maps[k], keep_higher=True)
+            return stage.solve(k, chosen, maps[k][chosen], c, fitted, start)
+
         if check:
-            candidates = _C_candidates(C)
-            description = f"C at the final size: {len(candidates)} candidates on {n - held.sum()} rows, " \
-                          f"{held.sum()} held out, rank {maps[0][chosen].n_columns}"  # fmt: skip
-            with progress.phase("check-C", (len(candidates) - 1) * K, unit="solves", description=description) as step:
-                for k in range(K):
-                    if state["loaded"] is None or state["loaded"][0] != k or state["loaded"][1] < chosen:
-                        load(k, chosen)
-                    for c in candidates:  # each from the nearest solved one's solution
-                        if c in solutions[k]:
-                            continue
-                        near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)))
-                        solutions[k][c] = solve(k, chosen, c, train, _start_of(solutions[k][near]))
-                        step.advance()
-            decisions = {c: np.column_stack([solutions[k][c].outputs[held] for k in range(K)]) for c in candidates}
-            C, path = self._chosen_C(task, held, decisions, C)
+            C, path = stage.check_C(C, solutions, solve, f", rank {maps[0][chosen].n_columns}")
+        dual_coef, intercept, ranks = stage.final_models(C, solutions, solve, [m[chosen] for m in maps])
+        stage.hessian = None
         landmarks = order[: maps[0][chosen].n_columns]
-        dual_coef = np.zeros((K, len(landmarks)))
-        intercept = np.zeros(K)
-        ranks = []
-        for k in range(K):
-            if state["loaded"] is None or state["loaded"][0] != k or state["loaded"][1] < chosen:
-                load(k, chosen)
-            result = solve(k, chosen, C, None, _start_of(solutions[k][C]))
-            intercept[k] = result.intercept
-            clock.append(time.process_time())
-            fmap = maps[k][chosen]
-            dual_coef[k] = n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
-            ranks.append(fmap.rank)
-        state["hessian"] = None
-        attrs = _linear_attributes(landmarks, maps[0][chosen].landmarks, dual_coef, intercept, methods, shards.layout)
+        attrs = _linear_attributes(landmarks, maps[0][chosen].landmarks, dual_coef, intercept, stage.methods,
+                                   stage.shards.layout)  # fmt: skip
         if check:
             attrs["final_C_path_"] = path
-        return attrs, C, ranks, final_residuals, state["spilled"], reason, rank_path
+        return attrs, C, ranks, final_residuals, stage.spilled, reason, rank_path
+
+    def _rank_stop(self, last: bool, errors: list, losses: list, residual: float, cap_reason: str) -> str | None:
+        """Why the adaptive rank stops after the level just tried (None: it grows on)."""
+        if last and residual > self.residual_tol:
+            return cap_reason  # the cap stopped it, whatever the last step's gain: more memory may help
+        if len(errors) > 1 and errors[-2] - errors[-1] <= standard_error_of_sum(losses[-2] - losses[-1]):
+            return "gain"
+        if residual <= self.residual_tol:
+            return "residual"
+        return None
 
     def _method(self, n_rows: int, fmap, warm: bool, device: str, **cluster) -> tuple:
         """``(method, costs)`` of one solve: :attr:`method`, or for ``"auto"`` the cheaper by
@@ -512,19 +399,15 @@ class TwoStageSolver:
         args = (n_rows, fmap.n_columns, fmap.rank)
         return linear_method(*args, warm=warm, device=device, **cluster), linear_costs(*args, warm, device, **cluster)
 
-    def _solve(self, shards, fmap, level: int, y_pm, C: float, cw, train, start, step, seed: int, method,
-               hessian=None):  # fmt: skip
-        """One solve of the squared hinge on ``fmap``'s features (its ``level`` on the shards) by ``method``
-        (:meth:`_method`'s ``(method, costs)``); ``hessian``: an earlier explicit solve's sums on the same features
-        to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
-        method = "explicit" if hessian is not None else method[0]
+    def _solve(self, shards, fmap, C: float, method, options: NewtonOptions):
+        """One solve of the squared hinge on ``fmap``'s features (``options.level`` on the shards) by ``method``
+        (:meth:`_method`'s ``(method, costs)``); ``options.hessian``: an earlier explicit solve's sums on the same
+        features to start from (:func:`newton_solve`; the explicit method then, its Hessian is all but formed)."""
+        method = "explicit" if options.hessian is not None else method[0]
+        step = options.step
         with step.waiting() if step is not None else contextlib.nullcontext():  # a step's factorisation is long
-            if method == "cg":
-                return cg_newton_solve(shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train,
-                                       seed=seed, step=step)  # fmt: skip
-            return newton_solve(
-                shards, fmap.basis, y_pm, C, cw, level=level, start=start, train=train, step=step, hessian=hessian
-            )
+            solve = cg_newton_solve if method == "cg" else newton_solve
+            return solve(shards, fmap.basis, C, options)
 
     def _exact_stage(self, task: FitTask, unit: list, point_weights: list, C: float, check: bool,
                      clock: list) -> tuple[dict, float]:  # fmt: skip
@@ -666,6 +549,94 @@ class TwoStageSolver:
         """``c_j`` of one binary problem: its class and sample weights (1 without)."""
         weights = problem_weights(task.data.y, task.classes, target, task.class_weight, task.sample_weight)
         return np.ones(task.data.n_samples) if weights is None else np.asarray(weights, dtype=np.float64)
+
+
+class _LinearStage:
+    """The solves of one fit's linear stage on its shards: the problem loaded there, each problem's method, the
+    last explicit solve's Hessian sums (kept for the next solve on the same features), the held-out rows of the
+    final-size check of ``C``.  Shared by the fixed rank (:meth:`TwoStageSolver._nystroem_stage`) and the adaptive
+    one (:meth:`TwoStageSolver._grow_stage`)."""
+
+    def __init__(self, solver: TwoStageSolver, task: FitTask, shards, point_weights: list, clock: list):
+        self.solver, self.task, self.shards, self.point_weights, self.clock = solver, task, shards, point_weights, clock
+        self.n, self.K = task.data.n_samples, len(task.targets)
+        self.labels = [np.where(task.data.y == target, 1.0, -1.0) for target in task.targets]
+        self.held = solver._held_out(task)
+        self.train = ~self.held
+        self.cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
+        self.methods: list = [None] * self.K  # each problem's last solve: (method, costs)
+        self.loaded, self.storage, self.spilled = None, "memory", False
+        self.hessian, self.hessian_of = None, None
+
+    def which(self, k: int) -> str:
+        return f", class {k + 1} of {self.K}" if self.K > 1 else ""
+
+    def load(self, k: int, level: int, maps: list, keep_higher: bool = False) -> None:
+        """Problem ``k``'s columns of ``maps[level]`` (and the levels below) on the shards, extended where a lower
+        level's are there; ``keep_higher``: a higher level's loaded columns do too."""
+        loaded = self.loaded
+        if loaded is not None and loaded[0] == k and (loaded[1] == level or keep_higher and loaded[1] >= level):
+            return
+        extend = loaded is not None and loaded[0] == k and loaded[1] < level
+        self.storage = _load_problem(self.shards, maps[level], self.labels[k], self.point_weights[k],
+                                     [m.basis for m in maps[: level + 1]], self.which(k), self.solver.precision,
+                                     extend=extend)  # fmt: skip
+        self.spilled |= self.storage == "spill"
+        self.clock.append(time.process_time())
+        self.loaded, self.hessian = (k, level), None
+
+    def method(self, fmap, warm: bool) -> tuple:
+        entry = _entry_seconds(fmap, self.storage, self.solver.precision)
+        return self.solver._method(self.n, fmap, warm, self.task.backend, entry_seconds=entry, **self.cluster)
+
+    def solve(self, k: int, level: int, fmap, C: float, fitted: bool, start):
+        """Problem ``k``'s solve on ``fmap``'s features (``level`` on the shards) at ``C``, on the training rows
+        (``fitted``: its outputs on the held-out rows come with it) or all, from ``start``."""
+        hessian = self.hessian if self.hessian_of == (k, level) else None  # sums on these features only
+        self.methods[k] = self.method(fmap, start is not None)
+        if hessian is not None:  # the Hessian's sums are there: explicit (the costs said for the record)
+            self.methods[k] = ("explicit", self.methods[k][1])
+        with _newton_phase(fmap, self.n, self.which(k)) as step:
+            options = NewtonOptions(level=level, start=start, train=self.train if fitted else None, step=step,
+                                    seed=self.task.seed, hessian=hessian,
+                                    outputs_on=self.held if fitted else None)  # fmt: skip
+            result = self.solver._solve(self.shards, fmap, C, self.methods[k], options)
+        self.hessian, self.hessian_of, result.hessian = result.hessian, (k, level), None  # one at a time
+        return result
+
+    def check_C(self, C: float, solutions: list, solve, note: str) -> tuple[float, dict]:
+        """``C="auto"``'s candidates at the final size on the training rows (each from the nearest solved one's
+        solution; ``solutions``: per problem ``C -> result``, filled in): the chosen ``C`` and the path."""
+        candidates = _C_candidates(C)
+        held = self.held
+        todo = sum(c not in solved for solved in solutions for c in candidates)
+        description = f"C at the final size: {len(candidates)} candidates on {self.n - held.sum()} rows, " \
+                      f"{held.sum()} held out{note}"  # fmt: skip
+        with progress.phase("check-C", todo, unit="solves", description=description) as step:
+            for k in range(self.K):
+                for c in candidates:
+                    if c in solutions[k]:
+                        continue
+                    near = min(solutions[k], key=lambda s, c=c: abs(math.log(s / c)), default=None)
+                    solutions[k][c] = solve(k, c, True, None if near is None else _start_of(solutions[k][near]))
+                    step.advance()
+        decisions = {c: np.column_stack([solutions[k][c].outputs for k in range(self.K)]) for c in candidates}
+        return self.solver._chosen_C(self.task, held, decisions, C)
+
+    def final_models(self, C: float, solutions: list, solve, fmaps: list) -> tuple:
+        """Each problem's model on all rows at ``C`` (from its solution on the training rows where there is one):
+        ``(dual_coef, intercept, ranks)``."""
+        dual_coef = np.zeros((self.K, fmaps[0].n_columns))
+        intercept = np.zeros(self.K)
+        ranks = []
+        for k, fmap in enumerate(fmaps):
+            start = _start_of(solutions[k][C]) if C in solutions[k] else None
+            result = solve(k, C, False, start)
+            intercept[k] = result.intercept
+            self.clock.append(time.process_time())
+            dual_coef[k] = self.n * fmap.expansion(result.coef)  # on the raw kernels: raw weights are mu / r = w / n
+            ranks.append(fmap.rank)
+        return dual_coef, intercept, ranks
 
 
 #: The final-size check of ``C="auto"`` holds out this share of the rows (stratified) ...

@@ -1,0 +1,77 @@
+"""A CPU linear-stage shard's kernel columns (:class:`HostColumns`): the same interface as a GPU shard's
+(:class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`, its back-end's ``column_store``), so the shard's passes do
+not ask where its columns are."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks
+
+__all__ = ["SUB_ROWS", "HostColumns"]
+
+#: Rows of a block a pass widens to double precision at a time (fixed, so the sums' order, hence their bits, do not
+#: depend on the sharding): one chunk of columns per thread, not the block's (8192 x 4096 doubles are 268 MB).
+SUB_ROWS = 1024
+
+
+class HostColumns:
+    """A CPU shard's kernel columns per row block: kept (``stored``: in memory or spilled to a file,
+    :class:`~mwumkl_dist.solvers.two_stage.spill.FeatureBlocks`) or computed again from the rows at every pass
+    (``stored`` None).  ``sizes``: the blocks' rows; ``read(i)``: block ``i``'s rows; ``compute(X)``: their
+    columns as the shard keeps them.  Every way gives the same bits."""
+
+    #: The blocks' passes may run over the threads (a GPU's run one after the other).
+    parallel = True
+
+    def __init__(self, sizes, read, compute, stored: FeatureBlocks | None = None):
+        self.sizes, self.read, self.compute, self.stored = list(sizes), read, compute, stored
+
+    def kept(self, dtype) -> FeatureBlocks | None:
+        """The stored columns a load of more landmarks in ``dtype`` keeps (None: none)."""
+        return self.stored if self.stored is not None and self.stored.dtype == np.dtype(dtype) else None
+
+    def host(self, i: int, rows=None) -> np.ndarray:
+        """Block ``i``'s columns (``rows``: only those, local indices)."""
+        if self.stored is not None:
+            block = self.stored.get(i)
+            return block if rows is None else block[rows]
+        X = self.read(i)
+        return self.compute(X if rows is None else X[rows])
+
+    def chunks(self, i: int, rows):
+        """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
+        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
+        stored = self.stored.get(i) if self.stored is not None else None
+        X = self.read(i) if stored is None else None
+        for lo in range(0, len(rows), SUB_ROWS):
+            chunk = rows[lo : lo + SUB_ROWS]
+            yield chunk, stored[chunk] if stored is not None else self.compute(X[chunk])
+
+    def times(self, i: int, beta, bias: float) -> np.ndarray:
+        """``K_i beta + bias`` of block ``i`` on its first ``len(beta)`` columns, one chunk in double at a time."""
+        width = len(beta)
+        out = np.empty(self.sizes[i])
+        for chunk, columns in self.chunks(i, np.arange(self.sizes[i])):
+            out[chunk] = np.asarray(columns[:, :width], dtype=np.float64) @ beta
+        return out + bias
+
+    def active_sums(self, i: int, active, beta, bias: float, y, c, labels: bool) -> np.ndarray:
+        """``sum_{t active} c_t (k_t' beta + bias - [y_t]) [k_t, 1]`` of block ``i``, ``k_t`` its first
+        ``len(beta)`` columns (``(len(beta) + 1,)``)."""
+        width = len(beta)
+        out = np.zeros(width + 1)
+        for chunk, columns in self.chunks(i, np.flatnonzero(active)):
+            K = np.asarray(columns[:, :width], dtype=np.float64)
+            t = K @ beta + bias
+            if labels:
+                t -= y[chunk]
+            t *= c[chunk]
+            out[:width] += t @ K
+            out[width] += np.sum(t)
+        return out
+
+    def close(self) -> None:
+        if self.stored is not None:
+            self.stored.close()
+            self.stored = None
