@@ -185,3 +185,23 @@ def test_the_client_receives_no_row_vector_from_dask_shards_and_gets_the_local_m
     _assert_no_row_vectors(answers, len(y))
     for name in ("kernel_weights_", "support_", "dual_coef_", "intercept_", "C_"):
         np.testing.assert_array_equal(getattr(est, name), getattr(ref, name), err_msg=name)
+
+
+def test_the_newton_system_is_solved_where_rounding_left_the_gram_sums_a_little_indefinite():
+    import scipy.linalg
+
+    from mwumkl_dist.solvers.two_stage.newton import newton_system_solution
+
+    rng = np.random.default_rng(3)
+    vectors, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    b, C = rng.standard_normal(6), 100.0
+    eigenvalues = np.array([5.0, 2.0, 1.0, 0.5, 1e-3, 0.0])
+    gram = (vectors * eigenvalues) @ vectors.T
+    assert np.allclose(newton_system_solution(gram, C, b), np.linalg.solve(np.eye(6) + C * gram, C * b))
+    # A running sum's rounding: the last eigenvalue below -1 / C, where no Cholesky factor exists.
+    eigenvalues[-1] = -3.0 / C
+    indefinite = (vectors * eigenvalues) @ vectors.T
+    with pytest.raises(np.linalg.LinAlgError):
+        scipy.linalg.cho_factor(np.eye(6) + C * indefinite)
+    nearest = (vectors * np.maximum(eigenvalues, 0.0)) @ vectors.T  # the nearest positive semi-definite sums
+    assert np.allclose(newton_system_solution(indefinite, C, b), np.linalg.solve(np.eye(6) + C * nearest, C * b))
