@@ -9,7 +9,8 @@ candidates share, a fold fit's selectivity and kernels), how the final fit refit
 fitted attributes (the choice and the path of cross-validated errors), its summary line, its plot entries
 and how its candidates are saved in a model file.  Every consumer (the search, the MWU solver, the
 two-stage fit, the model files, the summary, the plots) loops over :data:`CANDIDATE_KINDS`; a new kind is
-one class (in a module of its own) and one line in that registry.
+one class here (its candidates' dataclass beside its search, as ``groups`` and ``structure`` are) and one line in that
+registry.
 
 A non-plain candidate travels in :attr:`ModelSettings.candidate <mwumkl_dist.solvers.spec.ModelSettings.candidate>`
 (with the refit's ``C`` as ``C``); :func:`kind_of` is the one place that tells the kinds' values apart.
