@@ -94,7 +94,7 @@ def _fit(problem, n_iter: int, epsilon: float, rho: float, C: float, traces=None
         engine.configure(inv_trace, 1.0 / C)
         t1 = time.perf_counter()
         last = [t1]  # when the last superstep returned (on_state sees every iteration's state; s stays where it is)
-        result = mwu.solve(engine, inv_trace=inv_trace, ridge=1.0 / C, epsilon=epsilon, rho=rho, n_iter=n_iter,
+        result = mwu.solve(engine, mwu.Iterations(epsilon, rho, n_iter), inv_trace=inv_trace, ridge=1.0 / C,
                            on_state=lambda state: last.__setitem__(0, time.perf_counter()))  # fmt: skip
         t_end = time.perf_counter()
         stats = engine.stats()

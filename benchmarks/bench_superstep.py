@@ -75,7 +75,7 @@ def _problem(name: str, datasets_dir):
 
 def _solve(engine, n_iter: int, times: list | None = None):
     """``(wall s, driver cpu s, result)`` of ``n_iter`` iterations; ``times`` gets each superstep's wall time."""
-    from mwumkl_dist.solvers.mwu.iterate import solve
+    from mwumkl_dist.solvers.mwu.iterate import Iterations, solve
 
     inv_trace = 1.0 / engine.traces()
     engine.configure(inv_trace, RIDGE)
@@ -91,7 +91,7 @@ def _solve(engine, n_iter: int, times: list | None = None):
 
         engine.superstep = timed
     wall, cpu = time.perf_counter(), time.process_time()
-    result = solve(engine, inv_trace=inv_trace, ridge=RIDGE, epsilon=0.2, rho=0.5, n_iter=n_iter)
+    result = solve(engine, Iterations(0.2, 0.5, n_iter), inv_trace=inv_trace, ridge=RIDGE)
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
