@@ -1131,7 +1131,10 @@ def test_sigterm_and_sighup_stop_a_fit_as_ctrl_c_does(tmp_path, sig):
             "--polish", "no", "--solver", "mwu", "--max-iter", "100000000", "--checkpoint", str(ckpt),
             "--checkpoint-every", "20", "-q"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The signal's default disposition in the fit, as in a terminal, even where this suite runs under nohup (which
+    # leaves SIGHUP ignored in every child, and an ignored signal stays ignored by design).
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))  # fmt: skip
     try:
         while not ckpt.exists():  # iterating: the first checkpoint is written
             assert proc.poll() is None, proc.communicate()

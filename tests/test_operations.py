@@ -243,16 +243,15 @@ def test_a_lost_scheduler_is_named_with_the_checkpoint_to_resume_from(tmp_path, 
 def test_the_checkpoint_note_without_a_checkpoint_written():
     from mwumkl_dist.engines.dask import SchedulerLostError
     from mwumkl_dist.solvers.mwu.one_vs_rest import _with_checkpoint_note
+    from mwumkl_dist.solvers.spec import ExecutionOptions, FitSpec, ModelSettings
 
-    class Est:
-        checkpoint, checkpoint_every = "/nonexistent/ck.npz", 50
-
-    exc = _with_checkpoint_note(SchedulerLostError("lost the connection to the Dask scheduler at tcp://x:1"), Est, "f")
+    spec = FitSpec(ModelSettings(), ExecutionOptions(checkpoint="/nonexistent/ck.npz", checkpoint_every=50))
+    exc = _with_checkpoint_note(SchedulerLostError("lost the connection to the Dask scheduler at tcp://x:1"), spec, "f")
     assert isinstance(exc, SchedulerLostError)
     assert "no checkpoint of this fit was written yet (/nonexistent/ck.npz is written every 50 iterations)" in str(exc)
-    Est.checkpoint = None
-    assert "checkpoint=PATH" in str(_with_checkpoint_note(SchedulerLostError("x"), Est, None))
-    assert str(_with_checkpoint_note(ConnectionError("no workers"), Est, None)) == "no workers"
+    spec = FitSpec(ModelSettings(), ExecutionOptions(checkpoint=None))
+    assert "checkpoint=PATH" in str(_with_checkpoint_note(SchedulerLostError("x"), spec, None))
+    assert str(_with_checkpoint_note(ConnectionError("no workers"), spec, None)) == "no workers"
 
 
 # ----------------------------------------------------------------------------- too many shards
