@@ -49,6 +49,15 @@ def run_cases(script: str, cases, timeout: float, simulate: bool = True):
     return proc, out
 
 
+def run_on_gpu(script: str, cases, timeout: float):
+    """:func:`run_cases` on a real GPU; the test is skipped where there is none."""
+    import pytest
+
+    if not real_gpu():
+        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
+    return run_cases(script, cases, timeout=timeout, simulate=False)
+
+
 def check_case(run, case: str) -> None:
     """Assert that ``case`` of a :func:`run_cases` result ran and printed ``ok``."""
     proc, out = run

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -80,6 +82,24 @@ def record_nested_fits(monkeypatch) -> list:
 
     monkeypatch.setattr(driver, "fit_model", spy)
     return calls
+
+
+def start_cluster(address_file, cwd, **popen) -> subprocess.Popen:
+    """``mwumkl-dist cluster`` with two one-thread workers on a free port, its address written to ``address_file``
+    (its output in pipes, no stdin; ``popen``: more of :class:`subprocess.Popen`'s arguments)."""
+    argv = [sys.executable, "-m", "mwumkl_dist", "cluster", "--workers", "2", "--threads-per-worker", "1", "--port",
+            "0", "--address-file", str(address_file)]  # fmt: skip
+    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, **popen)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_worker_client():
+    """An in-process Dask client of two one-thread workers, shared by a module's tests."""
+    import distributed
+
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as client:
+        yield client
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import start_cluster
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
 from mwumkl_dist import MWUMKLClassifier
@@ -164,11 +165,7 @@ def test_cluster_refuses_a_port_in_use(capsys):
 def test_cluster_stays_up_for_fits_and_stops_on_ctrl_c(tmp_path):
     """``mwumkl-dist cluster``: the address it prints serves two fits in a row; Ctrl-C stops it cleanly."""
     address_file = tmp_path / "address"
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "mwumkl_dist", "cluster", "--workers", "2", "--threads-per-worker", "1", "--port", "0",
-         "--address-file", str(address_file)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    cluster = start_cluster(address_file, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not address_file.exists() and time.monotonic() < deadline and cluster.poll() is None:

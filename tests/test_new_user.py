@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import start_cluster
 from sklearn.datasets import dump_svmlight_file, load_diabetes
 
 from mwumkl_dist import MWUMKLClassifier
@@ -257,12 +258,8 @@ def test_ctrl_c_in_a_terminal_stops_the_cluster_in_order(tmp_path):
     import time
 
     address_file = tmp_path / "address"
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "mwumkl_dist", "cluster", "--workers", "2", "--threads-per-worker", "1", "--port", "0",
-         "--address-file", str(address_file)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,  # its own process group, as a shell's job
-    )  # fmt: skip
+    # Its own process group, as a shell's job.
+    cluster = start_cluster(address_file, tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     try:
         deadline = time.monotonic() + 150
         while not address_file.exists() and time.monotonic() < deadline and cluster.poll() is None:

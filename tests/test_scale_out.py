@@ -157,13 +157,9 @@ def test_the_local_fit_records_its_layout_and_method():
     assert any(line.startswith("shards") for line in clf.summary().splitlines())
 
 
-distributed = pytest.importorskip("distributed")
-
-
 @pytest.fixture(scope="module")
-def client():
-    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as c:
-        yield c
+def client(two_worker_client):
+    return two_worker_client
 
 
 @pytest.mark.timeout(240, method="thread")

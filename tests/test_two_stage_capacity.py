@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _two_stage import smooth_rows, use_small_ranks
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.core import partition
@@ -20,19 +21,13 @@ from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
 
 
 def _data(n=600, d=3, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.random((n, d))
-    y = np.where(np.sin(6 * X[:, 0]) + X[:, 1] - 0.5 + 0.2 * rng.standard_normal(n) > 0, 1.0, -1.0)
-    return X, y
+    return smooth_rows(n, d, seed)
 
 
 @pytest.fixture
 def small_ranks(monkeypatch):
     """Ranks that start at 16 landmarks and may grow to 60: several levels on a few hundred rows."""
-    monkeypatch.setattr(nystroem, "N_COMPONENTS", 16)
-    monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
-    monkeypatch.setattr(nystroem, "RANK_MAX", 60)
-    monkeypatch.setattr(partition, "ROW_BLOCK", 64)
+    use_small_ranks(monkeypatch)
     monkeypatch.setattr(nystroem, "PRODUCT_ROWS", 8)  # the driver's products in several blocks too
 
 

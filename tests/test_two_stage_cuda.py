@@ -37,9 +37,7 @@ def test_two_stage_linear_stage_under_simulator(simulator_run, case):
 @pytest.fixture(scope="module")
 def gpu_run():
     """The same checks on a real GPU, where there is one."""
-    if not _cudasim.real_gpu():
-        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
-    return _cudasim.run_cases(__file__, CASES, timeout=560, simulate=False)
+    return _cudasim.run_on_gpu(__file__, CASES, timeout=560)
 
 
 @pytest.mark.gpu

@@ -7,31 +7,24 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _two_stage import smooth_rows, use_small_ranks
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.cli.args import memory_size
-from mwumkl_dist.core import partition
 from mwumkl_dist.devices import memory, threads
 from mwumkl_dist.solvers import driver, two_stage
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.two_stage import budget, nystroem
-from mwumkl_dist.solvers.two_stage import solver as two_stage_solver
+from mwumkl_dist.solvers.two_stage import budget
 
 
 def _data(n=700, d=3, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.random((n, d))
-    y = np.where(np.sin(6 * X[:, 0]) + X[:, 1] - 0.5 + 0.2 * rng.standard_normal(n) > 0, 1.0, -1.0)
-    return X, y
+    return smooth_rows(n, d, seed)
 
 
 @pytest.fixture
 def small_ranks(monkeypatch):
     """Ranks that start at 16 landmarks and may grow to 60, rows in blocks of 64: several levels and blocks."""
-    monkeypatch.setattr(nystroem, "N_COMPONENTS", 16)
-    monkeypatch.setattr(two_stage_solver, "N_COMPONENTS", 16)
-    monkeypatch.setattr(nystroem, "RANK_MAX", 60)
-    monkeypatch.setattr(partition, "ROW_BLOCK", 64)
+    use_small_ranks(monkeypatch)
 
 
 # polish=False: the Nystroem stage (the exact solve would take these few hundred rows)

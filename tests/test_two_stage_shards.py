@@ -113,13 +113,9 @@ def test_newton_over_shards_equals_one_array(small_blocks):
     assert one[1] == three[1]
 
 
-distributed = pytest.importorskip("distributed")
-
-
 @pytest.fixture(scope="module")
-def client():
-    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0") as c:
-        yield c
+def client(two_worker_client):
+    return two_worker_client
 
 
 @pytest.mark.timeout(180, method="thread")
