@@ -49,13 +49,38 @@ def run_cases(script: str, cases, timeout: float, simulate: bool = True):
     return proc, out
 
 
-def run_on_gpu(script: str, cases, timeout: float):
-    """:func:`run_cases` on a real GPU; the test is skipped where there is none."""
+def case_tests(script: str, cases, run_timeout: float, test_timeout: float) -> tuple:
+    """The fixtures and tests of ``script``'s ``cases``: ``(simulator_run, under_simulator, gpu_run, on_a_gpu)``.
+
+    Each run is one subprocess for all cases (numba and the package imported once), under the simulator (a
+    ``slow`` test) or on a real GPU (a ``gpu`` test, skipped where there is none); a test module binds them to
+    its own names, which pytest collects.
+    """
     import pytest
 
-    if not real_gpu():
-        pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
-    return run_cases(script, cases, timeout=timeout, simulate=False)
+    @pytest.fixture(scope="module")
+    def simulator_run():
+        return run_cases(script, cases, timeout=run_timeout)
+
+    @pytest.fixture(scope="module")
+    def gpu_run():
+        if not real_gpu():
+            pytest.skip("no CUDA GPU here (numba.cuda.is_available() is False)")
+        return run_cases(script, cases, timeout=run_timeout, simulate=False)
+
+    @pytest.mark.slow
+    @pytest.mark.timeout(test_timeout)
+    @pytest.mark.parametrize("case", cases)
+    def under_simulator(simulator_run, case):
+        check_case(simulator_run, case)
+
+    @pytest.mark.gpu
+    @pytest.mark.timeout(test_timeout)
+    @pytest.mark.parametrize("case", cases)
+    def on_a_gpu(gpu_run, case):
+        check_case(gpu_run, case)
+
+    return simulator_run, under_simulator, gpu_run, on_a_gpu
 
 
 def check_case(run, case: str) -> None:

@@ -84,6 +84,17 @@ def record_nested_fits(monkeypatch) -> list:
     return calls
 
 
+def one_line_error(capsys, argv, code: int = 1) -> str:
+    """Run the CLI on ``argv``: its exit code is ``code`` and stderr one line of at most 200 characters; that line."""
+    from mwumkl_dist.cli import main
+
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("mwumkl-dist: error: ") and len(err) <= 200, (len(err), err)
+    return err
+
+
 def start_cluster(address_file, cwd, **popen) -> subprocess.Popen:
     """``mwumkl-dist cluster`` with two one-thread workers on a free port, its address written to ``address_file``
     (its output in pipes, no stdin; ``popen``: more of :class:`subprocess.Popen`'s arguments)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import start_cluster
+from conftest import one_line_error, start_cluster
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
 from mwumkl_dist import MWUMKLClassifier
@@ -39,15 +39,6 @@ def workdir(tmp_path, monkeypatch):
     dump_svmlight_file(X, y, "train.svm")
     os.mkdir("folder")
     return tmp_path
-
-
-def one_line_error(capsys, argv, code: int = 1) -> str:
-    """Run ``argv``: its exit code is ``code`` and stderr one line of at most 200 characters; that line."""
-    assert main(argv) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("mwumkl-dist: error: ") and len(err) <= 200, (len(err), err)
-    return err
 
 
 def test_a_bad_kernel_spec_is_one_short_line(workdir, capsys):

@@ -23,30 +23,10 @@ CASES = ["launches", "dense", "csr_groups", "bank", "precomputed", "tiles", "mar
          "estimator", "dask", "predict", "errors"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def simulator_run():
-    """Every check in one subprocess (numba and the package imported once): case -> its output."""
-    return _cudasim.run_cases(__file__, CASES, timeout=1100)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("case", CASES)
-def test_cuda_kernels_under_simulator(simulator_run, case):
-    _cudasim.check_case(simulator_run, case)
-
-
-@pytest.fixture(scope="module")
-def gpu_run():
-    """The same checks on a real GPU, where there is one."""
-    return _cudasim.run_on_gpu(__file__, CASES, timeout=1100)
-
-
-@pytest.mark.gpu
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("case", CASES)
-def test_cuda_kernels_on_a_gpu(gpu_run, case):
-    _cudasim.check_case(gpu_run, case)
+# Every case in one subprocess, under the simulator and (where there is one) on a GPU.
+simulator_run, test_cuda_kernels_under_simulator, gpu_run, test_cuda_kernels_on_a_gpu = _cudasim.case_tests(
+    __file__, CASES, run_timeout=1100, test_timeout=1200
+)
 
 
 def test_device_cpu_is_the_problem_and_a_dask_driver_needs_no_gpu():

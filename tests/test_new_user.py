@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import start_cluster
+from conftest import one_line_error, start_cluster
 from sklearn.datasets import dump_svmlight_file, load_diabetes
 
 from mwumkl_dist import MWUMKLClassifier
@@ -24,14 +24,6 @@ from mwumkl_dist.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--C", "10", "--epsilon", "0.4", "--polish", "no"]
-
-
-def one_line_error(capsys, argv, code: int = 1) -> str:
-    assert main(argv) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("mwumkl-dist: error: ") and len(err) <= 200, (len(err), err)
-    return err
 
 
 # ----------------------------------------------------------------------------- labels that are not classes

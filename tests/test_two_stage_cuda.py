@@ -21,30 +21,9 @@ import pytest
 CASES = ["columns", "products", "fit", "routing"]
 
 
-@pytest.fixture(scope="module")
-def simulator_run():
-    """Every check in one subprocess (numba and the package imported once): case -> its output."""
-    return _cudasim.run_cases(__file__, CASES, timeout=560)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("case", CASES)
-def test_two_stage_linear_stage_under_simulator(simulator_run, case):
-    _cudasim.check_case(simulator_run, case)
-
-
-@pytest.fixture(scope="module")
-def gpu_run():
-    """The same checks on a real GPU, where there is one."""
-    return _cudasim.run_on_gpu(__file__, CASES, timeout=560)
-
-
-@pytest.mark.gpu
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("case", CASES)
-def test_two_stage_linear_stage_on_a_gpu(gpu_run, case):
-    _cudasim.check_case(gpu_run, case)
+# Every case in one subprocess, under the simulator and (where there is one) on a GPU.
+TESTS = _cudasim.case_tests(__file__, CASES, run_timeout=560, test_timeout=600)
+simulator_run, test_two_stage_linear_stage_under_simulator, gpu_run, test_two_stage_linear_stage_on_a_gpu = TESTS
 
 
 def test_device_cuda_resolves_to_the_two_stage_fit():
