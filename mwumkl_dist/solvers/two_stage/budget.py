@@ -78,10 +78,6 @@ class MemoryPlan:
     columns_budget: int
     exact_fits: bool
 
-    def shard_budget(self, n_shards: int) -> int:
-        """The kernel columns one of ``n_shards`` shards may keep in memory."""
-        return int(self.columns_budget // max(1, int(n_shards)))
-
 
 def memory_plan(limit: int, source: str, n_samples: int, *, rank_max: int, rank_min: int, given_rank=None,
                 threads: int = 1, column_bytes: int = 4) -> MemoryPlan:  # fmt: skip
