@@ -159,6 +159,58 @@ def test_structured_kernels_are_a_joint_band_at_the_learned_width():
     assert structured_kernels(scale, flat, top=2)[0] == subset_kernels(scale, (0, 2))
 
 
+def test_a_wider_structure_scales_every_width_of_its_bands():
+    X = np.random.default_rng(1).uniform(size=(400, 6))
+    scale = _scale(X)
+    gamma = np.array([8.0, 8.0, 0.0, 0.0, 0.0, 0.0])
+    screen = Screen(np.array([0.45, 0.45, 0.04, 0.03, 0.02, 0.01]), gamma, 400, residual=np.array([0, 0, 1.0, 1, 0, 0]),
+                    gamma_residual=np.array([0.0, 0.0, 3.0, 3.0, 0.0, 0.0]))  # fmt: skip
+    for top in (0, -1, -2, 3):
+        kernels, kept, sigmas, groups = structured_kernels(scale, screen, top)
+        wider = structured_kernels(scale, screen, top, widen=2)
+        assert wider[1] == kept and wider[2] == pytest.approx([4 * s for s in sigmas])
+        assert [k.features for k in wider[0]] == [k.features for k in kernels]
+        assert [k.sigma for k in wider[0]] == pytest.approx([4 * k.sigma for k in kernels])
+    assert len(structured_kernels(scale, screen, -1)[3]) == 2  # both stages' bands widened too (checked above)
+
+
+class _Scorer:
+    """Cross-validated errors from a table, by ``(widen, C)``; every paired standard error ``se``."""
+
+    def __init__(self, table, se):
+        self.table, self.se, self.asked = table, se, []
+
+    def errors(self, candidates, what=""):
+        self.asked += [(rung.widen, C) for C, rung in candidates]
+        return [self.table[rung.widen, C] for C, rung in candidates]
+
+    def paired_standard_error(self, a, b):
+        return self.se
+
+
+@pytest.mark.parametrize(
+    ("wider_errors", "kept"),
+    [
+        ({(1, 10.0): 0.105, (1, 100.0): 0.104, (2, 100.0): 0.14, (2, 1000.0): 0.13}, 1),  # x2 as good, x4 worse
+        ({(1, 10.0): 0.104, (1, 100.0): 0.105, (2, 10.0): 0.11, (2, 100.0): 0.10}, 2),  # each octave as good
+        ({(1, 10.0): 0.13, (1, 100.0): 0.14}, 0),  # one octave wider is worse: the learned width
+    ],
+)
+def test_the_chosen_rung_is_widened_while_the_data_cannot_tell_the_wider_apart(wider_errors, kept):
+    from mwumkl_dist.solvers.auto import Search
+    from mwumkl_dist.solvers.candidates import FeatureStructureKind
+
+    rung = FeatureStructure(-1)
+    path = {(rung, 1.0): 0.11, (rung, 10.0): 0.10, (rung, 100.0): 0.12}
+    scorer = _Scorer(wider_errors, se=0.01)
+    state = Search(scorer, None, 0.0, {}, 10.0, 10.0, 0.0)
+    chosen = FeatureStructureKind._widened(state, path, rung)
+    assert chosen == replace(rung, widen=kept) and chosen.top == -1
+    # Each wider band at its narrower's best C and the next larger one (a smoother kernel wants a weaker ridge).
+    assert scorer.asked[:2] == [(1, 10.0), (1, 100.0)]
+    assert all(path[replace(rung, widen=w), c] == e for (w, c), e in wider_errors.items() if (w, c) in scorer.asked)
+
+
 def test_the_ladder_keeps_the_relevant_features_then_1_2_4_and_more_below_the_feature_count():
     assert [r.top for r in structure_rungs(8)] == [0, -1, 1, 2, 4, -2]
     assert [r.top for r in structure_rungs(20)] == [0, -1, 2, 4, 8, 16, -2]
@@ -218,14 +270,15 @@ def test_the_additive_rung_gives_the_same_model_whatever_the_features_units():
 # ----------------------------------------------------------------------------- the search in a fit
 
 
-def _cv_error_of_structure(X, y, top, C, seed):
+def _cv_error_of_structure(X, y, top, C, seed, widen=0):
     """Independently: per fold, the relevance fit on (a sample of) its training rows, the kernels, the refit."""
     error = 0.0
     folds = list(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
     for k, (a, b) in enumerate(folds):
         sample = a[stratified_rows(y[a], ARD_POINTS, seed + k)]
         screen = Screen.of_rows(X[sample], y[sample])
-        model = MWUMKLClassifier(structured_kernels(_scale(X), screen, top)[0], C=C, selectivity=0.0).fit(X[a], y[a])
+        kernels = structured_kernels(_scale(X), screen, top, widen)[0]
+        model = MWUMKLClassifier(kernels, C=C, selectivity=0.0).fit(X[a], y[a])
         error += np.mean(model.predict(X[b]) != y[b]) / len(folds)
     return error
 
@@ -245,7 +298,7 @@ def test_the_default_finds_the_interaction_that_carries_the_signal(structured):
     assert rungs == {0, -1, 1, 2, 4, -2}
     for (rung, C), error in clf.structure_path_.items():
         if rung.top == 2:
-            assert error == pytest.approx(_cv_error_of_structure(X, y, 2, C, seed=0))
+            assert error == pytest.approx(_cv_error_of_structure(X, y, 2, C, seed=0, widen=rung.widen))
     # Chosen because it beats the all-features candidates: the C path's best is far worse.
     assert min(clf.structure_path_.values()) < min(clf.C_path_.values()) - 0.1
 

@@ -44,6 +44,7 @@ from mwumkl_dist.solvers.groups import (
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.structure import (
     ARD_POINTS,
+    MAX_WIDEN,
     STRUCTURE_C_GRID,
     FeatureStructure,
     Screen,
@@ -476,7 +477,7 @@ class FeatureStructureKind(CandidateKind):
         rung, rung_C = state.first_best({key: e for key, e in path.items() if key[0] == rung})
         if others[rival] - path[rung, rung_C] > scorer.paired_standard_error((rung_C, rung), rival):
             screen = Screen.mean(scorer.shared[cls.name][k] for k in range(len(scorer.folds)))
-            state.choose(rung_C, FeatureStructure(rung.top, screen))
+            state.choose(rung_C, FeatureStructure(rung.top, screen, widen=rung.widen))
 
     @classmethod
     def _score_rungs(cls, state) -> tuple[dict, FeatureStructure]:
@@ -501,7 +502,28 @@ class FeatureStructureKind(CandidateKind):
             near = [c for c in state.C_grid[max(i - 1, 0) : i + 2] if (rung, c) not in path]
             scored = scorer.errors([(c, rung) for c in near], "feature structures")
             path.update({(rung, c): e for c, e in zip(near, scored)})
-        return path, rung
+        return path, cls._widened(state, path, rung)
+
+    @classmethod
+    def _widened(cls, state, path: dict, rung: FeatureStructure) -> FeatureStructure:
+        """``rung`` with its widths one octave wider at a time (at most :data:`MAX_WIDEN`), each at its narrower's best
+        ``C`` and the next larger of the grid (a smoother kernel wants a weaker ridge), kept while its error is within
+        the paired standard error of the narrower's: of two kernels the data cannot tell apart, the smoother
+        generalises as well and needs fewer Nystroem landmarks on many rows (the alignment's optimum is narrow)."""
+        scorer = state.scorer
+        for widen in range(rung.widen + 1, MAX_WIDEN + 1):
+            best = state.first_best({key: e for key, e in path.items() if key[0] == rung})
+            grid = state.C_grid if state.given_C is None else (state.base_C,)
+            i = grid.index(best[1])
+            wider = replace(rung, widen=widen)
+            Cs = list(grid[i : i + 2])
+            scored = scorer.errors([(c, wider) for c in Cs], "feature structures, wider")
+            path.update({(wider, c): e for c, e in zip(Cs, scored)})
+            candidate = state.first_best({(wider, c): path[wider, c] for c in Cs})
+            if path[candidate] - path[best] > scorer.paired_standard_error(candidate[::-1], best[::-1]):
+                break
+            rung = wider
+        return rung
 
     @classmethod
     def shared_jobs(cls, scorer, candidates) -> list:
@@ -519,7 +541,8 @@ class FeatureStructureKind(CandidateKind):
 
     @classmethod
     def fold_fit(cls, scorer, candidate, k: int) -> tuple:
-        return 0.0, structured_kernels(scorer.cv.data_scale(), scorer.shared[cls.name][k], candidate.top)[0]
+        scale = scorer.cv.data_scale()
+        return 0.0, structured_kernels(scale, scorer.shared[cls.name][k], candidate.top, candidate.widen)[0]
 
     @classmethod
     def refit(cls, solver, spec, task, candidate, attrs):
@@ -538,9 +561,11 @@ class FeatureStructureKind(CandidateKind):
                 if cv is None:
                     raise ValueError("a structured model needs feature rows to screen (not a kernel store)")
                 screen = screen_of(cv, np.arange(len(cv.y)), task.seed)
-            kernels, features, sigmas, groups = structured_kernels(scale, screen, candidate.top)
+            kernels, features, sigmas, groups = structured_kernels(scale, screen, candidate.top, candidate.widen)
         described = {"top": int(candidate.top), "features": [int(f) for f in features],
                      "sigmas": [float(s) for s in sigmas]}  # fmt: skip
+        if candidate.widen:
+            described["widen"] = int(candidate.widen)
         if groups:  # bands of their own beside the joint band (structure.structured_kernels)
             described["groups"] = [{"features": [int(f) for f in g], "sigmas": [float(s) for s in w]}
                                    for g, w in groups]  # fmt: skip
@@ -581,7 +606,7 @@ class FeatureStructureKind(CandidateKind):
         for the relevance search's own rungs (also from a candidate's name in a model saved before candidates were
         saved whole)."""
         text = str(candidate)
-        top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?\)", text)
+        top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?(?:, widths x\d+)?\)", text)
         if top:
             return f"top {top.group(1)}"
         if text.startswith("structure(relevant"):
