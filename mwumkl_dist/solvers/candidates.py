@@ -685,6 +685,8 @@ def describe_structure(structure: dict, names=None, limit: int = 10) -> str:
     subsets = structure.get("subsets") or [g["features"] for g in structure.get("groups", [])]
     if subsets:
         text += "; kernels of their own on " + ", ".join("(" + ", ".join(label(f) for f in s) + ")" for s in subsets)
+    if structure.get("widen"):
+        text += f"; widths {2 ** int(structure['widen'])} times the learned ones"
     return text
 
 

@@ -28,7 +28,10 @@ at what scale, and offers a model on them; cross-validation decides:
    cross-validation as the other candidates, each fold fitting the relevance on its own training rows
    (so the search never sees the rows it is judged on); the best rung replaces the all-features
    candidates only when it is better than the best of them by more than the standard error of their
-   paired difference.  Where no feature subset stands out (every feature matters) the family stays.
+   paired difference.  Where no feature subset stands out (every feature matters) the family stays.  The
+   chosen rung is scored again with every width one octave wider (then two), kept while within a paired
+   standard error (:data:`MAX_WIDEN`): the alignment's optimum is narrower than the classifier's, and a
+   narrow band on several features needs many Nystroem landmarks at scale (the two-stage fit's rank is capped).
 
 Why the alignment leaves out the diagonal: with it, a kernel narrow enough to be the identity has the
 centred alignment ``1 / sqrt(n)``, more than a kernel on a 3-way parity's features before it has found
