@@ -606,11 +606,14 @@ class FeatureStructureKind(CandidateKind):
         for the relevance search's own rungs (also from a candidate's name in a model saved before candidates were
         saved whole)."""
         text = str(candidate)
+        wider = re.search(r", widths (x\d+)\)$", text)
+        suffix = f" {wider.group(1)}" if wider else ""  # one octave wider: "relevant+residual x2"
         top = re.fullmatch(r"structure\(top (\d+) features?(?:\(s\))?(?:, widths x\d+)?\)", text)
         if top:
-            return f"top {top.group(1)}"
+            return f"top {top.group(1)}{suffix}"
         if text.startswith("structure(relevant"):
-            return "relevant+residual" if "residual" in text else "relevant-additive" if "each" in text else "relevant"
+            name = "relevant+residual" if "residual" in text else "relevant-additive" if "each" in text else "relevant"
+            return name + suffix
         return text
 
 
