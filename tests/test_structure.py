@@ -191,18 +191,18 @@ class _Scorer:
 @pytest.mark.parametrize(
     ("wider_errors", "kept"),
     [
-        ({(1, 10.0): 0.105, (1, 100.0): 0.104, (2, 100.0): 0.14, (2, 1000.0): 0.13}, 1),  # x2 as good, x4 worse
-        ({(1, 10.0): 0.104, (1, 100.0): 0.105, (2, 10.0): 0.11, (2, 100.0): 0.10}, 2),  # each octave as good
-        ({(1, 10.0): 0.13, (1, 100.0): 0.14}, 0),  # one octave wider is worse: the learned width
+        ({(1, 10.0): 0.105, (1, 100.0): 0.098, (2, 100.0): 0.14, (2, 1000.0): 0.099}, 1),  # x2 better, x4 worse
+        ({(1, 10.0): 0.10, (1, 100.0): 0.105, (2, 10.0): 0.11, (2, 100.0): 0.10}, 2),  # each octave as good
+        ({(1, 10.0): 0.101, (1, 100.0): 0.104}, 0),  # one octave wider is worse (within the standard error)
     ],
 )
-def test_the_chosen_rung_is_widened_while_the_data_cannot_tell_the_wider_apart(wider_errors, kept):
+def test_the_chosen_rung_is_widened_while_the_wider_is_no_worse(wider_errors, kept):
     from mwumkl_dist.solvers.auto import Search
     from mwumkl_dist.solvers.candidates import FeatureStructureKind
 
     rung = FeatureStructure(-1)
     path = {(rung, 1.0): 0.11, (rung, 10.0): 0.10, (rung, 100.0): 0.12}
-    scorer = _Scorer(wider_errors, se=0.01)
+    scorer = _Scorer(wider_errors, se=0.01)  # no slack: a width merely as good on the subsample is too smooth at n
     state = Search(scorer, None, 0.0, {}, 10.0, 10.0, 0.0)
     chosen = FeatureStructureKind._widened(state, path, rung)
     assert chosen == replace(rung, widen=kept) and chosen.top == -1
@@ -329,7 +329,7 @@ def test_two_stage_fits_on_the_weight_stage_structure():
     assert np.mean(clf.predict(Xt) != yt) < 0.1
     # Probabilities' folds refit the same structure (from the model's attributes, no screen).
     chosen = chosen_candidate(vars(clf))[1]
-    assert chosen == FeatureStructure(clf.structure_["top"])
+    assert chosen == FeatureStructure(clf.structure_["top"], widen=clf.structure_.get("widen", 0))
     assert chosen.kept == ((0, 1), tuple(clf.structure_["sigmas"]), ())
 
 

@@ -29,8 +29,8 @@ at what scale, and offers a model on them; cross-validation decides:
    (so the search never sees the rows it is judged on); the best rung replaces the all-features
    candidates only when it is better than the best of them by more than the standard error of their
    paired difference.  Where no feature subset stands out (every feature matters) the family stays.  The
-   chosen rung is scored again with every width one octave wider (then two), kept while within a paired
-   standard error (:data:`MAX_WIDEN`): the alignment's optimum is narrower than the classifier's, and a
+   chosen rung is scored again with every width one octave wider (then two), kept while its error is no
+   higher (:data:`MAX_WIDEN`): the alignment's optimum is narrower than the classifier's, and a
    narrow band on several features needs many Nystroem landmarks at scale (the two-stage fit's rank is capped).
 
 Why the alignment leaves out the diagonal: with it, a kernel narrow enough to be the identity has the
@@ -102,8 +102,8 @@ RUNG_LABELS = {0: "the relevant features", -1: "the relevant and residual featur
                -2: "the relevant features, one band each"}  # fmt: skip
 #: The relevant features' rung chooses its ``C`` (size-relative) from these (the zoo's structures: 1 to 100).
 STRUCTURE_C_GRID = (1.0, 10.0, 100.0)
-#: The chosen rung is scored again with its widths up to this many octaves wider, each kept while within a paired
-#: standard error of the narrower (:meth:`~mwumkl_dist.solvers.candidates.FeatureStructureKind.search`).  The
+#: The chosen rung is scored again with its widths up to this many octaves wider, each kept while its cross-validated
+#: error is at most the narrower's (:meth:`~mwumkl_dist.solvers.candidates.FeatureStructureKind.search`).  The
 #: alignment's optimum is narrower than the classifier's: E7's rows (x0-x3 at the learned widths, 2x10^5 rows,
 #: rank 536, the cap at 10^6 rows) 7.30 % test error with a Nystroem residual of 0.058; one octave wider 6.45 %
 #: (residual 0.0007); half an octave 6.67 %.  A smoother kernel also needs fewer landmarks at scale.
