@@ -145,3 +145,19 @@ def test_a_store_out_of_core_gives_the_in_memory_model(tmp_path, monkeypatch):
     np.testing.assert_array_equal(store.feature_scale_, memory.feature_scale_)
     np.testing.assert_array_equal(store.feature_offset_, memory.feature_offset_)
     np.testing.assert_allclose(store.decision_function(X), memory.decision_function(X), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.timeout(300)
+def test_a_sparse_store_on_dask_gives_the_in_memory_model(tmp_path, monkeypatch, two_worker_client):
+    X, y = _mixed_units(90, seed=2)
+    X[X < 0.3] = 0.0
+    Xs = sp.csr_matrix(X * FACTORS)
+    path = tmp_path / "sparse.zarr"
+    write_data_store(path, Xs, y, chunk_rows=32)
+    params = dict(kernels="scaled", scale_features=True, C=1.0, polish=False, n_jobs=1)
+    memory = MWUMKLClassifier(**params).fit(Xs, y)
+    monkeypatch.setenv("MWUMKL_STORE_IN_MEMORY_BYTES", "0")
+    dask = MWUMKLClassifier(**params, engine="dask", client=two_worker_client, n_shards=2).fit(DataStore(path))
+    np.testing.assert_array_equal(dask.feature_scale_, memory.feature_scale_)
+    assert not dask.feature_offset_.any() and sp.issparse(dask.support_vectors_)
+    np.testing.assert_allclose(dask.decision_function(Xs), memory.decision_function(Xs), rtol=1e-9, atol=1e-12)
