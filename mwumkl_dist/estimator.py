@@ -593,7 +593,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
             data = make_training_input(
-                X, y, spec.model.kernels, estimator=self, scale_features=spec.model.scales_features()
+                X,
+                y,
+                spec.model.kernels,
+                estimator=self,
+                scale_features=spec.model.scales_features(),
+                sample_weight=sample_weight,
             )
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():

@@ -161,3 +161,14 @@ def test_a_sparse_store_on_dask_gives_the_in_memory_model(tmp_path, monkeypatch,
     np.testing.assert_array_equal(dask.feature_scale_, memory.feature_scale_)
     assert not dask.feature_offset_.any() and sp.issparse(dask.support_vectors_)
     np.testing.assert_allclose(dask.decision_function(Xs), memory.decision_function(Xs), rtol=1e-9, atol=1e-12)
+
+
+def test_rows_of_weight_zero_do_not_set_the_scale():
+    X, y = _wine_like(100)
+    w = np.ones(100)
+    w[:10] = 0.0
+    X[:10, 5] = 1e6  # far outliers, but removed rows
+    clf = MWUMKLClassifier(kernels="scaled", scale_features=True, C=1.0).fit(X, y, sample_weight=w)
+    ref = MWUMKLClassifier(kernels="scaled", scale_features=True, C=1.0).fit(X[10:], y[10:])
+    np.testing.assert_array_equal(clf.feature_scale_, ref.feature_scale_)  # (sigma_0 is of all the rows given)
+    np.testing.assert_array_equal(clf.feature_offset_, ref.feature_offset_)

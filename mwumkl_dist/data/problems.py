@@ -34,6 +34,7 @@ from mwumkl_dist.core.partition import chain_safe_ranges, split_rows
 from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
+from mwumkl_dist.data.weights import check_sample_weight
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
 from mwumkl_dist.kernels.evaluation import (
     SparsePoint,
@@ -656,11 +657,14 @@ def _store_input(store, y, kernels, scale_features: bool) -> TrainingInput:
     return data
 
 
-def _feature_input(X, y, kernels, scale_features: bool) -> FeatureInput:
-    """Feature rows in memory, each feature scaled as learned from them when ``scale_features``."""
+def _feature_input(X, y, kernels, scale_features: bool, sample_weight=None) -> FeatureInput:
+    """Feature rows in memory, each feature scaled as learned from them when ``scale_features`` (from the rows
+    of positive ``sample_weight``: a row of weight 0 is a removed row)."""
     if not scale_features:
         return FeatureInput(X, y, kernels)
-    scale = learn_feature_scale([X], X.shape[1], shift=not sp.issparse(X))
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    rows = X if weights is None else X[np.flatnonzero(weights > 0)]
+    scale = learn_feature_scale([rows], X.shape[1], shift=not sp.issparse(X))
     data = FeatureInput(apply_feature_scale(X, *scale), y, kernels)
     data.feature_scale = scale
     return data
@@ -669,7 +673,7 @@ def _feature_input(X, y, kernels, scale_features: bool) -> FeatureInput:
 _FEATURE_CHECKS = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
 
 
-def make_training_input(X, y, kernels, *, estimator, scale_features: bool = False) -> TrainingInput:
+def make_training_input(X, y, kernels, *, estimator, scale_features: bool = False, sample_weight=None) -> TrainingInput:
     """The training input of ``(X, y)`` for the estimator parameter ``kernels``.
 
     The one place that tells the kinds of input apart.
@@ -683,7 +687,8 @@ def make_training_input(X, y, kernels, *, estimator, scale_features: bool = Fals
 
     ``scale_features``: scale each feature as learned from these rows (min-max; sparse rows
     only multiplied: :mod:`mwumkl_dist.kernels.feature_scale`; not for precomputed kernels);
-    the input's ``feature_scale`` holds ``(factors, offsets)`` (None when not scaled).
+    the input's ``feature_scale`` holds ``(factors, offsets)`` (None when not scaled), learned from the
+    rows of positive ``sample_weight``.
     """
     store = as_store(X)
     if store is not None:
@@ -696,7 +701,7 @@ def make_training_input(X, y, kernels, *, estimator, scale_features: bool = Fals
         return PrecomputedInput(K, y)
     checks = _FEATURE_CHECKS
     X, y = check_X_y(X, y, **checks) if estimator is None else validate_data(estimator, X, y, **checks)
-    return _feature_input(X, y, kernels, scale_features)
+    return _feature_input(X, y, kernels, scale_features, sample_weight)
 
 
 class _FeatureRowsPredictor:
