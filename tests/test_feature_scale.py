@@ -46,6 +46,10 @@ def test_ranges_count_implicit_zeros_and_do_not_depend_on_the_layout():
     binary = np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
     for shift in (True, False):
         assert apply_feature_scale(binary, *learn_feature_scale([binary], 2, shift=shift)) is binary
+    # input scaled min-max already is used as given (the E8 sets, the command line's scaled files)
+    wide = np.random.default_rng(0).normal(size=(200, 12)) * np.logspace(-3, 3, 12)
+    prescaled = MinMaxScaler().fit_transform(wide)
+    assert apply_feature_scale(prescaled, *learn_feature_scale([prescaled], 12, shift=True)) is prescaled
     # dense rows: exactly MinMaxScaler's factors and offsets
     scaler = MinMaxScaler().fit(X)
     got = learn_feature_scale([X], 4, shift=True)

@@ -61,6 +61,9 @@ def feature_factors(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     ok = np.isfinite(span) & (span > 0)
     factors = np.divide(1.0, span, out=np.ones(len(span)), where=ok)
     factors[~np.isfinite(factors) | (factors <= 0)] = 1.0  # a span below 1/DBL_MAX
+    # Input scaled to [0, 1] already (MinMaxScaler's max lands within an ulp of 1): exactly 1, so such
+    # data are used as given, bit for bit, and not copied.
+    factors[np.abs(factors - 1.0) <= 4 * np.finfo(np.float64).eps] = 1.0
     return factors
 
 
