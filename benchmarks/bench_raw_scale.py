@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_wine
+from sklearn.datasets import load_svmlight_file, load_wine
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import MinMaxScaler
 
@@ -32,12 +33,16 @@ def _load(name: str, datasets_dir):
         return X, y, None, None
     from benchmarks import datasets as D
 
-    data = D.load_dataset(name, datasets_dir, download=False)
-    X = data.X.toarray() if hasattr(data.X, "toarray") else np.asarray(data.X)
-    Xt = data.X_test
-    if Xt is not None:
-        Xt = Xt.toarray() if hasattr(Xt, "toarray") else np.asarray(Xt)
-    return X, data.y, Xt, data.y_test
+    if name in D.load_manifest():
+        data = D.load_dataset(name, datasets_dir, download=False)
+        X, y, Xt, yt = data.X, data.y, data.X_test, data.y_test
+    else:  # another file of the shared folder (svmguide1, german.numer): NAME.svm.gz, a test file NAME.t.svm.gz
+        folder = Path(datasets_dir) if datasets_dir is not None else D.default_datasets_dir()
+        X, y = load_svmlight_file(str(folder / f"{name}.svm.gz"))
+        test = folder / f"{name}.t.svm.gz"
+        Xt, yt = load_svmlight_file(str(test), n_features=X.shape[1]) if test.exists() else (None, None)
+    dense = [None if A is None else (A.toarray() if hasattr(A, "toarray") else np.asarray(A)) for A in (X, Xt)]
+    return dense[0], y, dense[1], yt
 
 
 def _splits(X, y, Xt, yt, n_splits: int, max_train: int):
