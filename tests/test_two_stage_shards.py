@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.core import partition
+from mwumkl_dist.devices import memory
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
@@ -189,7 +190,7 @@ def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
 
     budget, scratch = client.submit(probe, pure=False).result(timeout=60)
     limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
-    assert budget in {limit // 4 for limit in limits}
+    assert budget in {int(memory.WORKER_SHARE * limit) for limit in limits}
     assert "dask-scratch" in scratch  # the worker's local directory, not the temp directory
 
 
