@@ -318,7 +318,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         to be free.  Kernel columns beyond it are spilled to a temporary file or
         computed again at each pass (the model is the same); the rank is capped
         to what its maps and Hessian need within it (``rank_stop_reason_``).  A
-        fit that cannot run within it fails at the start, naming it.
+        fit that cannot run within it fails at the start, naming it.  On
+        ``engine="dask"`` it holds per process: the client's arrays within it
+        and each worker's linear-stage shards within theirs (a given size is
+        each worker's too; ``"auto"``: 60 % of each worker's Dask
+        ``memory_limit`` less what the worker holds), so the cluster's memory
+        buys rank and keeps the columns (``shard_layout_`` says how much).
 
     Attributes
     ----------
