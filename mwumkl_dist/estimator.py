@@ -28,6 +28,7 @@ from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.candidates import search_from_json, search_to_json
 from mwumkl_dist.solvers.driver import fit_model
+from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.summary import fit_summary
 
@@ -575,7 +576,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             n_threads = current_threads()
             if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
-            data = make_training_input(X, y, spec.model.kernels, estimator=self)
+            # on Dask a store past the polish's rows stays out of core: the shards read their rows, not the client
+            out_of_core = POLISH_MAX_POINTS if spec.execution.engine == "dask" else None
+            data = make_training_input(X, y, spec.model.kernels, estimator=self, out_of_core_rows=out_of_core)
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():
             setattr(self, name, value)

@@ -626,14 +626,14 @@ def read_into_memory(store) -> bool:
     return size <= bound
 
 
-def _store_input(store, y, kernels) -> TrainingInput:
+def _store_input(store, y, kernels, out_of_core_rows=None) -> TrainingInput:
     if isinstance(store, KernelStore) and not is_precomputed(kernels):
         raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
     if is_precomputed(kernels) and not isinstance(store, KernelStore):
         raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
     if y is not None:
         raise ValueError(f"{store.path}: the labels come from the store; call fit(store) with y=None")
-    if read_into_memory(store):
+    if read_into_memory(store) and (out_of_core_rows is None or store.n_samples <= out_of_core_rows):
         X, y = check_X_y(store.read_rows(0, store.n_samples), store.y, **_FEATURE_CHECKS)
         return FeatureInput(X, y, kernels)
     return KernelStoreInput(store) if isinstance(store, KernelStore) else DataStoreInput(store, kernels)
@@ -642,7 +642,7 @@ def _store_input(store, y, kernels) -> TrainingInput:
 _FEATURE_CHECKS = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
 
 
-def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
+def make_training_input(X, y, kernels, *, estimator, out_of_core_rows=None) -> TrainingInput:
     """The training input of ``(X, y)`` for the estimator parameter ``kernels``.
 
     The one place that tells the kinds of input apart.
@@ -652,11 +652,12 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
     (:func:`read_into_memory`) is read and fitted as the arrays it holds.  Feature
     arrays are validated by scikit-learn's ``validate_data``, which also sets
     ``estimator.n_features_in_`` (and ``feature_names_in_``); with ``estimator=None``
-    (a nested fit's rows, already validated) by ``check_X_y``.
+    (a nested fit's rows, already validated) by ``check_X_y``.  ``out_of_core_rows``: a store of more rows stays
+    out of core whatever its size (a Dask fit's: its shards read their own rows, none pass through the client).
     """
     store = as_store(X)
     if store is not None:
-        return _store_input(store, y, kernels)
+        return _store_input(store, y, kernels, out_of_core_rows)
     if is_precomputed(kernels):
         K = _check_precomputed(X, training=True)
         y = np.asarray(y)
