@@ -28,8 +28,8 @@ from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.candidates import search_from_json, search_to_json
 from mwumkl_dist.solvers.driver import fit_model
-from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage.exact import EXACT_POINTS
 from mwumkl_dist.summary import fit_summary
 
 logger = logging.getLogger("mwumkl_dist")
@@ -576,8 +576,9 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             n_threads = current_threads()
             if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
-            # on Dask a store past the polish's rows stays out of core: the shards read their rows, not the client
-            out_of_core = POLISH_MAX_POINTS if spec.execution.engine == "dask" else None
+            # on Dask a store past the exact solve's rows stays out of core: the shards read their rows, not the client
+            dask = spec.execution.engine == "dask" and spec.model.polish is not True
+            out_of_core = EXACT_POINTS if dask else None
             data = make_training_input(X, y, spec.model.kernels, estimator=self, out_of_core_rows=out_of_core)
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():

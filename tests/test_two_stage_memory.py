@@ -233,14 +233,14 @@ def test_a_dask_fit_gives_each_shard_its_workers_budget_and_the_local_model(smal
 
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_a_dask_fit_leaves_a_small_stores_rows_out_of_the_client(tmp_path, monkeypatch, engine):
-    """A store the local engine reads into memory stays out of core on Dask past the polish's rows: its shards read
-    their own rows, none pass through the client (which held all of them at 10^6 rows of 20 features)."""
+    """A store the local engine reads into memory stays out of core on Dask past the exact solve's rows: its shards
+    read their own rows, none pass through the client (which held all of them at 10^6 rows of 20 features)."""
     from mwumkl_dist import estimator as estimator_module
     from mwumkl_dist.data.problems import DataStoreInput, FeatureInput
     from mwumkl_dist.stores import write_data_store
 
-    X, y = _data(n=3200)
-    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=512)
+    X, y = _data(n=two_stage.exact.EXACT_POINTS + 1)
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=4096)
     monkeypatch.setenv("MWUMKL_STORE_IN_MEMORY_BYTES", str(2**30))  # small enough to be read
     seen = []
 
