@@ -24,7 +24,8 @@ it; whether the predictions equal the first layout's (the local fit's); the load
 
 ``e7``      the issue's 2-core measurement: 10^6 and 10^7 rows; local (2 threads), 1x1 and 2x1 workers, 4GB each;
 ``16core``  for a 16-core machine, at most about 8 minutes: 10^6 rows local (16 threads), 1x2, 2x2, 4x2, 8x2
-            workers (the scaling from 1 to 8 workers), then 10^7 rows on 8x2;
+            workers (the scaling from 1 to 8 workers), then 10^7 rows on 8x2; 6GB per worker (each shard's columns
+            in memory at both sizes), 240 s per layout at most (``--timeout``);
 ``smoke``   4000 rows, local and 1x1 (the test suite runs it).
 
 The load average is recorded: on a shared machine the times are upper bounds.
@@ -53,6 +54,7 @@ PRESETS = {
         "runs": [(10**6, ["local", "1x2", "2x2", "4x2", "8x2"]), (10**7, ["8x2"])],
         "local_threads": 16,
         "memory_limit": "6GB",
+        "timeout": 240,  # seconds per layout: a stuck one must not take the device machine's 10-minute call
     },
     "smoke": {
         "sizes": [4000],
@@ -248,7 +250,8 @@ def main(argv=None) -> int:
         runs = [(n, layouts) for n in sizes]
     else:
         runs = preset["runs"]
-    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, args.timeout)
+    timeout = args.timeout or preset.get("timeout")
+    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, timeout)
     return 0 if all("error" in r for r in records) else 1
 
 
