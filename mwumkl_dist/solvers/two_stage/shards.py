@@ -170,6 +170,7 @@ class LinearShard:
             elif storage != "recompute":  # the kept columns, then the new landmarks' chunks
                 block = np.empty((hi - lo, self.width), dtype=self.dtype)
                 block[:, :kept_width] = kept.get(i)
+                kept.release(i)
                 block[:, kept_width:] = self._computed(X, kept_width)
                 stored.put(i, block)
             self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)

@@ -96,6 +96,11 @@ class FeatureBlocks:
             done += got
         return out
 
+    def release(self, i: int) -> None:
+        """Drop block ``i`` from memory (read for the last time: an extension's copy frees the old columns as it
+        goes, so the shard never holds both levels' columns whole)."""
+        self._blocks[i] = None
+
     def close(self) -> None:
         self._blocks = [None] * len(self.sizes)
         if self._fd is not None:
