@@ -134,7 +134,9 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0, client_fit_peak_rss=_vm_hwm())
         if client is not None:
             w1 = client.run(_cpu)
-            out["workers_cpu_s"] = sum(w1[k] - w0[k] for k in w0)
+            # a worker restarted (its nanny, past its memory limit) is a new address: its CPU from its start
+            out["workers_cpu_s"] = sum(w1[k] - w0.get(k, 0.0) for k in w1)
+            out["workers_restarted"] = len(set(w0) - set(w1))
             out["workers_peak_rss"] = sorted(client.run(_vm_hwm).values())
     finally:
         if client is not None:

@@ -696,8 +696,9 @@ def _residual_message(residual: float, rank: int, tol: float, n: int, n_componen
         why = f"the rank is n_components={n_components}"
         how = f"pass a larger n_components (e.g. {2 * int(n_components)})"
     elif plan is not None:
-        why = f"the rank stopped at the most landmarks memory_limit ({plan.source}) affords"
-        how = "pass a larger memory_limit for more landmarks"
+        where = plan.shards.source if plan.shards is not None else plan.source
+        why = f"the rank stopped at the most landmarks memory_limit ({where}) affords"
+        how = "pass a larger memory_limit for more landmarks" + (", or add Dask workers" if plan.shards else "")
     else:
         budget = rank_budget(n)
         why = (f"the rank stopped at its budget ({budget} landmarks on {n} rows: at most {RANK_MAX}, and the rows' "
