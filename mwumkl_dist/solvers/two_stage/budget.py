@@ -35,7 +35,7 @@ from mwumkl_dist.devices.memory import AUTO_MEMORY, WORKER_SHARE, format_bytes
 from mwumkl_dist.solvers.two_stage.columns import SUB_ROWS
 
 __all__ = ["MemoryLimitError", "MemoryPlan", "ShardMemory", "memory_plan", "shard_memory", "solve_bytes",
-           "WEIGHT_STAGE_MEMORY", "WORKER_SHARE"]  # fmt: skip
+           "HELD_STEP", "WEIGHT_STAGE_MEMORY", "WORKER_SHARE"]  # fmt: skip
 
 #: The weight stage's arrays (3000 rows: the MWU fit's kernel columns and margins, the polish's Gram matrix and
 #: LIBSVM's cache, the cross-validation's folds one at a time): measured peak about 250 MB above the data on
@@ -92,6 +92,11 @@ def _shard_bytes(rank: int, rows: int, threads: int) -> int:
     return blocks + solve_bytes(r, threads) + 8 * SHARD_ROW_VECTORS * rows + LINEAR_STAGE_RESERVE
 
 
+#: A worker's memory held at the fit's start is counted in steps of this many bytes (rounded up), so that the
+#: budget, hence the rank cap and the model, does not move with the few MB a worker's resident size drifts by.
+HELD_STEP = 256 * 2**20
+
+
 @dataclass(frozen=True)
 class ShardMemory:
     """The memory of a Dask fit's linear-stage shards: ``budget`` bytes of arrays each (its worker's, shared by the
@@ -109,9 +114,9 @@ def shard_memory(workers: dict, n_samples: int, n_shards: int, given: int | None
     memory_limit, memory held, threads)}``, :func:`~mwumkl_dist.engines.layout.worker_memory`).
 
     ``given``: the user's ``memory_limit`` in bytes (each worker's as it is; None for ``"auto"``: :data:`WORKER_SHARE`
-    of the worker's Dask ``memory_limit`` less what it holds, or :data:`~mwumkl_dist.devices.memory.AUTO_MEMORY` for
-    a worker without one).  The shards are spread evenly over the workers: each gets the smallest worker's budget
-    over the most shards one worker holds.
+    of the worker's Dask ``memory_limit`` less what it holds, in :data:`HELD_STEP` steps, or
+    :data:`~mwumkl_dist.devices.memory.AUTO_MEMORY` for a worker without one).  The shards are spread evenly over
+    the workers: each gets the smallest worker's budget over the most shards one worker holds.
     """
     ranges = linear_row_ranges(int(n_samples), int(n_shards), partition.ROW_BLOCK if row_block is None else row_block)
     k = len(ranges)
@@ -119,8 +124,9 @@ def shard_memory(workers: dict, n_samples: int, n_shards: int, given: int | None
     for limit, held, _ in workers.values() or [(0, 0, 1)]:
         if given is not None:
             per_worker.append(int(given))
-        elif limit:
-            per_worker.append(max(0, int(WORKER_SHARE * limit) - int(held)))
+        elif limit:  # what it holds rounded up: a few MB more or less must not move the rank cap (the model)
+            held = -(-max(int(held), 1) // HELD_STEP) * HELD_STEP
+            per_worker.append(max(0, int(WORKER_SHARE * limit) - held))
         else:
             per_worker.append(AUTO_MEMORY)
     on_one = -(-k // max(1, len(per_worker)))
