@@ -24,7 +24,8 @@ it; whether the predictions equal the first layout's (the local fit's); the load
 
 ``e7``      the issue's 2-core measurement: 10^6 and 10^7 rows; local (2 threads), 1x1 and 2x1 workers, 4GB each;
 ``16core``  for a 16-core machine, at most about 8 minutes: 10^6 rows local (16 threads), 1x2, 2x2, 4x2, 8x2
-            workers (the scaling from 1 to 8 workers), then 10^7 rows on 8x2;
+            workers (the scaling from 1 to 8 workers), then 10^7 rows on 8x2; 6GB per worker (each shard's columns
+            in memory at both sizes), 240 s per layout at most (``--timeout``);
 ``smoke``   4000 rows, local and 1x1 (the test suite runs it).
 
 The load average is recorded: on a shared machine the times are upper bounds.
@@ -53,6 +54,7 @@ PRESETS = {
         "runs": [(10**6, ["local", "1x2", "2x2", "4x2", "8x2"]), (10**7, ["8x2"])],
         "local_threads": 16,
         "memory_limit": "6GB",
+        "timeout": 240,  # seconds per layout: a stuck one must not take the device machine's 10-minute call
     },
     "smoke": {
         "sizes": [4000],
@@ -132,7 +134,9 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0, client_fit_peak_rss=_vm_hwm())
         if client is not None:
             w1 = client.run(_cpu)
-            out["workers_cpu_s"] = sum(w1[k] - w0[k] for k in w0)
+            # a worker restarted (its nanny, past its memory limit) is a new address: its CPU from its start
+            out["workers_cpu_s"] = sum(w1[k] - w0.get(k, 0.0) for k in w1)
+            out["workers_restarted"] = len(set(w0) - set(w1))
             out["workers_peak_rss"] = sorted(client.run(_vm_hwm).values())
     finally:
         if client is not None:
@@ -248,7 +252,8 @@ def main(argv=None) -> int:
         runs = [(n, layouts) for n in sizes]
     else:
         runs = preset["runs"]
-    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, args.timeout)
+    timeout = args.timeout or preset.get("timeout")
+    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, timeout)
     return 0 if all("error" in r for r in records) else 1
 
 

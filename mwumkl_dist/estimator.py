@@ -30,6 +30,7 @@ from mwumkl_dist.solvers.calibration import platt_probabilities
 from mwumkl_dist.solvers.candidates import search_from_json, search_to_json
 from mwumkl_dist.solvers.driver import fit_model
 from mwumkl_dist.solvers.spec import FitSpec
+from mwumkl_dist.solvers.two_stage.exact import EXACT_POINTS
 from mwumkl_dist.summary import fit_summary
 
 logger = logging.getLogger("mwumkl_dist")
@@ -331,7 +332,12 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         to be free.  Kernel columns beyond it are spilled to a temporary file or
         computed again at each pass (the model is the same); the rank is capped
         to what its maps and Hessian need within it (``rank_stop_reason_``).  A
-        fit that cannot run within it fails at the start, naming it.
+        fit that cannot run within it fails at the start, naming it.  On
+        ``engine="dask"`` it holds per process: the client's arrays within it
+        and each worker's linear-stage shards within theirs (a given size is
+        each worker's too; ``"auto"``: 60 % of each worker's Dask
+        ``memory_limit`` less what the worker holds), so the cluster's memory
+        buys rank and keeps the columns (``shard_layout_`` says how much).
 
     Attributes
     ----------
@@ -592,6 +598,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             n_threads = current_threads()
             if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
+            # on Dask a store past the exact solve's rows stays out of core: the shards read their rows, not the client
+            dask = spec.execution.engine == "dask" and spec.model.polish is not True
             data = make_training_input(
                 X,
                 y,
@@ -599,6 +607,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
                 estimator=self,
                 scale_features=spec.model.scales_features(),
                 sample_weight=sample_weight,
+                out_of_core_rows=EXACT_POINTS if dask else None,
             )
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():

@@ -11,6 +11,7 @@ from _two_stage import smooth_rows, use_small_ranks
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.cli.args import memory_size
+from mwumkl_dist.core import partition
 from mwumkl_dist.devices import memory, threads
 from mwumkl_dist.solvers import driver, two_stage
 from mwumkl_dist.solvers.spec import FitSpec
@@ -170,3 +171,84 @@ def test_a_doubling_that_does_worse_on_the_held_out_rows_is_not_kept(small_ranks
     assert est.rank_stop_reason_ == "gain" and list(est.rank_path_) == [16, 32]
     assert est.rank_path_[16] < est.rank_path_[32] and est.n_components_ <= len(est.support_) == 16
     assert len(est.final_C_path_) == 4 and np.mean(est.predict(X) == y) > 0.7
+
+
+def test_each_dask_shard_gets_its_workers_memory():
+    """``memory_limit`` per process on Dask: "auto" is a share of each worker's Dask limit less what it holds, a
+    given size each worker's as it is; shards placed together share their worker's."""
+    gb = 10**9
+    workers = {"a": (4 * gb, 300 * 10**6, 1), "b": (4 * gb, 500 * 10**6, 2)}
+    auto = budget.shard_memory(workers, 10**6, 2)
+    assert auto.budget == int(memory.WORKER_SHARE * 4 * gb) - 2 * budget.HELD_STEP  # 500 MB held: two steps
+    assert 500_000 <= auto.rows < 500_000 + partition.ROW_BLOCK  # whole row blocks
+    assert budget.shard_memory(workers, 10**6, 2, given=2 * gb).budget == 2 * gb
+    assert budget.shard_memory(workers, 10**6, 4).budget == auto.budget // 2
+    assert budget.shard_memory({"c": (0, 0, 1)}, 10**6, 1).budget == memory.AUTO_MEMORY
+
+
+def test_the_rank_cap_on_dask_counts_a_shards_rows_against_its_workers_memory():
+    """The columns are distributed: the cluster's memory, not the client's, buys rank (and a shard's columns)."""
+    n, limit = 200_000, 2**30
+    args = dict(rank_max=3000, rank_min=500)
+    local = budget.memory_plan(limit, "test", n, **args)
+    shards = budget.shard_memory({"a": (4 * 10**9, 0, 1), "b": (4 * 10**9, 0, 1)}, n, 2)
+    dask = budget.memory_plan(limit, "test", n, **args, shards=shards)
+    assert local.rank_cap < 1500 < dask.rank_cap and dask.per_shard and not local.per_shard
+    # a shard keeps its columns at the cap within its worker's budget, the client's limit not divided
+    assert shards.rows * dask.rank_cap * 4 <= dask.columns_budget <= shards.budget
+    assert dask.columns_budget > local.columns_budget
+    with pytest.raises(budget.MemoryLimitError, match="memory_limit.*Dask workers"):
+        budget.memory_plan(limit, "test", n, **args, shards=budget.shard_memory({"a": (1, 0, 1)}, n, 1, given=2**20))
+
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.mark.timeout(300, method="thread")
+def test_a_dask_fit_gives_each_shard_its_workers_budget_and_the_local_model(small_ranks, monkeypatch):
+    monkeypatch.setattr(budget, "WEIGHT_STAGE_MEMORY", 2**20)
+    X, y = _data()
+    load, budgets = two_stage.LinearShard.load_problem, []
+
+    def spy(shard, *args, **kwargs):
+        budgets.append(shard._budget)
+        return load(shard, *args, **kwargs)
+
+    monkeypatch.setattr(two_stage.LinearShard, "load_problem", spy)
+    ref = MWUMKLClassifier(**PARAMS).fit(X, y)
+    budgets.clear()
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0",
+                            memory_limit="3GB") as client:  # fmt: skip
+        spec = FitSpec.of(**PARAMS, engine="dask")
+        plan = driver.SOLVERS["two-stage"].memory_plan(spec, len(y), client)
+        est = MWUMKLClassifier(**PARAMS, engine="dask", client=client).fit(X, y)
+    # each shard its worker's budget (3 GB's share less what the process holds), not half the client's 1 GiB
+    assert plan.per_shard and plan.shards.n_shards == 2
+    assert plan.columns_budget > memory.AUTO_MEMORY // 2 and set(budgets) == {plan.columns_budget}
+    assert "each shard" in est.shard_layout_ and "columns kept in memory" in est.shard_layout_
+    for name in ("support_", "dual_coef_", "intercept_", "C_"):
+        np.testing.assert_array_equal(getattr(est, name), getattr(ref, name), err_msg=name)
+    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_dask_fit_leaves_a_small_stores_rows_out_of_the_client(tmp_path, monkeypatch, engine):
+    """A store the local engine reads into memory stays out of core on Dask past the exact solve's rows: its shards
+    read their own rows, none pass through the client (which held all of them at 10^6 rows of 20 features)."""
+    from mwumkl_dist import estimator as estimator_module
+    from mwumkl_dist.data.problems import DataStoreInput, FeatureInput
+    from mwumkl_dist.stores import write_data_store
+
+    X, y = _data(n=two_stage.exact.EXACT_POINTS + 1)
+    store = write_data_store(tmp_path / "d.zarr", X, y, chunk_rows=4096)
+    monkeypatch.setenv("MWUMKL_STORE_IN_MEMORY_BYTES", str(2**30))  # small enough to be read
+    seen = []
+
+    def stop(spec, data, **kwargs):
+        seen.append(data)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(estimator_module, "fit_model", stop)
+    with pytest.raises(KeyboardInterrupt):
+        MWUMKLClassifier(engine=engine).fit(store)
+    assert isinstance(seen[0], DataStoreInput if engine == "dask" else FeatureInput)

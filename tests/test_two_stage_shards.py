@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist import MWUMKLClassifier
 from mwumkl_dist.core import partition
+from mwumkl_dist.devices import memory
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.solvers import two_stage
 from mwumkl_dist.stores import write_data_store
@@ -189,7 +190,7 @@ def test_a_shard_built_on_a_worker_sees_its_memory_limit(client):
 
     budget, scratch = client.submit(probe, pure=False).result(timeout=60)
     limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
-    assert budget in {limit // 4 for limit in limits}
+    assert budget in {int(memory.WORKER_SHARE * limit) for limit in limits}
     assert "dask-scratch" in scratch  # the worker's local directory, not the temp directory
 
 
@@ -229,3 +230,27 @@ def test_a_long_call_on_a_healthy_worker_is_no_hang(client, monkeypatch):
         pool.timeout = 2.0  # the wait for a worker that answers
         with pytest.raises(ConnectionError, match="the only ones it lists do not answer"):
             pool.call("work", lambda rows: (2.0,), superstep=True)  # both healthy workers taken for hung
+
+
+def test_extending_a_shards_columns_frees_the_old_level_as_it_copies():
+    """A load of more landmarks copies the kept columns block by block and frees each as it goes: the shard never
+    holds both levels' columns whole (a 10^6-row worker went past its memory limit by the old level's)."""
+    import tracemalloc
+
+    rows, wide = 64 * 64, 256
+    X = np.random.default_rng(0).random((rows, wide))
+    shard = two_stage.LinearShard(X, 0, rows, row_block=64, storage="memory")
+    y, cw = np.ones(rows), np.ones(rows)
+    narrow = two_stage.nystroem.Basis(wide // 2, None)
+    tracemalloc.start()  # before the first level: its columns' frees are counted
+    try:
+        shard.load_problem(two_stage.GivenFeatures(wide // 2), y, cw, bases=[narrow])
+        tracemalloc.reset_peak()
+        shard.load_problem(two_stage.GivenFeatures(wide), y, cw, bases=[narrow, two_stage.nystroem.Basis(wide, None)],
+                           extend=True)  # fmt: skip
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    old, new = rows * wide // 2 * 4, rows * wide * 4
+    assert peak < new + old // 2  # both whole: new + old
+    np.testing.assert_array_equal(shard.columns(3), X[3 * 64 : 4 * 64].astype(np.float32))

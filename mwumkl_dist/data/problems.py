@@ -635,14 +635,14 @@ def read_into_memory(store) -> bool:
     return size <= bound
 
 
-def _store_input(store, y, kernels, scale_features: bool) -> TrainingInput:
+def _store_input(store, y, kernels, scale_features: bool, out_of_core_rows=None) -> TrainingInput:
     if isinstance(store, KernelStore) and not is_precomputed(kernels):
         raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
     if is_precomputed(kernels) and not isinstance(store, KernelStore):
         raise ValueError(f"{store.path}: kernels='precomputed' needs a kernel store, not a data store")
     if y is not None:
         raise ValueError(f"{store.path}: the labels come from the store; call fit(store) with y=None")
-    if read_into_memory(store):
+    if read_into_memory(store) and (out_of_core_rows is None or store.n_samples <= out_of_core_rows):
         X, y = check_X_y(store.read_rows(0, store.n_samples), store.y, **_FEATURE_CHECKS)
         return _feature_input(X, y, kernels, scale_features)
     if isinstance(store, KernelStore):
@@ -673,7 +673,9 @@ def _feature_input(X, y, kernels, scale_features: bool, sample_weight=None) -> F
 _FEATURE_CHECKS = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
 
 
-def make_training_input(X, y, kernels, *, estimator, scale_features: bool = False, sample_weight=None) -> TrainingInput:
+def make_training_input(
+    X, y, kernels, *, estimator, scale_features: bool = False, sample_weight=None, out_of_core_rows=None
+) -> TrainingInput:
     """The training input of ``(X, y)`` for the estimator parameter ``kernels``.
 
     The one place that tells the kinds of input apart.
@@ -688,11 +690,12 @@ def make_training_input(X, y, kernels, *, estimator, scale_features: bool = Fals
     ``scale_features``: scale each feature as learned from these rows (min-max; sparse rows
     only multiplied: :mod:`mwumkl_dist.kernels.feature_scale`; not for precomputed kernels);
     the input's ``feature_scale`` holds ``(factors, offsets)`` (None when not scaled), learned from the
-    rows of positive ``sample_weight``.
+    rows of positive ``sample_weight``.  ``out_of_core_rows``: a store of more rows stays out of core whatever its
+    size (a Dask fit's: its shards read their own rows, none pass through the client).
     """
     store = as_store(X)
     if store is not None:
-        return _store_input(store, y, kernels, scale_features)
+        return _store_input(store, y, kernels, scale_features, out_of_core_rows)
     if is_precomputed(kernels):
         K = _check_precomputed(X, training=True)
         y = np.asarray(y)

@@ -16,7 +16,7 @@ import re
 
 from mwumkl_dist.devices import threads
 
-__all__ = ["AUTO_MEMORY", "MIN_MEMORY", "cgroup_memory_limit", "format_bytes", "parse_memory_limit",
+__all__ = ["AUTO_MEMORY", "MIN_MEMORY", "WORKER_SHARE", "cgroup_memory_limit", "format_bytes", "parse_memory_limit",
            "resolve_memory_limit"]  # fmt: skip
 
 #: ``memory_limit="auto"``: the fit's large arrays within 1 GiB (a quarter of a 4 GiB laptop's, a twentieth of
@@ -25,6 +25,10 @@ AUTO_MEMORY = 2**30
 #: ... or within this share of the process's cgroup memory limit, or of a Dask worker's limit, where smaller
 #: (the interpreter, the data and the libraries take the rest; Dask pauses a worker at 80 % of its limit).
 LIMIT_SHARE = 0.25
+#: ``memory_limit="auto"`` for a linear-stage shard on a Dask worker: this share of the worker's Dask
+#: ``memory_limit``, less the memory the worker already holds (Dask spills its own data at 70 % of the limit and
+#: pauses the worker at 80 %; the interpreter, the libraries and arrays the plan does not count take the rest).
+WORKER_SHARE = 0.6
 #: The smallest ``memory_limit`` accepted at all (a number below it is almost surely a unit slip: 512 bytes).
 MIN_MEMORY = 2**20
 

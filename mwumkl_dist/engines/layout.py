@@ -29,6 +29,7 @@ __all__ = [
     "PROBE_ROWS",
     "Layout",
     "cluster_threads",
+    "worker_memory",
     "linear_shard_count",
     "decide",
     "mwu_layout",
@@ -67,6 +68,14 @@ class Layout:
 def cluster_threads(client) -> dict:
     """``{worker address: threads}`` of the client's cluster now (``nthreads()`` lists every worker)."""
     return {w: int(t) for w, t in dict(client.nthreads()).items()}
+
+
+def worker_memory(client) -> dict:
+    """``{worker address: (memory_limit, memory held, threads)}`` of the client's cluster now, in bytes (Dask's
+    ``memory_limit``, 0 where a worker has none; the process memory its last heartbeat reported)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return {w: (int(info.get("memory_limit") or 0), int(info.get("metrics", {}).get("memory") or 0),
+                int(info.get("nthreads") or 1)) for w, info in workers.items()}  # fmt: skip
 
 
 def linear_shard_count(engine: str, n_samples: int, client=None, row_block: int | None = None) -> Layout:

@@ -41,18 +41,19 @@ class HostColumns:
 
     def chunks(self, i: int, rows):
         """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
-        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed."""
+        a spilled block read once, a recomputed one's rows read once and each chunk's columns computed.  ``rows``
+        None: all of them, each chunk a slice (the stored columns' view, not a copy)."""
         stored = self.stored.get(i) if self.stored is not None else None
         X = self.read(i) if stored is None else None
-        for lo in range(0, len(rows), SUB_ROWS):
-            chunk = rows[lo : lo + SUB_ROWS]
+        for lo in range(0, self.sizes[i] if rows is None else len(rows), SUB_ROWS):
+            chunk = slice(lo, lo + SUB_ROWS) if rows is None else rows[lo : lo + SUB_ROWS]
             yield chunk, stored[chunk] if stored is not None else self.compute(X[chunk])
 
     def times(self, i: int, beta, bias: float) -> np.ndarray:
         """``K_i beta + bias`` of block ``i`` on its first ``len(beta)`` columns, one chunk in double at a time."""
         width = len(beta)
         out = np.empty(self.sizes[i])
-        for chunk, columns in self.chunks(i, np.arange(self.sizes[i])):
+        for chunk, columns in self.chunks(i, None):
             out[chunk] = np.asarray(columns[:, :width], dtype=np.float64) @ beta
         return out + bias
 

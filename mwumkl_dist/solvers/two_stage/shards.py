@@ -70,8 +70,9 @@ class LinearShard:
     solver asks.  ``storage`` says where they are between passes: in memory, spilled
     to a temporary file, or computed again block by block at every pass; ``"auto"``
     keeps them in memory within :func:`feature_memory_budget` (``columns_budget``: the shard's share of the
-    fit's ``memory_limit``, capped where the shard is built) and otherwise spills them or computes them again,
-    whichever the cost model (:func:`pass_cost`) finds cheaper.  Every storage gives the same columns, bit for bit.
+    fit's ``memory_limit``, on Dask its worker's; capped where the shard is built) and otherwise spills them or
+    computes them again, whichever the cost model (:func:`pass_cost`) finds cheaper.  Every storage gives the same
+    columns, bit for bit.
     ``device="cuda"`` (a name or a back-end, :mod:`mwumkl_dist.data.backends`): the columns live on the shard's
     GPU (its back-end's ``column_store``, :class:`~mwumkl_dist.data.cuda.columns.DeviceColumns`; storage
     ``"device"``) and the passes over them run there; the rows changing sides are copied back for the Hessian.
@@ -169,6 +170,7 @@ class LinearShard:
             elif storage != "recompute":  # the kept columns, then the new landmarks' chunks
                 block = np.empty((hi - lo, self.width), dtype=self.dtype)
                 block[:, :kept_width] = kept.get(i)
+                kept.release(i)
                 block[:, kept_width:] = self._computed(X, kept_width)
                 stored.put(i, block)
             self.rows_done += hi - lo  # an estimate for the heartbeats (threads may race on it)
@@ -519,7 +521,7 @@ def linear_shards(
     row_block=None,
     storage="auto",
     device="cpu",
-    columns_budget=None,
+    plan=None,
 ):
     """A shard pool of the linear stage's :class:`LinearShard` of ``data``, ``n_shards`` of them (closed after).
 
@@ -531,8 +533,8 @@ def linear_shards(
     ``"dask"``: a :class:`~mwumkl_dist.engines.dask_pool.DaskPool` on ``client``'s workers
     (``timeout``, ``call_timeout``: the estimator's ``worker_timeout`` and ``superstep_timeout``),
     each shard reading or being sent its own rows.  Both give the same bits for any shard count.
-    ``columns_budget``: the bytes of kernel columns all shards together may keep in memory (an equal share each,
-    :func:`feature_memory_budget`).
+    ``plan``: the fit's :class:`~mwumkl_dist.solvers.two_stage.budget.MemoryPlan`, which gives each shard the bytes
+    of kernel columns it may keep in memory (:meth:`~.budget.MemoryPlan.shard_columns`, :func:`feature_memory_budget`).
     """
     row_block = partition.ROW_BLOCK if row_block is None else int(row_block)
     source = data.store if isinstance(getattr(data, "store", None), DataStore) else data.X
@@ -542,7 +544,7 @@ def linear_shards(
     else:
         reason = f"n_shards={n_shards}" + (" on the Dask workers" if engine == "dask" else " in this process")
     slots = linear_row_ranges(data.n_samples, n_shards, row_block)
-    share = None if columns_budget is None else int(columns_budget) // max(1, len(slots))
+    share = None if plan is None else plan.shard_columns(len(slots))
     factory_for = _linear_factory(source, data.kernel_set, row_block, storage, device, share)
     if engine == "dask":
         from mwumkl_dist.engines.dask_pool import DaskPool

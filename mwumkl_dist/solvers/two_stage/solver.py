@@ -11,18 +11,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mwumkl_dist.core import progress
+from mwumkl_dist.core import partition, progress
 from mwumkl_dist.data.weights import problem_weights, score_weights
-from mwumkl_dist.devices.memory import resolve_memory_limit
+from mwumkl_dist.devices.memory import parse_memory_limit, resolve_memory_limit
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread
-from mwumkl_dist.engines.layout import pool_lanes
+from mwumkl_dist.engines.layout import linear_shard_count, pool_lanes, worker_memory
 from mwumkl_dist.kernels.specs import KernelSet
 from mwumkl_dist.solvers.auto import standard_error_of_sum, stratified_rows
 from mwumkl_dist.solvers.base import Calibration, FitTask, FittedModel, predicted_labels
 from mwumkl_dist.solvers.candidates import chosen_candidate, search_attributes
 from mwumkl_dist.solvers.mwu.polish import POLISH_MAX_POINTS
 from mwumkl_dist.solvers.spec import FitSpec
-from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan
+from mwumkl_dist.solvers.two_stage.budget import MemoryLimitError, MemoryPlan, memory_plan, shard_memory
 from mwumkl_dist.solvers.two_stage.exact import exact_affordable, exact_gram, solve_exact
 from mwumkl_dist.solvers.two_stage.newton import (
     NewtonOptions,
@@ -144,20 +144,28 @@ class TwoStageSolver:
         with one_blas_thread():
             return self._fit(spec, task)
 
-    def memory_plan(self, spec: FitSpec, n_samples: int) -> MemoryPlan:
+    def memory_plan(self, spec: FitSpec, n_samples: int, client=None) -> MemoryPlan:
         """What the fit may take within the execution's ``memory_limit``
-        (:mod:`~mwumkl_dist.solvers.two_stage.budget`); raises
+        (:mod:`~mwumkl_dist.solvers.two_stage.budget`; on Dask, ``client``'s workers' memory for the shards); raises
         :class:`~mwumkl_dist.solvers.two_stage.budget.MemoryLimitError` where it cannot run within it."""
         limit, source = resolve_memory_limit(spec.execution.memory_limit)
         n_components = self.n_components if self.n_components is not None else spec.model.n_components
+        shards = None
+        if spec.execution.engine == "dask" and client is not None:
+            k = spec.execution.n_shards
+            row_block = partition.ROW_BLOCK if self.row_block is None else self.row_block
+            k = linear_shard_count("dask", n_samples, client, row_block).n_shards if k == "auto" else int(k)
+            given = parse_memory_limit(spec.execution.memory_limit)
+            shards = shard_memory(worker_memory(client), n_samples, k, given, row_block)
         return memory_plan(limit, source, n_samples, rank_max=rank_budget(n_samples, np.dtype(self.precision).itemsize),
                            rank_min=N_COMPONENTS, given_rank=n_components, threads=current_threads(),
-                           column_bytes=np.dtype(self.precision).itemsize)  # fmt: skip
+                           column_bytes=np.dtype(self.precision).itemsize, shards=shards)  # fmt: skip
 
     def _fit(self, spec: FitSpec, task: FitTask) -> FittedModel:
         data = task.data
         n = data.n_samples
-        plan = self.memory_plan(spec, n)  # before any work: a fit that cannot run within memory_limit says so now
+        # before any work: a fit that cannot run within memory_limit says so now
+        plan = self.memory_plan(spec, n, task.client)
         if spec.model.polish is True and not plan.exact_fits and exact_wanted(True, data, None) is not None:
             raise MemoryLimitError(f"memory_limit ({plan.source}) is too small for polish=True on {n} rows (the "
                                    f"exact solve's {n} x {n} Gram matrix); pass a larger memory_limit")  # fmt: skip
@@ -186,7 +194,7 @@ class TwoStageSolver:
             row_block=self.row_block,
             storage=self.storage,
             device=task.backend,
-            columns_budget=plan.columns_budget,
+            plan=plan,
         ) as shards:
             attrs = self._full_stage(spec, task, shards, weights, clock, plan)
         if spec.execution.verbose:
@@ -246,11 +254,11 @@ class TwoStageSolver:
         elif grow:
             itemsize = np.dtype(self.precision).itemsize
             cap_reason = "memory_limit" if plan.rank_cap < rank_budget(n, itemsize) else "budget"
-            stage = _LinearStage(self, task, shards, point_weights, clock)
+            stage = _LinearStage(self, task, shards, point_weights, clock, plan)
             grown = self._grow_stage(stage, maps, residuals, unit, order, cap, cap_reason, C, check)
             attrs, C, ranks, residuals, spilled, reason, rank_path = grown
         else:
-            stage = _LinearStage(self, task, shards, point_weights, clock)
+            stage = _LinearStage(self, task, shards, point_weights, clock, plan)
             attrs, C, ranks, spilled = self._nystroem_stage(stage, maps, C, check)
             if n_components is not None:
                 reason = "given"
@@ -307,7 +315,7 @@ class TwoStageSolver:
             C, path = stage.check_C(C, solutions, solve, "")
         dual_coef, intercept, ranks = stage.final_models(C, solutions, solve, [m[-1] for m in maps])
         attrs = _linear_attributes(landmarks, maps[0][-1].landmarks, dual_coef, intercept, stage.methods,
-                                   stage.shards.layout)  # fmt: skip
+                                   stage.layout())  # fmt: skip
         if check:
             attrs["final_C_path_"] = path
         return attrs, C, ranks, stage.spilled
@@ -376,7 +384,7 @@ class TwoStageSolver:
         stage.hessian = None
         landmarks = order[: maps[0][chosen].n_columns]
         attrs = _linear_attributes(landmarks, maps[0][chosen].landmarks, dual_coef, intercept, stage.methods,
-                                   stage.shards.layout)  # fmt: skip
+                                   stage.layout())  # fmt: skip
         if check:
             attrs["final_C_path_"] = path
         return attrs, C, ranks, final_residuals, stage.spilled, reason, rank_path
@@ -557,8 +565,9 @@ class _LinearStage:
     final-size check of ``C``.  Shared by the fixed rank (:meth:`TwoStageSolver._nystroem_stage`) and the adaptive
     one (:meth:`TwoStageSolver._grow_stage`)."""
 
-    def __init__(self, solver: TwoStageSolver, task: FitTask, shards, point_weights: list, clock: list):
+    def __init__(self, solver: TwoStageSolver, task: FitTask, shards, point_weights: list, clock: list, plan=None):
         self.solver, self.task, self.shards, self.point_weights, self.clock = solver, task, shards, point_weights, clock
+        self.solver_plan = plan
         self.n, self.K = task.data.n_samples, len(task.targets)
         self.labels = [np.where(task.data.y == target, 1.0, -1.0) for target in task.targets]
         self.held = solver._held_out(task)
@@ -570,6 +579,11 @@ class _LinearStage:
 
     def which(self, k: int) -> str:
         return f", class {k + 1} of {self.K}" if self.K > 1 else ""
+
+    def layout(self) -> str:
+        """The shards, their columns' budget and where the last problem's columns were kept, for the summary."""
+        budget = "" if self.solver_plan is None else f"; {self.solver_plan.describe()}"
+        return f"{self.shards.layout}{budget}; columns {_KEPT.get(self.storage, self.storage)}"
 
     def load(self, k: int, level: int, maps: list, keep_higher: bool = False) -> None:
         """Problem ``k``'s columns of ``maps[level]`` (and the levels below) on the shards, extended where a lower
@@ -682,8 +696,9 @@ def _residual_message(residual: float, rank: int, tol: float, n: int, n_componen
         why = f"the rank is n_components={n_components}"
         how = f"pass a larger n_components (e.g. {2 * int(n_components)})"
     elif plan is not None:
-        why = f"the rank stopped at the most landmarks memory_limit ({plan.source}) affords"
-        how = "pass a larger memory_limit for more landmarks"
+        where = plan.shards.source if plan.shards is not None else plan.source
+        why = f"the rank stopped at the most landmarks memory_limit ({where}) affords"
+        how = "pass a larger memory_limit for more landmarks" + (", or add Dask workers" if plan.shards else "")
     else:
         budget = rank_budget(n)
         why = (f"the rank stopped at its budget ({budget} landmarks on {n} rows: at most {RANK_MAX}, and the rows' "
@@ -736,6 +751,11 @@ def _entry_seconds(fmap, storage: str, precision: str) -> float:
         return 0.0
     spilled, recomputed = pass_cost(fmap.kernel_set, fmap.weights, np.dtype(precision).itemsize)
     return spilled if storage == "spill" else recomputed
+
+
+#: How the summary names a storage (:meth:`LinearShard.load_problem`'s answer).
+_KEPT = {"memory": "kept in memory", "spill": "spilled to disk (one shard or more)", "recompute": "computed again at "
+         "every pass", "device": "kept on the GPU"}  # fmt: skip
 
 
 def _newton_phase(fmap, n: int, which: str) -> progress.Phase:

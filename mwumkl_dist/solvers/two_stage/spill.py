@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from mwumkl_dist.devices.memory import AUTO_MEMORY
+from mwumkl_dist.devices.memory import AUTO_MEMORY, WORKER_SHARE
 from mwumkl_dist.devices.threads import dask_worker
 
 __all__ = [
@@ -24,12 +24,12 @@ def feature_memory_budget(columns_budget: int | None = None) -> int:
     """Bytes a shard may hold its kernel columns in before it spills them to disk or computes them again (see
     :class:`LinearShard`).
 
-    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else ``columns_budget``, the shard's share of the fit's
-    ``memory_limit`` (:func:`~mwumkl_dist.solvers.two_stage.solver.memory_plan`), capped on a Dask worker by a
-    quarter of its ``memory_limit`` (a warm worker holds about 300 MB itself, and Dask pauses it at 80 % of the
-    limit).  Never the memory that happens to be free when the shard is built: two fits started together would
-    both count it as theirs.  Without a budget (a shard built outside a fit): :data:`AUTO_MEMORY`.  Call it on
-    the worker's task thread (:class:`LinearShard` does, when it is built).
+    ``MWUMKL_FEATURE_MEMORY`` (bytes) when set; else ``columns_budget``, the shard's budget in the fit's
+    :func:`~mwumkl_dist.solvers.two_stage.budget.memory_plan` (on Dask its worker's, from the worker's memory),
+    capped on a Dask worker by :data:`~mwumkl_dist.devices.memory.WORKER_SHARE` of its ``memory_limit`` (Dask
+    pauses a worker at 80 % of it).  Never the memory that happens to be free when the shard is built: two fits
+    started together would both count it as theirs.  Without a budget (a shard built outside a fit):
+    :data:`AUTO_MEMORY`.  Call it on the worker's task thread (:class:`LinearShard` does, when it is built).
     """
     env = os.environ.get("MWUMKL_FEATURE_MEMORY")
     if env:
@@ -37,7 +37,7 @@ def feature_memory_budget(columns_budget: int | None = None) -> int:
     budget = AUTO_MEMORY if columns_budget is None else int(columns_budget)
     limit = getattr(getattr(dask_worker(), "memory_manager", None), "memory_limit", None)
     if limit:
-        budget = min(budget, int(limit // 4))
+        budget = min(budget, int(WORKER_SHARE * limit))
     return budget
 
 
@@ -95,6 +95,11 @@ class FeatureBlocks:
                 raise OSError(f"spilled features: short read in block {i}")
             done += got
         return out
+
+    def release(self, i: int) -> None:
+        """Drop block ``i`` from memory (read for the last time: an extension's copy frees the old columns as it
+        goes, so the shard never holds both levels' columns whole)."""
+        self._blocks[i] = None
 
     def close(self) -> None:
         self._blocks = [None] * len(self.sizes)
