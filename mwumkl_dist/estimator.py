@@ -23,6 +23,7 @@ from mwumkl_dist.data.problems import is_precomputed, make_predictor, make_train
 from mwumkl_dist.devices.threads import current_threads, thread_limit
 from mwumkl_dist.inspection import feature_weights, kernel_type_weights
 from mwumkl_dist.io.model_files import load_model, load_model_with_extra, save_model
+from mwumkl_dist.kernels.feature_scale import apply_feature_scale
 from mwumkl_dist.plotting import plot_model, plot_panel
 from mwumkl_dist.solvers.auto import random_seed
 from mwumkl_dist.solvers.calibration import platt_probabilities
@@ -177,6 +178,18 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         Run exactly this many iterations instead of ``T`` from ``epsilon``.
     scale_C : bool, default=True
         Whether ``C`` is relative to the training size (see ``C``).
+    scale_features : {"auto", True, False}, default="auto"
+        Whether the fit learns each feature's scale: dense features are scaled
+        min-max to [0, 1] on the training rows (``X * feature_scale_ +
+        feature_offset_``, as ``MinMaxScaler``), sparse ones only multiplied by
+        ``1 / (max - min)`` (they stay sparse), so features in different units
+        (one in the thousands, one in [0, 1]) weigh alike.  Binary 0/1 features
+        and data already in [0, 1] are unchanged, and a positive factor on any
+        feature gives the same model.  Prediction applies the same scaling.
+        ``"auto"``: with ``kernels="auto"`` (the default); explicit kernels keep
+        their widths in the data's own units.  ``True``: with any kernels (their
+        widths are then in the scaled units); ``False``: the features as given.
+        Not with ``kernels="precomputed"``.
     polish : {"auto", True, False}, default="auto"
         After the MWU iterations, re-solve the 2-norm soft-margin SVM exactly
         on all training points with the learned kernel weights (LIBSVM on the
@@ -334,6 +347,13 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         The base kernels, as spec strings (the scaled families' widths as numbers); with
         ``kernels="auto"`` the kernels of the model it chose (the scaled family's, or a
         structured model's, see ``structure_``).
+    feature_scale_ : ndarray of shape (n_features_in_,)
+        Only when the features were scaled (``scale_features``): each feature's
+        factor, ``1 / (max - min)`` on the training rows (1 for a constant feature).
+        The support vectors and ``kernel_scale_`` are in the scaled units.
+    feature_offset_ : ndarray of shape (n_features_in_,)
+        With ``feature_scale_``: what is added after the factor, ``-min * factor``
+        (0 for sparse training rows).
     kernel_scale_ : float
         Only with a scaled family (``kernels="scaled"`` or ``"auto"``, the default) or a
         random bank with scaled widths: the data's scale ``sigma_0`` its
@@ -467,6 +487,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         selectivity="auto",
         max_iter=None,
         scale_C=True,
+        scale_features="auto",
         engine="local",
         device="cpu",
         client=None,
@@ -496,6 +517,7 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         self.selectivity = selectivity
         self.max_iter = max_iter
         self.scale_C = scale_C
+        self.scale_features = scale_features
         self.engine = engine
         self.device = device
         self.client = client
@@ -570,10 +592,19 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
             n_threads = current_threads()
             if spec.execution.verbose:
                 logger.info("fitting on %d thread%s of this process", n_threads, "s" * (n_threads != 1))
-            data = make_training_input(X, y, spec.model.kernels, estimator=self)
+            data = make_training_input(
+                X,
+                y,
+                spec.model.kernels,
+                estimator=self,
+                scale_features=spec.model.scales_features(),
+                sample_weight=sample_weight,
+            )
             fitted = fit_model(spec, data, seed=seed, resume=resume, sample_weight=sample_weight)
         for name, value in fitted.items():
             setattr(self, name, value)
+        if data.feature_scale is not None:
+            self.feature_scale_, self.feature_offset_ = data.feature_scale
         self.n_threads_ = n_threads
         return self
 
@@ -668,10 +699,15 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
         if n_rows is not None:  # few rows or a small model: the CPU is quicker (the same values)
             backend = backend.scoring(n_rows, len(self.support_), weights.shape[1], current_threads())
         predictor = make_predictor(self.kernels, self.kernel_names_, self.n_features_in_, backend)
+        scale = getattr(self, "feature_scale_", None), getattr(self, "feature_offset_", None)  # the SVs are scaled
         with thread_limit(getattr(self, "n_jobs", None)):  # a model unpickled from before n_jobs: None
             parts = [
                 predictor.decision_values(
-                    predictor.check_input(self, block), self.support_, self.support_vectors_, self.dual_coef_, weights
+                    apply_feature_scale(predictor.check_input(self, block), *scale),
+                    self.support_,
+                    self.support_vectors_,
+                    self.dual_coef_,
+                    weights,
                 )
                 for block in prediction_blocks(X)
             ]

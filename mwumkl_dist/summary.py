@@ -264,6 +264,20 @@ def kernels_line(model) -> str:
     return text
 
 
+def feature_scale_lines(model) -> list[str]:
+    """``feature scale: ...``: the per-feature factors the fit learned (none when it did not scale)."""
+    factors = getattr(model, "feature_scale_", None)
+    if factors is None:
+        return []
+    offsets = getattr(model, "feature_offset_", np.zeros_like(factors))
+    kind = "min-max to [0, 1]" if np.any(offsets != 0.0) else "times 1 / (max - min), no shift"
+    changed = int(np.count_nonzero((factors != 1.0) | (offsets != 0.0)))
+    text = f"{kind} on the training rows: {changed} of {len(factors)} features changed"
+    if changed:
+        text += f", factors {factors.min():.3g} to {factors.max():.3g}"
+    return [_line("feature scale", text)]
+
+
 def fit_summary(model, X=None, y=None, *, limit: int = 10, seed: int = 0, iterations: str | None = None) -> list[str]:
     """The summary of a fitted model, as lines: kernels, choices, errors, model size, weights, warnings.
 
@@ -271,7 +285,8 @@ def fit_summary(model, X=None, y=None, *, limit: int = 10, seed: int = 0, iterat
     :data:`TRAINING_ERROR_POINTS` rows) and the majority-class error; ``y`` alone gives the latter.
     ``iterations``: the text of the iterations line (the command line's says T and the time).
     """
-    lines = [_line("kernels", kernels_line(model)), *chosen_lines(model), *error_lines(model, X, y, seed=seed)]
+    lines = [_line("kernels", kernels_line(model)), *feature_scale_lines(model), *chosen_lines(model)]
+    lines += error_lines(model, X, y, seed=seed)
     n_iter = np.atleast_1d(model.n_iter_)
     stopped = " (stopped early: interrupted)" if model.interrupted_ else ""
     lines.append(_line("iterations", iterations or ", ".join(str(int(t)) for t in n_iter) + stopped))

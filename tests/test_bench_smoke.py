@@ -30,6 +30,7 @@ SMOKE = {
     "bench_flood.py": (["--smoke"], False),
     "bench_million_kernels.py": (["--smoke"], False),
     "bench_out_of_core.py": (["--smoke"], False),
+    "bench_raw_scale.py": (["--smoke"], False),
     # the memory part at 4,000 rows (its own --smoke takes minutes: 20,000 rows and a 60,000-row store)
     "bench_two_stage_memory.py": (["--part", "memory", "--n", "4000", "--n-test", "1000", "--synthetic"], False),
     # one configuration's fingerprints, then compared with themselves

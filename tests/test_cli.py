@@ -706,7 +706,8 @@ def test_fit_from_stores_uses_the_stored_values(binary_files, tmp_path, capsys):
     assert main(["store", "data", "--input", train, "--output", data_store, "--chunk-rows", "32"]) == 0
     assert main(["fit", "--store", data_store, "--model", model, *FAST, "--shards", "2"]) == 0
     out = capsys.readouterr().out
-    assert "scaling          none (a store is used as stored)" in out and "80 points, 4 features" in out
+    assert "scaling          none (a store is used as stored with explicit kernels)" in out
+    assert "80 points, 4 features" in out
     fitted, scaling = load_model_file(model)
     assert scaling is None
     X, y = load_data(train)

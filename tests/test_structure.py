@@ -309,7 +309,8 @@ def test_where_every_feature_matters_the_scaled_family_stays():
     y = np.where(np.sum(X, axis=1) + 0.3 * rng.normal(size=240) > 3.0, 1, -1)
     clf = MWUMKLClassifier(random_state=0).fit(X, y)
     assert not hasattr(clf, "structure_") and clf.structure_path_
-    assert list(clf.kernel_names_) == list(MWUMKLClassifier(kernels="scaled", random_state=0).fit(X, y).kernel_names_)
+    family = MWUMKLClassifier(kernels="scaled", scale_features=True, random_state=0).fit(X, y)  # as "auto" scales
+    assert list(clf.kernel_names_) == list(family.kernel_names_)
 
 
 def test_a_structured_model_survives_save_and_load(structured, tmp_path):

@@ -190,6 +190,7 @@ def test_auto_bands_go_beyond_the_family_where_the_optimum_is_at_its_edge(monkey
 
     monkeypatch.setattr(auto._FoldScorer, "errors", errors)
     clf = MWUMKLClassifier(random_state=0).fit(X, y)
+    X = X * clf.feature_scale_ + clf.feature_offset_  # the rows the fit saw (scale_features)
     sigma0 = data_scale([X], 3, X[scale_sample_rows(len(X))]).sigma()
     ladder = auto_band_ladder(sigma0)
     assert ladder == pytest.approx([sigma0 * 2.0**e for e in AUTO_BAND_EXPONENTS])

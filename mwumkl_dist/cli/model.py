@@ -72,7 +72,9 @@ def _device(args) -> str:
 
 def _estimator(args, **extra) -> MWUMKLClassifier:
     same = {name: getattr(args, name) for name in SAME_NAMED_PARAMS}
-    return MWUMKLClassifier(**same, polish=POLISH[args.polish], **extra)
+    # --no-scale: the features as they are, also to the estimator (which scales them with --kernels auto)
+    scale_features = "auto" if getattr(args, "scale", True) else False
+    return MWUMKLClassifier(**same, polish=POLISH[args.polish], scale_features=scale_features, **extra)
 
 
 def _count_kernels(spec: str, n_features: int, X=None) -> int:
@@ -333,12 +335,14 @@ def _fit_estimator(args, n_iter: int, progress: PhaseBars) -> MWUMKLClassifier:
     )
 
 
-def _describe_scaling(args, scaling) -> str:
+def _describe_scaling(args, scaling, clf) -> str:
     if scaling is not None:
         return scaling.describe()
-    if args.store is not None:
-        return "none (a store is used as stored)"
-    return "none (--no-scale)"
+    if not args.scale:
+        return "none (--no-scale)"
+    if hasattr(clf, "feature_scale_"):  # a store with --kernels auto: the estimator's, kept in the model
+        return "learned by the fit on the store (one pass over its chunks) and kept in the model"
+    return "none (a store is used as stored with explicit kernels)"
 
 
 #: What ``fit`` says of an svmlight file that ``--zero-based auto`` read as one-based.
@@ -416,7 +420,7 @@ def _fit_and_save(args) -> int:
         print(f"data             {_describe_data(source, X, n, d, classes)}")
         if zero_based is False and args.zero_based == "auto":
             print(f"                 {_ONE_BASED_NOTE}")
-        print(f"scaling          {_describe_scaling(args, scaling)}")
+        print(f"scaling          {_describe_scaling(args, scaling, clf)}")
         train_X, train_y = (X, y) if args.store is None else (None, X.y)  # a store's rows are not read again
         iterations = _describe_iterations(args, clf, n, n_kernels, n_problems, elapsed)
         for line in fit_summary(clf, train_X, train_y, iterations=iterations):

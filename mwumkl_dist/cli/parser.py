@@ -279,7 +279,8 @@ def _add_fit(sub, parents):
         metavar="DIR.zarr",
         help="a data store or a kernel store (see 'store'; which one is read from the store, so --kernels "
         "precomputed is implied for a kernel store): a small data store is read into memory, a large one's shards "
-        "read their own rows; a store is used as stored (not scaled)",
+        "read their own rows; with --kernels auto the fit scales a store's features itself (one pass over it), "
+        "with other kernels a store is used as stored",
     )
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (.npz)")
     p.add_argument(
@@ -292,7 +293,8 @@ def _add_fit(sub, parents):
         "--no-scale",
         dest="scale",
         action="store_false",
-        help="use the features as they are (default: scale them on the training file, see above)",
+        help="use the features as they are (default: scale them on the training file, see above; the estimator's "
+        "scale_features=False)",
     )
     p.add_argument(
         "--probability",

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from mwumkl_dist.cli.args import PROG
 from mwumkl_dist.estimator import MWUMKLClassifier
+from mwumkl_dist.kernels.feature_scale import learn_feature_scale
 
 __all__ = [
     "FeatureScaling", "ModelFile", "save_model_file", "read_model_file", "load_model_file", "SCALING_KEY",
@@ -69,10 +70,7 @@ class FeatureScaling:
             np.maximum.at(max_abs, X.indices, np.abs(X.data))
             scale = np.divide(1.0, max_abs, out=np.ones(X.shape[1]), where=max_abs > 0)  # constant 0: left as is
             return cls("max-abs", scale, np.zeros(X.shape[1]))
-        from sklearn.preprocessing import MinMaxScaler
-
-        scaler = MinMaxScaler().fit(X)
-        return cls("min-max", scaler.scale_, scaler.min_)
+        return cls("min-max", *learn_feature_scale([X], X.shape[1], shift=True))  # the estimator's min-max
 
     @property
     def n_features(self) -> int:

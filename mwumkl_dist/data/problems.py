@@ -34,6 +34,7 @@ from mwumkl_dist.core.partition import chain_safe_ranges, split_rows
 from mwumkl_dist.data.backends import backend_named
 from mwumkl_dist.data.shards import FeatureShard, PrecomputedShard
 from mwumkl_dist.data.store_problems import DataStoreProblem, KernelStoreProblem
+from mwumkl_dist.data.weights import check_sample_weight
 from mwumkl_dist.io.zarr_format import DataStore, KernelStore, as_store
 from mwumkl_dist.kernels.evaluation import (
     SparsePoint,
@@ -45,6 +46,7 @@ from mwumkl_dist.kernels.evaluation import (
     scale_sample_rows,
     support_vector_sums,
 )
+from mwumkl_dist.kernels.feature_scale import apply_feature_scale, learn_feature_scale
 from mwumkl_dist.kernels.specs import BankKernelNames, DataScale, KernelSet
 
 __all__ = [
@@ -119,6 +121,9 @@ class TrainingInput(Protocol):
         Why the exact polish cannot run on this input (None: it can).
     kernel_set : KernelSet or None
         The kernels of feature rows (in memory or in a data store); None for precomputed kernels.
+    feature_scale : tuple of two ndarrays of shape (n_features,), or None
+        ``(factors, offsets)``: the rows are ``X * factors + offsets`` (``make_training_input(scale_features=True)``,
+        :mod:`mwumkl_dist.kernels.feature_scale`); None: as given.
     """
 
     y: np.ndarray
@@ -128,6 +133,7 @@ class TrainingInput(Protocol):
     traces: np.ndarray | None
     polish_blocker: str | None
     kernel_set: KernelSet | None
+    feature_scale: tuple[np.ndarray, np.ndarray] | None
 
     def binary(self, y_pm: np.ndarray) -> Problem:
         """The binary problem with labels ``y_pm`` (+1 / -1, one per row)."""
@@ -284,6 +290,7 @@ class _FeatureData:
     """What the in-memory feature inputs share: rows ``X`` (dense or CSR) and their labels."""
 
     polish_blocker = None
+    feature_scale = None
 
     def __init__(self, X, y, kernels):
         self.X = X
@@ -404,6 +411,7 @@ class PrecomputedInput:
     """Precomputed training kernels ``K`` of shape ``(m, n, n)``."""
 
     polish_blocker = None
+    feature_scale = None
     kernel_set = None
 
     def __init__(self, K, y):
@@ -468,6 +476,7 @@ class _StoreData:
     """What the store inputs share: the labels and the content come from the store."""
 
     polish_blocker = "a fit from a store (the data are not in memory)"
+    feature_scale = None
 
     def __init__(self, store):
         self.store = store
@@ -626,7 +635,7 @@ def read_into_memory(store) -> bool:
     return size <= bound
 
 
-def _store_input(store, y, kernels) -> TrainingInput:
+def _store_input(store, y, kernels, scale_features: bool) -> TrainingInput:
     if isinstance(store, KernelStore) and not is_precomputed(kernels):
         raise ValueError(f"{store.path}: a kernel store needs kernels='precomputed'")
     if is_precomputed(kernels) and not isinstance(store, KernelStore):
@@ -635,14 +644,36 @@ def _store_input(store, y, kernels) -> TrainingInput:
         raise ValueError(f"{store.path}: the labels come from the store; call fit(store) with y=None")
     if read_into_memory(store):
         X, y = check_X_y(store.read_rows(0, store.n_samples), store.y, **_FEATURE_CHECKS)
+        return _feature_input(X, y, kernels, scale_features)
+    if isinstance(store, KernelStore):
+        return KernelStoreInput(store)
+    if not scale_features:
+        return DataStoreInput(store, kernels)
+    # One pass over the store's chunks; every read of the fit (shards on their workers, samples, support
+    # vectors) then goes through the scaled view, so the model is the one of the same rows in memory.
+    scale = learn_feature_scale(_store_blocks(store), store.n_features, shift=not store.sparse)
+    data = DataStoreInput(store.with_feature_scale(*scale), kernels)
+    data.feature_scale = scale
+    return data
+
+
+def _feature_input(X, y, kernels, scale_features: bool, sample_weight=None) -> FeatureInput:
+    """Feature rows in memory, each feature scaled as learned from them when ``scale_features`` (from the rows
+    of positive ``sample_weight``: a row of weight 0 is a removed row)."""
+    if not scale_features:
         return FeatureInput(X, y, kernels)
-    return KernelStoreInput(store) if isinstance(store, KernelStore) else DataStoreInput(store, kernels)
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    rows = X if weights is None else X[np.flatnonzero(weights > 0)]
+    scale = learn_feature_scale([rows], X.shape[1], shift=not sp.issparse(X))
+    data = FeatureInput(apply_feature_scale(X, *scale), y, kernels)
+    data.feature_scale = scale
+    return data
 
 
 _FEATURE_CHECKS = dict(accept_sparse="csr", dtype=np.float64, ensure_all_finite=True, y_numeric=False)
 
 
-def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
+def make_training_input(X, y, kernels, *, estimator, scale_features: bool = False, sample_weight=None) -> TrainingInput:
     """The training input of ``(X, y)`` for the estimator parameter ``kernels``.
 
     The one place that tells the kinds of input apart.
@@ -653,10 +684,15 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
     arrays are validated by scikit-learn's ``validate_data``, which also sets
     ``estimator.n_features_in_`` (and ``feature_names_in_``); with ``estimator=None``
     (a nested fit's rows, already validated) by ``check_X_y``.
+
+    ``scale_features``: scale each feature as learned from these rows (min-max; sparse rows
+    only multiplied: :mod:`mwumkl_dist.kernels.feature_scale`; not for precomputed kernels);
+    the input's ``feature_scale`` holds ``(factors, offsets)`` (None when not scaled), learned from the
+    rows of positive ``sample_weight``.
     """
     store = as_store(X)
     if store is not None:
-        return _store_input(store, y, kernels)
+        return _store_input(store, y, kernels, scale_features)
     if is_precomputed(kernels):
         K = _check_precomputed(X, training=True)
         y = np.asarray(y)
@@ -665,7 +701,7 @@ def make_training_input(X, y, kernels, *, estimator) -> TrainingInput:
         return PrecomputedInput(K, y)
     checks = _FEATURE_CHECKS
     X, y = check_X_y(X, y, **checks) if estimator is None else validate_data(estimator, X, y, **checks)
-    return FeatureInput(X, y, kernels)
+    return _feature_input(X, y, kernels, scale_features, sample_weight)
 
 
 class _FeatureRowsPredictor:

@@ -44,7 +44,7 @@ MODEL_ARRAYS = (
     "intercept_",
 )
 #: Fitted arrays saved when the model has them (``probability=True``'s sigmoids).
-OPTIONAL_ARRAYS = ("probA_", "probB_")
+OPTIONAL_ARRAYS = ("probA_", "probB_", "feature_scale_", "feature_offset_")
 
 
 def _bank_meta(bank: RandomGaussianBank) -> dict:
@@ -525,6 +525,15 @@ def _check_kernels(meta: dict, est) -> None:
     scale = getattr(est, "kernel_scale_", None)
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"'kernel_scale_' must be a positive finite number, got {scale!r}")
+    factors, offsets = getattr(est, "feature_scale_", None), getattr(est, "feature_offset_", None)
+    if (factors is None) != (offsets is None):
+        raise ValueError("'feature_scale_' and 'feature_offset_' come together")
+    if factors is not None and not (
+        factors.shape == offsets.shape == (est.n_features_in_,)
+        and np.all(np.isfinite(factors) & np.isfinite(offsets))
+        and np.all(factors > 0)
+    ):
+        raise ValueError(f"'feature_scale_' and 'feature_offset_' must hold {est.n_features_in_} finite values each")
 
 
 def load_model(path, estimator_class):

@@ -56,6 +56,7 @@ The problems that fit from a store live in :mod:`mwumkl_dist.data.store_problems
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import functools
 import hashlib
@@ -77,6 +78,7 @@ from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
 from mwumkl_dist.io.atomic import atomic_directory, exclusive_writer
 from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
+from mwumkl_dist.kernels.feature_scale import apply_feature_scale
 from mwumkl_dist.kernels.specs import KernelSet
 
 __all__ = [
@@ -1064,8 +1066,22 @@ class DataStore(_StoreBase):
     def shape(self) -> tuple[int, int]:
         return (self.n_samples, self.n_features)
 
+    #: ``(factors, offsets)`` applied to every row read (:meth:`with_feature_scale`); None: rows as stored.
+    _feature_scale = None
+
+    def with_feature_scale(self, factors, offsets) -> DataStore:
+        """This store, its rows read as ``X * factors + offsets`` per feature (see
+        :mod:`mwumkl_dist.kernels.feature_scale`).  The files are not changed."""
+        view = copy.copy(self)
+        view._feature_scale = (np.asarray(factors, dtype=np.float64), np.asarray(offsets, dtype=np.float64))
+        return view
+
     def read_rows(self, start: int, stop: int):
-        """Rows ``[start, stop)``: a CSR matrix (sparse store) or a dense array."""
+        """Rows ``[start, stop)``: a CSR matrix (sparse store) or a dense array (feature-scaled, if so made)."""
+        rows = self._read_rows(start, stop)
+        return rows if self._feature_scale is None else apply_feature_scale(rows, *self._feature_scale)
+
+    def _read_rows(self, start: int, stop: int):
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.n_samples:
             raise ValueError(f"{self.path}: rows [{start}, {stop}) outside the store's {self.n_samples} rows")

@@ -157,6 +157,14 @@ def _scale_C(value):
     return bool(value)
 
 
+def _scale_features(value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"scale_features must be 'auto', True or False, got {value!r}")
+    return bool(value)
+
+
 def _checkpoint(value):
     if value is None:
         return None
@@ -244,6 +252,7 @@ class ModelSettings:
         "class_weight": _class_weight,
         "kernels": _unchecked,  # checked with the data (make_training_input)
         "scale_C": _scale_C,
+        "scale_features": _scale_features,
         "random_state": _unchecked,  # checked when a seed is drawn (random_seed)
     }
 
@@ -254,6 +263,7 @@ class ModelSettings:
     selectivity: object = "auto"
     max_iter: int | None = None
     scale_C: bool = True
+    scale_features: object = "auto"
     polish: object = "auto"
     random_state: object = 0
     class_weight: object = None
@@ -274,9 +284,22 @@ class ModelSettings:
         values = {name: check(params[name]) for name, check in cls.CONSTRAINTS.items()}
         if values["epsilon"] is not None:
             eps_prime(values["epsilon"], values["rho"])  # validates 0 < epsilon < 2 rho
+        if (
+            values["scale_features"] is True
+            and isinstance(params["kernels"], str)
+            and params["kernels"] == "precomputed"
+        ):
+            raise ValueError("scale_features=True needs feature rows; precomputed kernels have none")
         if values["polish"] is True and values["C"] is not None and np.isinf(values["C"]):
             raise ValueError("polish=True is not available for the hard margin (C = inf): the hulls may intersect")
         return cls(**values)
+
+    def scales_features(self) -> bool:
+        """Whether the fit learns a factor per feature: ``scale_features=True``, or ``"auto"`` with
+        ``kernels="auto"`` (explicit kernels keep their widths in the data's own units)."""
+        if self.scale_features == "auto":
+            return isinstance(self.kernels, str) and self.kernels.strip().lower() == "auto"
+        return self.scale_features
 
     def C_per_point(self, n_samples: int) -> float | None:
         """The given ``C`` in size-relative units (``scale_C`` or not); None for ``"auto"``."""
