@@ -42,7 +42,17 @@ def test_smoke_run_writes_consistent_outputs(tmp_path):
     lgbm = next(r for r in rows if r["method"] == "LightGBM" and r["family"] == "xor")
     assert summary["xor", "LightGBM"]["error"] == pytest.approx(lgbm["error"])
     table = (tmp_path / "ZOO.md").read_text()
-    assert "| MWUMKL mass |" in table and "**d = 8**" in table
+    assert "| MWUMKL mass |" in table and "**d = 8, 200 training rows**" in table
     # The journal keeps every row; a report-only run rebuilds the same table from it.
     bench_zoo.main(["--report-only", "--out", str(tmp_path)])
     assert (tmp_path / "ZOO.md").read_text() == table
+
+
+def test_tables_keep_each_training_size_apart():
+    row = {"family": "xor", "d": 30, "seed": 0, "method": "LightGBM", "rescale": False, "fit_s": 1.0, "fit_cpu_s": 1.0}
+    rows = [{**row, "n_train": 2000, "error": 0.10}, {**row, "n_train": 4000, "error": 0.06}]
+    summary = bench_zoo.summarise(rows)
+    assert sorted((s["n_train"], s["error"], s["seeds"]) for s in summary) == [(2000, 0.10, 1), (4000, 0.06, 1)]
+    table = bench_zoo.markdown(summary)
+    assert "**d = 30, 2000 training rows**" in table and "**d = 30, 4000 training rows**" in table
+    assert "| LightGBM | 10.0 (1) |" in table and "| LightGBM | 6.0 (1) |" in table
