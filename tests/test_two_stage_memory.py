@@ -16,6 +16,7 @@ from mwumkl_dist.devices import memory, threads
 from mwumkl_dist.solvers import driver, two_stage
 from mwumkl_dist.solvers.spec import FitSpec
 from mwumkl_dist.solvers.two_stage import budget
+from mwumkl_dist.solvers.two_stage import solver as solver_module
 
 
 def _data(n=700, d=3, seed=0):
@@ -215,6 +216,14 @@ def test_a_dask_fit_gives_each_shard_its_workers_budget_and_the_local_model(smal
         return load(shard, *args, **kwargs)
 
     monkeypatch.setattr(two_stage.LinearShard, "load_problem", spy)
+    # In-process workers report the whole test process as what they hold (it grows over a suite run, past 1 GB in
+    # CI): fix it at 300 MB, as a fresh worker process holds, so the budget is the rule's, not the run's.
+    reported = solver_module.worker_memory
+
+    def fresh_workers(client):
+        return {w: (limit, 300 * 2**20, t) for w, (limit, _, t) in reported(client).items()}
+
+    monkeypatch.setattr(solver_module, "worker_memory", fresh_workers)
     ref = MWUMKLClassifier(**PARAMS).fit(X, y)
     budgets.clear()
     with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0",
