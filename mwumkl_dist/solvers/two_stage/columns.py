@@ -4,8 +4,11 @@ not ask where its columns are."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from mwumkl_dist.devices.scratch import ScratchBuffers
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks
 
 __all__ = ["SUB_ROWS", "HostColumns"]
@@ -26,6 +29,8 @@ class HostColumns:
 
     def __init__(self, sizes, read, compute, stored: FeatureBlocks | None = None):
         self.sizes, self.read, self.compute, self.stored = list(sizes), read, compute, stored
+        #: The passes' chunk-sized work arrays (:mod:`~mwumkl_dist.devices.scratch`: no allocation per chunk).
+        self.buffers = ScratchBuffers()
 
     def kept(self, dtype) -> FeatureBlocks | None:
         """The stored columns a load of more landmarks in ``dtype`` keeps (None: none)."""
@@ -42,19 +47,35 @@ class HostColumns:
     def chunks(self, i: int, rows):
         """``(chunk, columns)`` of block ``i``'s ``rows`` (local indices) in fixed chunks of :data:`SUB_ROWS` rows:
         a spilled block read once, a recomputed one's rows read once and each chunk's columns computed.  ``rows``
-        None: all of them, each chunk a slice (the stored columns' view, not a copy)."""
-        stored = self.stored.get(i) if self.stored is not None else None
-        X = self.read(i) if stored is None else None
-        for lo in range(0, self.sizes[i] if rows is None else len(rows), SUB_ROWS):
-            chunk = slice(lo, lo + SUB_ROWS) if rows is None else rows[lo : lo + SUB_ROWS]
-            yield chunk, stored[chunk] if stored is not None else self.compute(X[chunk])
+        None: all of them, each chunk a slice (the stored columns' view, not a copy).  A chunk's ``columns`` are
+        valid until the next chunk is drawn (gathered rows and a spilled block are read into :attr:`buffers`)."""
+        with contextlib.ExitStack() as lent:
+            stored = None
+            if self.stored is not None:
+                shape = (self.sizes[i], self.stored.rank)
+                stored = self.stored.get(i, lent.enter_context(self.buffers.take((shape, self.stored.dtype)))
+                                         if self.stored.spilled else None)  # fmt: skip
+            X = self.read(i) if stored is None else None
+            gathered = (lent.enter_context(self.buffers.take(((SUB_ROWS, stored.shape[1]), stored.dtype)))
+                        if stored is not None and rows is not None else None)  # fmt: skip
+            for lo in range(0, self.sizes[i] if rows is None else len(rows), SUB_ROWS):
+                chunk = slice(lo, lo + SUB_ROWS) if rows is None else rows[lo : lo + SUB_ROWS]
+                if stored is None:
+                    yield chunk, self.compute(X[chunk])
+                elif rows is None:
+                    yield chunk, stored[chunk]
+                else:
+                    yield chunk, np.take(stored, chunk, axis=0, out=gathered[: len(chunk)])
 
     def times(self, i: int, beta, bias: float) -> np.ndarray:
         """``K_i beta + bias`` of block ``i`` on its first ``len(beta)`` columns, one chunk in double at a time."""
         width = len(beta)
         out = np.empty(self.sizes[i])
-        for chunk, columns in self.chunks(i, None):
-            out[chunk] = np.asarray(columns[:, :width], dtype=np.float64) @ beta
+        with self.buffers.take(((SUB_ROWS, width), np.float64)) as wide:
+            for chunk, columns in self.chunks(i, None):
+                K = wide[: columns.shape[0]]
+                np.copyto(K, columns[:, :width])
+                np.matmul(K, beta, out=out[chunk])
         return out + bias
 
     def active_sums(self, i: int, active, beta, bias: float, y, c, labels: bool) -> np.ndarray:
@@ -62,17 +83,20 @@ class HostColumns:
         ``len(beta)`` columns (``(len(beta) + 1,)``)."""
         width = len(beta)
         out = np.zeros(width + 1)
-        for chunk, columns in self.chunks(i, np.flatnonzero(active)):
-            K = np.asarray(columns[:, :width], dtype=np.float64)
-            t = K @ beta + bias
-            if labels:
-                t -= y[chunk]
-            t *= c[chunk]
-            out[:width] += t @ K
-            out[width] += np.sum(t)
+        with self.buffers.take(((SUB_ROWS, width), np.float64)) as wide:
+            for chunk, columns in self.chunks(i, np.flatnonzero(active)):
+                K = wide[: columns.shape[0]]
+                np.copyto(K, columns[:, :width])
+                t = K @ beta + bias
+                if labels:
+                    t -= y[chunk]
+                t *= c[chunk]
+                out[:width] += t @ K
+                out[width] += np.sum(t)
         return out
 
     def close(self) -> None:
+        self.buffers.clear()
         if self.stored is not None:
             self.stored.close()
             self.stored = None

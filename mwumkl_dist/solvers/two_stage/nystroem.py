@@ -130,10 +130,20 @@ class Basis:
     def rank(self) -> int:
         return self.width if self.projection is None else self.projection.shape[1]
 
-    def features(self, columns) -> np.ndarray:
-        """The features of stored ``columns`` (rows x at least ``width``)."""
+    def features(self, columns, out=None, wide=None) -> np.ndarray:
+        """The features of stored ``columns`` (rows x at least ``width``).  ``out``: written there (rows x rank,
+        double); ``wide``: a double array of rows x ``width`` the columns are widened in (with ``out``: no
+        temporary of the rows' size)."""
         block = columns[:, : self.width]
-        return np.asarray(block, dtype=np.float64) if self.projection is None else block @ self.projection
+        if out is None:
+            return np.asarray(block, dtype=np.float64) if self.projection is None else block @ self.projection
+        if self.projection is None:
+            np.copyto(out, block)
+            return out
+        if wide is not None and block.dtype != np.float64:
+            np.copyto(wide, block)
+            block = wide
+        return np.matmul(block, self.projection, out=out)
 
     def lift(self, coef) -> np.ndarray:
         """The vector on the stored columns whose product with them is the features' times ``coef``."""

@@ -11,13 +11,14 @@ import numpy as np
 from mwumkl_dist.core import partition
 from mwumkl_dist.core.partition import dyadic_nodes, linear_row_ranges, row_blocks
 from mwumkl_dist.data.backends import backend_named
+from mwumkl_dist.devices.scratch import ScratchBuffers
 from mwumkl_dist.devices.threads import current_threads, one_blas_thread, ordered_map
 from mwumkl_dist.engines.layout import linear_shard_count
 from mwumkl_dist.engines.pool import LocalPool
 from mwumkl_dist.io.zarr_format import DataStore
 from mwumkl_dist.kernels.evaluation import combined_kernel, evaluation_counts, kernel_traces
 from mwumkl_dist.kernels.specs import KernelSet
-from mwumkl_dist.solvers.two_stage.columns import HostColumns
+from mwumkl_dist.solvers.two_stage.columns import SUB_ROWS, HostColumns
 from mwumkl_dist.solvers.two_stage.margins import ShardSolve, SolveLog, line_sums, row_keys
 from mwumkl_dist.solvers.two_stage.nystroem import Basis
 from mwumkl_dist.solvers.two_stage.spill import FeatureBlocks, feature_memory_budget, scratch_dir
@@ -107,6 +108,8 @@ class LinearShard:
         self.y = self.cw = None
         self.solve_: ShardSolve | None = None  # the solve in progress
         self._masks: dict = {}  # the Hessian's active rows of the last explicit solves, by their token
+        #: The passes' chunk-sized work arrays (:mod:`~mwumkl_dist.devices.scratch`: no allocation per chunk).
+        self.buffers = ScratchBuffers()
         #: Rows done by the call in progress (a Dask shard's heartbeats carry it to the driver).
         self.rows_done = 0
 
@@ -238,20 +241,30 @@ class LinearShard:
             if not len(rows_in) and not len(rows_out):
                 return None
             out = np.zeros((k + 2, k + 1))
-            for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
-                for chunk, columns in self.store.chunks(i, rows):  # a chunk's Z in memory, not the block's
-                    y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
-                    Z = np.empty((len(chunk), k + 1))
-                    Z[:, :k] = columns[:, :k] if on_columns else basis.features(columns)
-                    Z[:, k] = 1.0
-                    Z *= sw[:, None]
-                    gram = Z.T @ Z
-                    if s > 0:
-                        out[: k + 1] += gram
-                        out[k + 1] += Z.T @ (sw * y)
-                    else:
-                        out[: k + 1] -= gram
-                        out[k + 1] -= Z.T @ (sw * y)
+            wide_shape = ((SUB_ROWS, basis.width), np.float64)
+            with self.buffers.take(((SUB_ROWS, k + 1), np.float64), ((k + 1, k + 1), np.float64), wide_shape) as (
+                Z_all,
+                gram,
+                wide_all,
+            ):  # a chunk's Z in memory, not the block's, and the same arrays for every chunk
+                for rows, s in ((rows_in, 1.0), (rows_out, -1.0)):
+                    for chunk, columns in self.store.chunks(i, rows):
+                        m = len(chunk)
+                        y, sw = self.y[local][chunk], np.sqrt(self.cw[local][chunk])
+                        Z = Z_all[:m]
+                        if on_columns:
+                            np.copyto(Z[:, :k], columns[:, :k])
+                        else:
+                            basis.features(columns, out=Z[:, :k], wide=wide_all[:m])
+                        Z[:, k] = 1.0
+                        Z *= sw[:, None]
+                        np.matmul(Z.T, Z, out=gram)
+                        if s > 0:
+                            out[: k + 1] += gram
+                            out[k + 1] += Z.T @ (sw * y)
+                        else:
+                            out[: k + 1] -= gram
+                            out[k + 1] -= Z.T @ (sw * y)
             return out
 
         with one_blas_thread():
@@ -448,6 +461,7 @@ class LinearShard:
         return out
 
     def close(self) -> None:
+        self.buffers.clear()
         if self.store is not None:
             self.store.close()
             self.store = None

@@ -83,10 +83,12 @@ class FeatureBlocks:
         while done < len(view):
             done += os.pwrite(self._fd, view[done:], offset + done)
 
-    def get(self, i: int) -> np.ndarray:
+    def get(self, i: int, out=None) -> np.ndarray:
+        """Block ``i`` (spilled: read into ``out`` where given, of the block's shape and dtype)."""
         if self._fd is None:
             return self._blocks[i]
-        out = np.empty((self.sizes[i], self.rank), dtype=self.dtype)
+        if out is None:
+            out = np.empty((self.sizes[i], self.rank), dtype=self.dtype)
         view = memoryview(out).cast("B")
         offset, done = int(self._offsets[i]), 0
         while done < len(view):
