@@ -65,7 +65,10 @@ class HostColumns:
                 elif rows is None:
                     yield chunk, stored[chunk]
                 else:
-                    yield chunk, np.take(stored, chunk, axis=0, out=gathered[: len(chunk)])
+                    yield (
+                        chunk,
+                        np.take(stored, chunk, axis=0, out=gathered[: len(chunk)], mode="clip"),
+                    )  # "raise" buffers out
 
     def times(self, i: int, beta, bias: float) -> np.ndarray:
         """``K_i beta + bias`` of block ``i`` on its first ``len(beta)`` columns, one chunk in double at a time."""
