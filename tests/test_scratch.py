@@ -102,3 +102,18 @@ def test_a_pass_faults_in_no_new_pages_per_chunk_under_dasks_malloc_settings(sto
     faults = json.loads(done.stdout.strip().splitlines()[-1])["faults"]
     chunks = 3 * 3 * 16  # rounds x passes x chunks
     assert faults < 100 * chunks, faults  # a fresh double chunk each: 513 pages per chunk and pass
+
+
+def test_combined_kernel_into_given_arrays_has_the_same_bits():
+    """The shard computes its columns into reused arrays (``out``, ``work``): the same bits as a fresh result."""
+    from mwumkl_dist.kernels.evaluation import combined_kernel
+    from mwumkl_dist.kernels.specs import Gaussian, Polynomial
+
+    rng = np.random.default_rng(0)
+    X, Z = rng.random((3000, 7)), rng.random((200, 7))
+    kernels = [Gaussian(0.5), Gaussian(1.0), Polynomial(2), Gaussian(1.0, features=(0, 1, 2))]
+    w = np.array([0.2, 0.3, 0.1, 0.4])
+    out, work = np.full((3000, 200), 7.0), np.empty(3000 * 200 + 5)
+    got = combined_kernel(kernels, X, Z, w, out=out, work=work)
+    assert got is out
+    np.testing.assert_array_equal(got, combined_kernel(kernels, X, Z, w))

@@ -419,7 +419,7 @@ def evaluation_counts(kernels: KernelSet, weights) -> tuple[int, int, int]:
     return groups, exps, int(np.count_nonzero(needed)) - exps
 
 
-def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray:
+def combined_kernel(kernels, X, Z, weights, parallel: bool = True, out=None, work=None) -> np.ndarray:
     """``sum_i weights[i] K_i(X, Z)`` as a dense ``(n_X, n_Z)`` array.
 
     One pass per feature group: one matrix product, then every kernel value of
@@ -435,6 +435,11 @@ def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray
     weights : array-like of shape (n_kernels,)
     parallel : bool, default=True
         Use this thread's numba threads (False: this thread only, e.g. inside a thread pool).
+    out : ndarray of shape (n_X, n_Z), float64 and C-contiguous, optional
+        Where the result is written (and returned); its contents are overwritten.
+    work : ndarray of float64, at least n_X * n_Z entries, optional
+        Where each group's products are formed.  With ``out`` the call allocates nothing of the result's size
+        (a caller that evaluates block after block reuses the two; :mod:`mwumkl_dist.devices.scratch`).
     """
     ks, X, Z = _dense_pair(kernels, X, Z)
     w = np.asarray(weights, dtype=np.float64)
@@ -442,7 +447,10 @@ def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray
         raise ValueError(f"weights must have shape ({len(ks)},), got {w.shape}")
     plan = ks.plan
     needed = _needed(plan, w)
-    out = np.zeros((X.shape[0], Z.shape[0]))
+    if out is None:
+        out = np.zeros((X.shape[0], Z.shape[0]))
+    else:
+        out[...] = 0.0
     plan_arrays = (
         np.ascontiguousarray(plan.kind, dtype=np.int64),
         np.ascontiguousarray(plan.param_a, dtype=np.float64),
@@ -455,7 +463,10 @@ def combined_kernel(kernels, X, Z, weights, parallel: bool = True) -> np.ndarray
             continue
         cols = _stored_columns(cols, X, Z)
         Xg, Zg = _columns_dense(X, cols), _columns_dense(Z, cols)
-        dot = np.ascontiguousarray(Xg @ Zg.T)
+        if work is None:
+            dot = np.ascontiguousarray(Xg @ Zg.T)
+        else:
+            dot = np.matmul(Xg, Zg.T, out=work[: X.shape[0] * Z.shape[0]].reshape(X.shape[0], Z.shape[0]))
         _combine(dot, (Xg**2).sum(axis=1), (Zg**2).sum(axis=1), plan_arrays, members, w, out, parallel)
     return out
 

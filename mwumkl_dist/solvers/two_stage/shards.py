@@ -208,10 +208,16 @@ class LinearShard:
         if not hasattr(fmap, "landmarks"):  # given features: the rows themselves
             return np.ascontiguousarray(fmap.columns(X)[:, first : self.width], dtype=self.dtype)
         out = np.empty((X.shape[0], self.width - first), dtype=self.dtype)
-        for lo, hi in zip(self._landmark_chunks[:-1], self._landmark_chunks[1:]):
-            if hi > first:
-                part = combined_kernel(fmap.kernel_set, X, fmap.landmarks[lo:hi], fmap.weights)
-                out[:, max(lo, first) - first : hi - first] = part[:, max(0, first - lo) :]
+        widest = max(hi - lo for lo, hi in zip(self._landmark_chunks[:-1], self._landmark_chunks[1:]))
+        with self.buffers.take(((X.shape[0] * widest,), np.float64), ((X.shape[0] * widest,), np.float64)) as (
+            values,
+            work,
+        ):  # a block's kernel values and products in the same memory block after block
+            for lo, hi in zip(self._landmark_chunks[:-1], self._landmark_chunks[1:]):
+                if hi > first:
+                    part = values[: X.shape[0] * (hi - lo)].reshape(X.shape[0], hi - lo)
+                    combined_kernel(fmap.kernel_set, X, fmap.landmarks[lo:hi], fmap.weights, out=part, work=work)
+                    out[:, max(lo, first) - first : hi - first] = part[:, max(0, first - lo) :]
         return out
 
     def columns(self, i: int, rows=None) -> np.ndarray:
