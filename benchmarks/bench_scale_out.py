@@ -182,7 +182,8 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         client.wait_for_workers(workers, timeout=300)
         killer = _Killer(client, kill_in)
         est = MWUMKLClassifier(engine="dask", client=client, callback=killer, callback_every=1, **params)
-        out["kill_in"] = kill_in
+        if kill_in:
+            out["kill_in"] = kill_in
     try:
         w0 = client.run(_cpu) if client is not None else {}
         c0, t0 = time.process_time(), time.perf_counter()
@@ -191,8 +192,8 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         t1 = time.perf_counter()
         out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0, client_fit_peak_rss=_vm_hwm())
         if client is not None:
-            out["killed"] = killer.killed
             if kill_in:
+                out["killed"] = killer.killed
                 client.wait_for_workers(workers, timeout=120)  # the nanny's restart: its CPU and peak counted
             w1 = client.run(_cpu)
             # a worker restarted (its nanny, past its memory limit) is a new address: its CPU from its start
