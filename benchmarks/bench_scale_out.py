@@ -37,6 +37,7 @@ nanny restarts the worker and the pool rebuilds the shard.  The record adds ``ki
 ``done`` of ``total``, seconds into the fit, the worker; None when the moment never came) and ``workers_restarted``
 counts the restarted worker; ``workers_cpu_s`` then lacks the killed process's CPU.  The layout keeps its name
 (``2x1``); the predictions are still compared with the first layout's (the local fit's, run first).
+``--params JSON``: estimator parameters instead of the defaults (the test suite's small linear stage).
 
 The load average is recorded: on a shared machine the times are upper bounds.
 """
