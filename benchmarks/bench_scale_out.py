@@ -1,7 +1,7 @@
 """Scale-out (issue 39): the default fit from a data store, local against ``LocalCluster``s of 1, 2, ... k workers.
 
 ``python -m benchmarks.bench_scale_out [--preset e7|16core|smoke] [--n N,N] [--layouts local,1x1,2x1]
-[--local-threads T] [--memory-limit 4GB] [--store-dir DIR] [--out FILE] [--timeout S]``
+[--local-threads T] [--memory-limit 4GB] [--store-dir DIR] [--out FILE] [--timeout S] [--kill-in newton|columns]``
 ``python -m benchmarks.bench_scale_out --local-shards [--n 60000]``: the local engine's linear stage on 1 and 2
 shards, side by side (what ``n_shards="auto"`` takes locally).
 
@@ -28,6 +28,17 @@ it; whether the predictions equal the first layout's (the local fit's); the load
             in memory at both sizes), 240 s per layout at most (``--timeout``);
 ``smoke``   4000 rows, local and 1x1 (the test suite runs it).
 
+``--kill-in newton|columns``: a worker lost in the middle of the linear stage (issue 39's recovery at scale).  In
+every Dask layout the fit's progress callback SIGKILLs the process of the worker holding the most linear-stage shards
+(its ``ShardServer`` actors) when the phase named is first reached: ``newton`` after its first Newton step (``done``
+>= 1), ``columns`` with about half of the kernel columns' rows done (``done`` >= ``total`` / 2, before the end; a
+remote shard's rows come with its heartbeats, every 2 s, so a short columns phase may pass without a kill).  The
+nanny restarts the worker and the pool rebuilds the shard.  The record adds ``kill_in``, ``killed`` (the phase, its
+``done`` of ``total``, seconds into the fit, the worker; None when the moment never came) and ``workers_restarted``
+counts the restarted worker; ``workers_cpu_s`` then lacks the killed process's CPU.  The layout keeps its name
+(``2x1``); the predictions are still compared with the first layout's (the local fit's, run first).
+``--params JSON``: estimator parameters instead of the defaults (the test suite's small linear stage).
+
 The load average is recorded: on a shared machine the times are upper bounds.
 """
 
@@ -36,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +77,8 @@ PRESETS = {
     },  # fmt: skip
 }
 TEST_ROWS = 50_000
+#: The linear-stage phases ``--kill-in`` can lose a worker in.
+KILL_PHASES = ("newton", "columns")
 CHUNK_ROWS = 65_536
 
 
@@ -104,8 +118,47 @@ def store_for(n: int, store_dir: Path) -> Path:
     return path
 
 
-def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test_rows: int, predictions: str) -> dict:
-    """One fit of the defaults from ``store`` on ``layout`` (in this process): the JSON record."""
+def _due(info, phase: str) -> bool:
+    """Whether progress event ``info`` is ``--kill-in phase``'s moment (see the module's docstring)."""
+    if info.phase != phase:
+        return False
+    if phase == "newton":
+        return info.done >= 1
+    return bool(info.total) and info.total <= 2 * info.done < 2 * info.total
+
+
+class _Killer:
+    """The progress callback of a fit that loses a linear-stage worker at ``phase`` (None: never).
+
+    SIGKILLs the process of the worker holding the most ``ShardServer`` actors (pids taken before the fit, as
+    ``client.run(os.getpid)``: a restarted worker's pid is not needed) the first time :func:`_due`; ``killed`` says
+    when and where, ``events`` times every progress event (the longest silence)."""
+
+    def __init__(self, client, phase: str | None):
+        self.client, self.phase = client, phase
+        self.pids = client.run(os.getpid) if client is not None and phase else {}
+        self.events: list = []
+        self.killed: dict | None = None
+        self.t0 = time.perf_counter()
+
+    def __call__(self, info) -> None:
+        self.events.append((time.perf_counter(), info.phase))
+        if self.killed is not None or not self.pids or not _due(info, self.phase):
+            return
+        actors = {w: sum("ShardServer" in str(k) for k in keys) for w, keys in self.client.has_what().items()}
+        victim = max(actors, key=actors.get, default=None)
+        if victim is None or not actors[victim] or victim not in self.pids:
+            return  # no shard placed yet: the next event looks again
+        os.kill(self.pids[victim], signal.SIGKILL)
+        self.killed = {"phase": info.phase, "done": info.done, "total": info.total, "worker": victim,
+                       "at_s": time.perf_counter() - self.t0, "shards_on_worker": actors[victim]}  # fmt: skip
+
+
+def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test_rows: int, predictions: str,
+            kill_in: str | None = None, params: dict | None = None) -> dict:  # fmt: skip
+    """One fit of the defaults from ``store`` on ``layout`` (in this process): the JSON record.  ``kill_in``: the
+    linear-stage phase a Dask layout loses a worker in (the module's ``--kill-in``); ``params``: estimator
+    parameters instead of the defaults (the test suite's: a small linear stage)."""
     from benchmarks.bench_scale_n import synthetic_rows
     from mwumkl_dist import MWUMKLClassifier
     from mwumkl_dist.stores import open_store
@@ -113,10 +166,13 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
     Xt, yt = synthetic_rows(test_rows, part=7)
     data = open_store(store)
     out = {"n": data.n_samples, "layout": layout, "load_before": list(os.getloadavg())}
-    events = []
-    params = dict(callback=lambda info: events.append((time.perf_counter(), info.phase)), callback_every=1)
+    params = dict(params or {})
+    if params:
+        out["params"] = params
     if layout == "local":
-        est, client, cluster = MWUMKLClassifier(n_jobs=local_threads, **params), None, None
+        killer = _Killer(None, None)
+        est = MWUMKLClassifier(n_jobs=local_threads, callback=killer, callback_every=1, **params)
+        client = cluster = None
     else:
         from distributed import Client, LocalCluster
 
@@ -125,14 +181,21 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
                                memory_limit=memory_limit, dashboard_address=":0")  # fmt: skip
         client = Client(cluster)
         client.wait_for_workers(workers, timeout=300)
-        est = MWUMKLClassifier(engine="dask", client=client, **params)
+        killer = _Killer(client, kill_in)
+        est = MWUMKLClassifier(engine="dask", client=client, callback=killer, callback_every=1, **params)
+        if kill_in:
+            out["kill_in"] = kill_in
     try:
         w0 = client.run(_cpu) if client is not None else {}
         c0, t0 = time.process_time(), time.perf_counter()
+        killer.t0 = t0
         est.fit(data)
         t1 = time.perf_counter()
         out.update(wall_s=t1 - t0, client_cpu_s=time.process_time() - c0, client_fit_peak_rss=_vm_hwm())
         if client is not None:
+            if kill_in:
+                out["killed"] = killer.killed
+                client.wait_for_workers(workers, timeout=120)  # the nanny's restart: its CPU and peak counted
             w1 = client.run(_cpu)
             # a worker restarted (its nanny, past its memory limit) is a new address: its CPU from its start
             out["workers_cpu_s"] = sum(w1[k] - w0.get(k, 0.0) for k in w1)
@@ -142,7 +205,7 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
         if client is not None:
             client.close()
             cluster.close()
-    marks = [(t0, "start"), *events, (t1, "end")]
+    marks = [(t0, "start"), *killer.events, (t1, "end")]
     gaps = np.diff([t for t, _ in marks])
     worst = int(np.argmax(gaps))
     out["longest_silence_share"] = float(gaps[worst] / (t1 - t0)) if t1 > t0 else 0.0
@@ -163,17 +226,21 @@ def run_one(store: str, layout: str, local_threads: int, memory_limit: str, test
 
 
 def run(runs, local_threads: int, memory_limit: str, store_dir: Path, test_rows: int = TEST_ROWS, out=None,
-        timeout: float | None = None) -> list[dict]:  # fmt: skip
-    """Every ``(n, layouts)`` of ``runs``, each layout in a child process; the records (also appended to ``out``)."""
+        timeout: float | None = None, kill_in: str | None = None, params: str | None = None) -> list[dict]:  # fmt: skip
+    """Every ``(n, layouts)`` of ``runs``, each layout in a child process; the records (also appended to ``out``).
+    ``kill_in``: the linear-stage phase every Dask layout loses a worker in (``--kill-in``); ``params``: estimator
+    parameters as JSON (``--params``; default: the defaults)."""
     records = []
     for n, layouts in runs:
         store = store_for(n, store_dir)
         first = None
         for layout in layouts:
-            pred = store_dir / f"pred_{n}_{layout}.npy"
+            kill = kill_in if kill_in and layout != "local" else None
+            pred = store_dir / f"pred_{n}_{layout}{f'_kill_{kill}' if kill else ''}.npy"
+            extra = [*(["--kill-in", kill] if kill else []), *(["--params", params] if params else [])]
             cmd = [sys.executable, "-m", "benchmarks.bench_scale_out", "--one", str(store), "--layout", layout,
                    "--local-threads", str(local_threads), "--memory-limit", memory_limit, "--test-rows",
-                   str(test_rows), "--predictions", str(pred)]  # fmt: skip
+                   str(test_rows), "--predictions", str(pred), *extra]  # fmt: skip
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE.parent)
@@ -182,6 +249,8 @@ def run(runs, local_threads: int, memory_limit: str, store_dir: Path, test_rows:
                     "n": n, "layout": layout, "failed": done.stderr[-2000:]}  # fmt: skip
             except subprocess.TimeoutExpired:
                 record = {"n": n, "layout": layout, "timeout_s": timeout}
+            if kill:
+                record.setdefault("kill_in", kill)
             if "error" in record:
                 if first is None:
                     first = np.load(pred)
@@ -228,6 +297,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="append the JSON lines here")
     p.add_argument("--smoke", action="store_true", help="the smoke preset")
     p.add_argument("--local-shards", action="store_true", help="1 against 2 linear-stage shards, local engine")
+    p.add_argument("--kill-in", choices=KILL_PHASES, default=None,
+                   help="Dask layouts: SIGKILL a linear-stage shard's worker in this phase of the fit")  # fmt: skip
+    p.add_argument("--params", default=None, help="estimator parameters as JSON instead of the defaults (for tests)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     p.add_argument("--layout", default=None, help=argparse.SUPPRESS)
     p.add_argument("--predictions", default=None, help=argparse.SUPPRESS)
@@ -237,7 +309,9 @@ def main(argv=None) -> int:
     memory_limit = args.memory_limit or preset["memory_limit"]
     test_rows = args.test_rows or preset.get("test_rows", TEST_ROWS)
     if args.one:
-        print(json.dumps(run_one(args.one, args.layout, threads, memory_limit, test_rows, args.predictions)))
+        params = json.loads(args.params) if args.params else None
+        print(json.dumps(run_one(args.one, args.layout, threads, memory_limit, test_rows, args.predictions,
+                                 args.kill_in, params)))  # fmt: skip
         return 0
     if args.local_shards:
         result = local_shards(int(args.n or 60_000), Path(args.store_dir))
@@ -253,7 +327,8 @@ def main(argv=None) -> int:
     else:
         runs = preset["runs"]
     timeout = args.timeout or preset.get("timeout")
-    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, timeout)
+    records = run(runs, threads, memory_limit, Path(args.store_dir), test_rows, args.out, timeout, args.kill_in,
+                  args.params)  # fmt: skip
     return 0 if all("error" in r for r in records) else 1
 
 
