@@ -478,9 +478,9 @@ class _StoreData:
     polish_blocker = "a fit from a store (the data are not in memory)"
     feature_scale = None
 
-    def __init__(self, store):
+    def __init__(self, store, y=None):
         self.store = store
-        self.y = store.y
+        self.y = store.y if y is None else y  # a store's labels are read afresh at each access: one copy shared
         self.n_samples = store.n_samples
 
     def fingerprint_data(self):
@@ -530,8 +530,8 @@ def _store_blocks(store: DataStore):
 class DataStoreInput(_StoreData):
     """Features in a :class:`~mwumkl_dist.stores.DataStore`, with a kernel set (or one random bank)."""
 
-    def __init__(self, store: DataStore, kernels):
-        super().__init__(store)
+    def __init__(self, store: DataStore, kernels, y=None):
+        super().__init__(store, y)
         self.n_features_in = store.n_features
 
         self.kernel_set = KernelSet(kernels, store.n_features, scale=functools.partial(_store_scale, store))
@@ -551,7 +551,7 @@ class DataStoreInput(_StoreData):
         return FeatureInput(self.store.take_rows(rows), self.y[rows], self.kernels)
 
     def with_kernels(self, kernels) -> DataStoreInput:
-        return DataStoreInput(self.store, list(kernels))
+        return DataStoreInput(self.store, list(kernels), y=self.y)
 
     def data_scale(self) -> DataScale:
         if self.kernel_set.scale is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -249,7 +250,9 @@ class TwoStageSolver:
         point_weights = [self._point_weights(task, target) for target in task.targets]
         rank_path = None
         if exact:
-            attrs, C = self._exact_stage(task, unit, point_weights, C, check, clock)
+            ones = np.ones(n)  # the exact solve takes every row's c_j
+            exact_weights = [ones if w is None else w for w in point_weights]
+            attrs, C = self._exact_stage(task, unit, exact_weights, C, check, clock)
             ranks, residuals, spilled, reason = [n] * len(task.targets), [0.0] * len(task.targets), False, "exact"
         elif grow:
             itemsize = np.dtype(self.precision).itemsize
@@ -553,10 +556,10 @@ class TwoStageSolver:
         return [[m[0], m[-1]] if len(m) > 1 else m for m in maps], [float(x) for x in residuals]
 
     @staticmethod
-    def _point_weights(task: FitTask, target) -> np.ndarray:
-        """``c_j`` of one binary problem: its class and sample weights (1 without)."""
+    def _point_weights(task: FitTask, target) -> np.ndarray | None:
+        """``c_j`` of one binary problem: its class and sample weights (None: all 1, no ``n``-array held)."""
         weights = problem_weights(task.data.y, task.classes, target, task.class_weight, task.sample_weight)
-        return np.ones(task.data.n_samples) if weights is None else np.asarray(weights, dtype=np.float64)
+        return None if weights is None else np.asarray(weights, dtype=np.float64)
 
 
 class _LinearStage:
@@ -569,7 +572,6 @@ class _LinearStage:
         self.solver, self.task, self.shards, self.point_weights, self.clock = solver, task, shards, point_weights, clock
         self.solver_plan = plan
         self.n, self.K = task.data.n_samples, len(task.targets)
-        self.labels = [np.where(task.data.y == target, 1.0, -1.0) for target in task.targets]
         self.held = solver._held_out(task)
         self.train = ~self.held
         self.cluster = pool_lanes(shards)  # where the passes run, for the linear method's cost model
@@ -592,7 +594,8 @@ class _LinearStage:
         if loaded is not None and loaded[0] == k and (loaded[1] == level or keep_higher and loaded[1] >= level):
             return
         extend = loaded is not None and loaded[0] == k and loaded[1] < level
-        self.storage = _load_problem(self.shards, maps[level], self.labels[k], self.point_weights[k],
+        labels = functools.partial(_pm_labels, self.task.data.y, self.task.targets[k])
+        self.storage = _load_problem(self.shards, maps[level], self.n, labels, self.point_weights[k],
                                      [m.basis for m in maps[: level + 1]], self.which(k), self.solver.precision,
                                      extend=extend)  # fmt: skip
         self.spilled |= self.storage == "spill"
@@ -725,19 +728,27 @@ RANK_STOP_REASONS = ("gain", "residual", "budget", "memory_limit", "given", "exa
 _FROM_WEIGHT_STAGE = ("epsilon_", *search_attributes(), "n_iter_", "interrupted_")
 
 
+def _pm_labels(y, target, lo: int, hi: int) -> np.ndarray:
+    """The +-1 labels of rows ``[lo, hi)`` of one-vs-rest problem ``target``."""
+    return np.where(y[lo:hi] == target, 1.0, -1.0)
+
+
 def _load_problem(
-    shards, fmap, y_pm: np.ndarray, cw: np.ndarray, bases, which: str = "", dtype="float32", extend: bool = False
+    shards, fmap, n: int, labels, cw, bases, which: str = "", dtype="float32", extend: bool = False
 ) -> str:
     """Every shard computes its rows' kernel columns of ``fmap`` (labels, ``c_j``, the levels' bases, their
     precision; ``extend``: :meth:`LinearShard.load_problem`'s); the storage they took (``"spill"`` when one shard
-    spilled, else the first's).  The ``"columns"`` progress phase counts the rows done (a shard in this process
-    advances it block by block; a remote shard's rows count when its call returns)."""
-    n = len(y_pm)
+    spilled, else the first's).  ``labels(lo, hi)``: the +-1 labels of rows ``[lo, hi)``; ``cw``: the ``c_j`` of
+    the ``n`` rows (None: all 1).  Each shard's are made as it is sent its call, so the client holds no ``n``-array
+    of them.  The ``"columns"`` progress phase counts the rows done (a shard in this process advances it block by
+    block; a remote shard's rows count when its call returns)."""
     description = f"kernel columns on {fmap.n_columns} landmarks for {n} rows{which}"
     with progress.phase("columns", n, unit="rows", description=description) as step:
 
         def load(rows):
-            return (fmap, y_pm[rows[0] : rows[1]], cw[rows[0] : rows[1]], bases, step, dtype, extend)
+            lo, hi = rows
+            weights = np.ones(hi - lo) if cw is None else cw[lo:hi]
+            return (fmap, labels(lo, hi), weights, bases, step, dtype, extend)
 
         # kept: a rebuilt Dask shard loads it again; remote shards' rows come with their heartbeats
         storages = shards.call("load_problem", load, keep=True, progress=lambda rows: step.update(min(rows, n)))
