@@ -63,3 +63,28 @@ def test_a_store_input_shares_its_labels_with_its_views(tmp_path):
     data = DataStoreInput(open_store(tmp_path / "s.zarr"), "gaussian:1")
     assert data.with_kernels(["gaussian:2"]).y is data.y  # a store reads its labels afresh at every access
     np.testing.assert_array_equal(data.y, y)
+
+
+def test_a_store_input_reads_the_same_scattered_rows_once(tmp_path, monkeypatch):
+    """The two-stage fit asks for its landmarks and residual rows at several stages; a read of scattered rows
+    decodes every chunk of the store, so the last reads are remembered (read-only, a bounded number of rows)."""
+    from mwumkl_dist.data import problems
+    from mwumkl_dist.data.problems import DataStoreInput
+    from mwumkl_dist.stores import open_store, write_data_store
+
+    X = np.random.default_rng(0).random((200, 3))
+    write_data_store(tmp_path / "s.zarr", X, (X[:, 0] > 0.5).astype(int), chunk_rows=16)
+    data = DataStoreInput(open_store(tmp_path / "s.zarr"), "gaussian:1")
+    reads = []
+    take = data.store.take_rows
+    monkeypatch.setattr(data.store, "take_rows", lambda rows: (reads.append(len(rows)), take(rows))[1])
+    monkeypatch.setattr(problems, "REMEMBERED_ROWS", 50)
+    a = data.support_vectors([5, 190, 17])
+    np.testing.assert_array_equal(a, X[[5, 190, 17]])
+    assert data.support_vectors(np.array([5, 190, 17])) is a and reads == [3]
+    assert not a.flags.writeable
+    data.support_vectors(np.arange(40))  # 43 rows remembered
+    data.support_vectors(np.arange(100, 110))  # past 50: the oldest read is forgotten
+    data.support_vectors([5, 190, 17])
+    assert reads == [3, 40, 10, 3]
+    np.testing.assert_array_equal(data.support_vectors(np.arange(60)), X[:60])  # more than 50: not remembered

@@ -21,6 +21,7 @@ Nothing above this module branches on the kind of input.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
@@ -472,6 +473,11 @@ class PrecomputedInput:
         return self.K[np.ix_(kept, train, train)], self.K[np.ix_(kept, test, train)], {}
 
 
+#: The rows a store input remembers of its last :meth:`DataStoreInput.support_vectors` reads (landmarks and the
+#: residual's rows: a few thousand, a few MB).
+REMEMBERED_ROWS = 2**15
+
+
 class _StoreData:
     """What the store inputs share: the labels and the content come from the store."""
 
@@ -533,6 +539,7 @@ class DataStoreInput(_StoreData):
     def __init__(self, store: DataStore, kernels, y=None):
         super().__init__(store, y)
         self.n_features_in = store.n_features
+        self._rows_read: dict = {}  # see support_vectors
 
         self.kernel_set = KernelSet(kernels, store.n_features, scale=functools.partial(_store_scale, store))
         # concrete widths: a subset of the rows keeps these kernels
@@ -544,7 +551,21 @@ class DataStoreInput(_StoreData):
         return DataStoreProblem(self.store, y_pm, self.kernel_set)
 
     def support_vectors(self, indices):
-        return self.store.take_rows(indices)
+        """The rows at ``indices``; the last few such reads are remembered (the two-stage fit asks for the same
+        landmarks and residual rows at several stages, and a store read of scattered rows decodes every chunk)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        key = hashlib.sha1(indices.tobytes()).hexdigest()
+        if key in self._rows_read:
+            return self._rows_read[key]
+        rows = self.store.take_rows(indices)
+        if len(indices) <= REMEMBERED_ROWS:
+            if isinstance(rows, np.ndarray):
+                rows.flags.writeable = False  # shared by the reads that ask for them
+            held = sum(r.shape[0] for r in self._rows_read.values())
+            while self._rows_read and held + len(indices) > REMEMBERED_ROWS:  # the oldest go first
+                held -= self._rows_read.pop(next(iter(self._rows_read))).shape[0]
+            self._rows_read[key] = rows
+        return rows
 
     def rows_in_memory(self, rows) -> FeatureInput:
         """The training input of ``rows``, read from the store (the two-stage fit's weight subsample)."""
