@@ -76,7 +76,6 @@ import scipy.sparse as sp
 from mwumkl_dist.core.exact import exact_column_sums, exact_to_float
 from mwumkl_dist.core.partition import aligned_ranges, chain_safe_ranges
 from mwumkl_dist.core.version import __version__
-from mwumkl_dist.devices.threads import ordered_map
 from mwumkl_dist.io.atomic import atomic_directory, exclusive_writer
 from mwumkl_dist.kernels.evaluation import as_csr, data_scale, kernel_column_block, row_group_sqnorms
 from mwumkl_dist.kernels.feature_scale import apply_feature_scale
@@ -1115,12 +1114,10 @@ class DataStore(_StoreBase):
         order = np.argsort(indices, kind="stable")
         ordered = indices[order]
         R = self.chunk_rows
-
-        def block(c):
+        blocks = []
+        for c in np.unique(ordered // R):
             a, b = int(c) * R, min(self.n_samples, (int(c) + 1) * R)
-            return self.read_rows(a, b)[ordered[(ordered >= a) & (ordered < b)] - a]
-
-        blocks = ordered_map(block, np.unique(ordered // R))  # chunks decoded over the threads, kept in order
+            blocks.append(self.read_rows(a, b)[ordered[(ordered >= a) & (ordered < b)] - a])
         rows = sp.vstack(blocks).tocsr() if self.sparse else np.vstack(blocks)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))  # rows come out sorted; restore the order asked for
