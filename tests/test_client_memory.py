@@ -8,40 +8,35 @@ import pytest
 from mwumkl_dist.solvers import base
 
 
-@pytest.fixture
-def lean(monkeypatch):
-    monkeypatch.setattr(base, "LEAN_SAMPLE_ROWS", 0)
-    monkeypatch.setattr(base, "SAMPLE_CHUNK", 7)
+def _train_test_split_rows(y, size, seed):
+    """The sample as it was drawn before: scikit-learn's ``train_test_split`` (a uniform one where it refuses)."""
+    from sklearn.model_selection import train_test_split
+
+    if len(y) <= size:
+        return np.arange(len(y))
+    try:
+        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
+    except ValueError:
+        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
+    return np.sort(rows)
 
 
-def test_the_lean_sample_takes_each_class_its_share_in_sorted_distinct_rows(lean):
-    y = np.array(["a"] * 30 + ["b"] * 61 + ["c"] * 9)[np.random.default_rng(0).permutation(100)]
-    rows = base.stratified_rows(y, 20, seed=4)
-    assert len(rows) == 20 and np.all(np.diff(rows) > 0) and rows[-1] < 100
-    # shares 6, 12.2, 1.8: the largest remainder (c's 0.8) gets the last row
-    assert [int(np.sum(y[rows] == c)) for c in "abc"] == [6, 12, 2]
-    np.testing.assert_array_equal(base.stratified_rows(y, 20, seed=4), rows)  # a seed gives one sample
-
-
-def test_the_lean_sample_does_not_depend_on_its_chunks_and_is_uniform_within_a_class(lean, monkeypatch):
-    y = np.where(np.random.default_rng(1).random(400) < 0.25, 1.0, -1.0)
-    first = base.stratified_rows(y, 40, seed=2)
-    monkeypatch.setattr(base, "SAMPLE_CHUNK", 1000)
-    np.testing.assert_array_equal(base.stratified_rows(y, 40, seed=2), first)
-    hits = np.zeros(len(y))
-    for seed in range(600):
-        hits[base.stratified_rows(y, 40, seed)] += 1
-    for label in (1.0, -1.0):  # each row of a class drawn with the same probability: quota / class size
-        members = y == label
-        expected = 600 * np.sum(y[first] == label) / members.sum()
-        freq = hits[members]
-        assert abs(freq.mean() - expected) < 1e-9  # exactly the quota every time
-        assert freq.std() < 0.35 * expected  # binomial spread (about 0.3 of the mean here); one row always: 3x
+def test_the_stratified_sample_is_train_test_splits_whatever_the_chunks(monkeypatch):
+    rng = np.random.default_rng(0)
+    names = np.array(["x", "yy", "z", "w", "v", "u"], dtype=object)
+    for trial in range(160):
+        n, k = int(rng.integers(2, 300)), int(rng.integers(1, 6))
+        codes = rng.integers(0, k, n)
+        y = [codes, np.array(list("abcdef"))[codes], codes * 0.5 - 1.0, names[codes]][trial % 4]
+        size, seed = int(rng.integers(1, n + 3)), int(rng.integers(0, 1000))
+        monkeypatch.setattr(base, "SAMPLE_CHUNK", int(rng.integers(1, 50)))
+        np.testing.assert_array_equal(base.stratified_rows(y, size, seed), _train_test_split_rows(y, size, seed),
+                                      err_msg=f"trial {trial}")  # fmt: skip
 
 
 @pytest.mark.timeout(300)
-def test_a_large_stratified_sample_holds_no_array_of_the_rows_size():
-    n = base.LEAN_SAMPLE_ROWS + 1000
+def test_a_large_stratified_sample_holds_no_index_arrays_of_the_rows_size():
+    n = 3 * 10**6
     y = np.where(np.random.default_rng(2).random(n) < 0.4, 1.0, -1.0)
     tracemalloc.start()
     try:
@@ -49,8 +44,8 @@ def test_a_large_stratified_sample_holds_no_array_of_the_rows_size():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(rows) == 5000
-    assert peak < 8 * n  # train_test_split: 80 bytes a row; here a chunk's arrays (one copy: 8)
+    np.testing.assert_array_equal(rows, _train_test_split_rows(y, 5000, 0))
+    assert peak < 8 * n  # train_test_split: 80 bytes a row; here the largest class's permutation (8 a row of it)
 
 
 def test_a_store_input_shares_its_labels_with_its_views(tmp_path):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+from sklearn.model_selection._split import _approximate_mode  # train_test_split's class shares
 from sklearn.utils.multiclass import check_classification_targets
 
 from mwumkl_dist.core import progress
@@ -55,57 +56,41 @@ __all__ = [
 Fitter = Callable[..., dict]
 
 
-#: Past this many rows :func:`stratified_rows` draws its sample class by class over chunks of the labels, holding
-#: arrays of the sample's size only: scikit-learn's ``train_test_split`` holds about seven ``n``-sized index arrays
-#: (560 MB at 10^7 rows, in the client of a fit from a store).  Below it, ``train_test_split`` (its samples: the
-#: models fitted so far).
-LEAN_SAMPLE_ROWS = 2**21
-#: Labels scanned at a time by the lean sample.
+#: Labels scanned at a time by :func:`stratified_rows`.
 SAMPLE_CHUNK = 2**20
 
 
 def stratified_rows(y, size: int, seed: int) -> np.ndarray:
-    """All row indices, or a stratified sample of ``size`` of them (sorted)."""
-    if len(y) <= size:
-        return np.arange(len(y))
-    if len(y) > LEAN_SAMPLE_ROWS:
-        return _lean_stratified_rows(y, size, seed)
-    from sklearn.model_selection import train_test_split
+    """All row indices, or a stratified sample of ``size`` of them (sorted).
 
-    try:
-        rows, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=y, random_state=seed)
-    except ValueError:  # a class with a single member cannot be stratified
-        rows = np.random.default_rng(seed).choice(len(y), size=size, replace=False)
-    return np.sort(rows)
-
-
-def _lean_stratified_rows(y, size: int, seed: int) -> np.ndarray:
-    """A stratified sample of ``size`` rows of ``y`` (sorted) in ``O(size + chunk)`` memory: each class gets its share
-    of ``size`` (largest remainders), drawn uniformly without replacement among its rows (a class's ``j``-th row
-    found by one more pass over the labels)."""
+    The sample is scikit-learn's ``train_test_split(np.arange(n), train_size=size, stratify=y,
+    random_state=seed)`` (a class of one row: a uniform sample instead), drawn as it draws it: each class's
+    share by ``_approximate_mode``, its rows by a ``RandomState`` permutation of the class.  It is made here
+    without ``train_test_split``'s ``n``-sized index arrays (80 bytes a row, 800 MB at 10^7 rows in the client
+    of a fit from a store): the labels are scanned in chunks, and only one class's permutation is held at a time.
+    """
     n = len(y)
-    counts: dict = {}
+    if n <= size:
+        return np.arange(n)
+    classes = np.unique(np.concatenate([np.unique(y[lo : lo + SAMPLE_CHUNK]) for lo in range(0, n, SAMPLE_CHUNK)]))
+    counts = np.zeros(len(classes), dtype=np.int64)
     for lo in range(0, n, SAMPLE_CHUNK):
         values, seen = np.unique(y[lo : lo + SAMPLE_CHUNK], return_counts=True)
-        for v, c in zip(values.tolist(), seen.tolist()):
-            counts[v] = counts.get(v, 0) + c
-    classes = sorted(counts)
-    total = np.array([counts[c] for c in classes], dtype=np.int64)
-    share = size * total / n
-    quota = np.floor(share).astype(np.int64)
-    extra = np.argsort(-(share - quota), kind="stable")[: size - int(quota.sum())]
-    quota[extra] += 1
-    rng = np.random.default_rng(seed)
-    # each class's positions among its own rows (sorted), then found in one pass over the labels
-    wanted = [np.sort(rng.choice(int(t), size=int(min(q, t)), replace=False)) for t, q in zip(total, quota)]
+        counts[np.searchsorted(classes, values)] += seen
+    if counts.min() < 2 or size < len(classes) or n - size < len(classes):  # train_test_split refuses these
+        return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    rng = np.random.RandomState(seed)
+    share = _approximate_mode(counts, size, rng)
+    _approximate_mode(counts - share, n - size, rng)  # the held-out side's draw: the random state moves on
+    # each class's chosen positions among its own rows, then found in one more pass over the labels
+    wanted = [np.sort(rng.permutation(count)[:k]) for count, k in zip(counts.tolist(), share.tolist())]
     found, before = [], np.zeros(len(classes), dtype=np.int64)
     for lo in range(0, n, SAMPLE_CHUNK):
         chunk = y[lo : lo + SAMPLE_CHUNK]
         for k, c in enumerate(classes):
             members = np.flatnonzero(chunk == c)
-            pos = wanted[k]
-            a, b = np.searchsorted(pos, [before[k], before[k] + len(members)])
-            found.append(members[pos[a:b] - before[k]] + lo)
+            a, b = np.searchsorted(wanted[k], [before[k], before[k] + len(members)])
+            found.append(members[wanted[k][a:b] - before[k]] + lo)
             before[k] += len(members)
     return np.sort(np.concatenate(found))
 
