@@ -287,8 +287,8 @@ class MWUMKLClassifier(ClassifierMixin, BaseEstimator):
     callback : callable or None, default=None
         Called as ``callback(info)`` with a :class:`mwumkl_dist.ProgressInfo`
         for every phase of the fit (``info.phase``: ``"cross-validation"``,
-        ``"iterations"``, ``"polish"``, ``"nystroem"``, ``"columns"``,
-        ``"newton"``, ``"calibration"``; ``info.done`` of ``info.total`` units,
+        ``"iterations"``, ``"polish"``, ``"traces"``, ``"nystroem"``, ``"columns"``,
+        ``"newton"``, ``"check-C"``, ``"calibration"``; ``info.done`` of ``info.total`` units,
         ``total`` None where unknown): at each phase's start, as its units
         complete, and in the MWU iterations every ``callback_every`` iterations
         (with ``info.s``).  Returning ``True`` there stops the fit early,

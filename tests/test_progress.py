@@ -175,7 +175,7 @@ def test_the_two_stage_fit_reports_its_stages(monkeypatch):
     seen: list[ProgressInfo] = []
     MWUMKLClassifier(kernels="paper", C=1.0, solver="two-stage", callback=seen.append).fit(X, y)
     phases = list(dict.fromkeys(i.phase for i in seen))
-    assert phases == ["iterations", "polish", "nystroem", "columns", "newton"]
+    assert phases == ["iterations", "polish", "traces", "nystroem", "columns", "newton"]
     assert all(i.description.startswith("weight stage on 200 of 900 rows: ") for i in seen if i.phase == "polish")
     columns = [i for i in seen if i.phase == "columns"]
     assert columns[-1].done == columns[-1].total == 900

@@ -39,9 +39,11 @@ PHASES = {
     "cross-validation": "folds of C='auto' / selectivity='auto' (and their group selections and bands of widths)",
     "iterations": "the MWU iterations (one phase per one-vs-rest problem; ``s`` is set)",
     "polish": "the exact polish: the combined Gram matrix and LIBSVM, one step per binary problem",
+    "traces": "the two-stage fit's pass over every row for the kernels' traces, in rows",
     "nystroem": "the two-stage fit's Nystroem maps: one step per rank tried",
     "columns": "the two-stage fit's kernel columns on the landmarks, in rows",
     "newton": "the two-stage fit's Newton steps (their number is not known in advance)",
+    "check-C": "the two-stage fit's final-size check of C='auto', one step per solve",
     "calibration": "probability=True's Platt folds",
 }
 

@@ -124,7 +124,14 @@ class LinearShard:
 
     def trace_parts(self) -> list:
         """Every kernel's trace on each block (summed by the driver in row order)."""
-        return ordered_map(lambda b: kernel_traces(self.kernel_set, self._read(*b)), self.blocks)
+        self.rows_done = 0
+
+        def block(bounds):
+            traces = kernel_traces(self.kernel_set, self._read(*bounds))
+            self.rows_done += bounds[1] - bounds[0]  # an estimate for the heartbeats (threads may race on it)
+            return traces
+
+        return ordered_map(block, self.blocks)
 
     def load_problem(self, feature_map, y, cw, bases=None, step=None, dtype="float32", extend: bool = False) -> str:
         """Compute the rows' kernel columns under ``feature_map`` (``.columns(X)``, ``.basis``); labels +-1, ``c_j``.

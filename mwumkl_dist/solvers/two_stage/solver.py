@@ -229,8 +229,11 @@ class TwoStageSolver:
         data, n = task.data, task.data.n_samples
         if data.traces is not None:
             traces = data.traces
-        else:  # the blocks' traces, summed in row order
-            traces = sum_parts((p for parts in shards.call("trace_parts") for p in parts), len(data.kernel_set))
+        else:  # the blocks' traces, summed in row order (a pass over every row: the shards read them)
+            with progress.phase("traces", n, unit="rows", description=f"kernel traces on {n} rows") as step:
+                parts = shards.call("trace_parts", progress=lambda rows: step.update(min(rows, n)))
+                traces = sum_parts((p for block in parts for p in block), len(data.kernel_set))
+                step.update(n)
         mus = np.atleast_2d(weights["kernel_weights_"]).astype(np.float64)
         kernel_weights = np.vstack([pruned_weights(mu, self.prune) for mu in mus])
         unit = [unit_weights(mu, traces, n, self.prune) for mu in mus]
@@ -537,15 +540,15 @@ class TwoStageSolver:
             if first_only:
                 levels = levels[:1]
             top = levels[-1]
-        L = data.support_vectors(order[:top])
-        sample = order[max(top, n - RESIDUAL_POINTS) :]
-        S = data.support_vectors(sample) if len(sample) else None
         maps, residuals = [[] for _ in unit], [None] * len(unit)
         description = f"Nystroem rank: {'adaptive, ' if n_components is None else ''}up to {levels[-1]} landmarks"
         with (
             progress.phase("nystroem", len(levels) * len(unit), unit="maps", description=description) as step,
             step.waiting(),
-        ):  # the largest map alone is a long step (a factorisation of K(L, L))
+        ):  # the largest map alone is a long step (a factorisation of K(L, L)); a store's scattered rows too
+            L = data.support_vectors(order[:top])
+            sample = order[max(top, n - RESIDUAL_POINTS) :]
+            S = data.support_vectors(sample) if len(sample) else None
             for r in levels:
                 for k, weights in enumerate(unit):
                     maps[k].append(nystroem_map(data.kernel_set, L[:r], weights))
