@@ -64,11 +64,9 @@ class HostColumns:
                     yield chunk, self.compute(X[chunk])
                 elif rows is None:
                     yield chunk, stored[chunk]
-                else:
-                    yield (
-                        chunk,
-                        np.take(stored, chunk, axis=0, out=gathered[: len(chunk)], mode="clip"),
-                    )  # "raise" buffers out
+                else:  # take's mode "raise" would copy through a temporary of out's size
+                    taken = np.take(stored, chunk, axis=0, out=gathered[: len(chunk)], mode="clip")
+                    yield chunk, taken
 
     def times(self, i: int, beta, bias: float) -> np.ndarray:
         """``K_i beta + bias`` of block ``i`` on its first ``len(beta)`` columns, one chunk in double at a time."""

@@ -193,6 +193,7 @@ class LinearShard:
         else:
             with one_blas_thread():
                 self._map(build, range(len(self.blocks)))
+            self.buffers.clear()  # a block's kernel values per thread: not held through the passes
         if kept is not None:
             kept.close()
         return storage
