@@ -72,10 +72,10 @@ def stratified_rows(y, size: int, seed: int) -> np.ndarray:
     n = len(y)
     if n <= size:
         return np.arange(n)
-    classes = np.unique(np.concatenate([np.unique(y[lo : lo + SAMPLE_CHUNK]) for lo in range(0, n, SAMPLE_CHUNK)]))
+    per_chunk = [np.unique(y[lo : lo + SAMPLE_CHUNK], return_counts=True) for lo in range(0, n, SAMPLE_CHUNK)]
+    classes = np.unique(np.concatenate([values for values, _ in per_chunk]))
     counts = np.zeros(len(classes), dtype=np.int64)
-    for lo in range(0, n, SAMPLE_CHUNK):
-        values, seen = np.unique(y[lo : lo + SAMPLE_CHUNK], return_counts=True)
+    for values, seen in per_chunk:
         counts[np.searchsorted(classes, values)] += seen
     if counts.min() < 2 or size < len(classes) or n - size < len(classes):  # train_test_split refuses these
         return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))

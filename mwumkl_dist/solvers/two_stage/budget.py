@@ -53,8 +53,9 @@ MAP_COPIES = 6
 #: Vectors of ``n`` the linear stage keeps on the driver (labels, point weights, outputs, steps, masks, held-out
 #: decisions of the candidates).
 ROW_VECTORS = 16
-#: ... on the Dask engine, where the shards keep the solve's state on their rows: the client's (labels, point
-#: weights, held-out and training masks, the landmark order, the data's labels).
+#: ... on the Dask engine, where the shards keep the solve's state on their rows and get their labels and weights
+#: made as each call is sent: the client's (the data's labels, the landmark order, the held-out and training
+#: masks, a shard's labels and weights in flight, with room for the stratified samples' transients).
 CLIENT_ROW_VECTORS = 8
 #: Vectors of its rows a Dask shard keeps (labels, weights, outputs, the direction's outputs, masks, a solve's
 #: replay).

@@ -27,10 +27,12 @@ class HostColumns:
     #: The blocks' passes may run over the threads (a GPU's run one after the other).
     parallel = True
 
-    def __init__(self, sizes, read, compute, stored: FeatureBlocks | None = None):
+    def __init__(self, sizes, read, compute, stored: FeatureBlocks | None = None,
+                 buffers: ScratchBuffers | None = None):  # fmt: skip
         self.sizes, self.read, self.compute, self.stored = list(sizes), read, compute, stored
-        #: The passes' chunk-sized work arrays (:mod:`~mwumkl_dist.devices.scratch`: no allocation per chunk).
-        self.buffers = ScratchBuffers()
+        #: The passes' chunk-sized work arrays (:mod:`~mwumkl_dist.devices.scratch`: no allocation per chunk; a
+        #: shard's own pool, shared with its other passes).
+        self.buffers = ScratchBuffers() if buffers is None else buffers
 
     def kept(self, dtype) -> FeatureBlocks | None:
         """The stored columns a load of more landmarks in ``dtype`` keeps (None: none)."""
@@ -97,7 +99,6 @@ class HostColumns:
         return out
 
     def close(self) -> None:
-        self.buffers.clear()
         if self.stored is not None:
             self.stored.close()
             self.stored = None

@@ -166,9 +166,10 @@ class LinearShard:
         storage = "device" if device is not None else self._storage(sum(sizes) * self.width * self.dtype.itemsize)
         if storage in ("memory", "spill"):
             stored = FeatureBlocks(sizes, self.width, self._scratch if storage == "spill" else None, self.dtype)
-            self.store = HostColumns(sizes, self._block_rows, self._computed, stored)
+            self.store = HostColumns(sizes, self._block_rows, self._computed, stored, self.buffers)
         else:  # a GPU's, or computed at every pass (nothing kept now)
-            self.store = device if device is not None else HostColumns(sizes, self._block_rows, self._computed)
+            self.store = device if device is not None else HostColumns(sizes, self._block_rows, self._computed,
+                                                                       buffers=self.buffers)  # fmt: skip
 
         def build(i):
             lo, hi = self.blocks[i]
